@@ -1,0 +1,86 @@
+"""Deterministic synthetic changelogs, built columnar: the demo's price ticks and the benchmark datasets.
+
+A changelog here is N messages over K distinct keys, keys drawn uniformly or by a Zipf law, fixed-size values,
+and a share of tombstones (null values). The same seed gives the same bytes on every machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+@dataclass(frozen=True)
+class ChangelogSpec:
+    messages: int
+    keys: int
+    value_bytes: int = 100
+    distribution: str = "uniform"
+    """"uniform" or "zipf" (exponent ``zipf_exponent``, key 0 the hottest)."""
+    tombstone_share: float = 0.0
+    zipf_exponent: float = 1.1
+    seed: int = 7
+    start_timestamp_ms: int = 1_700_000_000_000
+
+
+def key_names(count: int, prefix: str = "key") -> pa.Array:
+    """Fixed-width key names ``key0000001``...; width grows with the count so they sort as numbers do."""
+    width = max(6, len(str(count - 1)))
+    return pa.array([f"{prefix}{i:0{width}d}".encode() for i in range(count)], pa.binary())
+
+
+def key_indices(spec: ChangelogSpec, rng: np.random.Generator) -> np.ndarray:
+    if spec.distribution == "uniform":
+        return rng.integers(0, spec.keys, spec.messages, dtype=np.int64)
+    if spec.distribution == "zipf":
+        ranks = np.arange(1, spec.keys + 1, dtype=np.float64)
+        weights = ranks ** -spec.zipf_exponent
+        cumulative = np.cumsum(weights / weights.sum())
+        return np.minimum(np.searchsorted(cumulative, rng.random(spec.messages)), spec.keys - 1)
+    raise ValueError(f"distribution {spec.distribution!r}; allowed: uniform, zipf")
+
+
+def random_values(count: int, value_bytes: int, rng: np.random.Generator, null_mask: np.ndarray | None) -> pa.Array:
+    data = rng.integers(0, 256, count * value_bytes, dtype=np.uint8)
+    offsets = np.arange(0, (count + 1) * value_bytes, value_bytes, dtype=np.int32)
+    validity = None
+    if null_mask is not None and null_mask.any():
+        validity = pa.array(~null_mask).buffers()[1]
+    return pa.Array.from_buffers(
+        pa.binary(), count, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+        null_count=int(null_mask.sum()) if null_mask is not None else 0,
+    )
+
+
+def generate(spec: ChangelogSpec) -> pa.Table:
+    """Columns key, value, timestamp (one millisecond apart)."""
+    rng = np.random.default_rng(spec.seed)
+    indices = key_indices(spec, rng)
+    keys = key_names(spec.keys).take(pa.array(indices))
+    tombstones = rng.random(spec.messages) < spec.tombstone_share if spec.tombstone_share else None
+    values = random_values(spec.messages, spec.value_bytes, rng, tombstones)
+    timestamps = pa.array(spec.start_timestamp_ms + np.arange(spec.messages, dtype=np.int64))
+    return pa.table({"key": keys, "value": values, "timestamp": timestamps})
+
+
+def price_ticks(symbols: int, ticks: int, *, delisted_share: float = 0.05, seed: int = 11,
+                start_timestamp_ms: int = 1_700_000_000_000) -> pa.Table:
+    """Price ticks for ``symbols`` symbols (``SYM0001``...), a random walk each; the last ``delisted_share`` of
+    ticks include tombstones that delist some symbols. Values are UTF-8 decimal prices."""
+    rng = np.random.default_rng(seed)
+    symbol = rng.integers(0, symbols, ticks)
+    prices = 100 + np.round(rng.normal(0, 1, ticks).cumsum() % 50, 2)
+    delisted = np.zeros(ticks, dtype=bool)
+    tail = int(ticks * (1 - delisted_share))
+    delisted[tail:] = rng.random(ticks - tail) < 0.5
+    text = pc.cast(pa.array(prices), pa.string()).cast(pa.binary())
+    values = pc.if_else(pa.array(delisted), pa.scalar(None, pa.binary()), text)
+    names = pa.array([f"SYM{i:04d}".encode() for i in range(symbols)], pa.binary())
+    return pa.table({
+        "key": names.take(pa.array(symbol)),
+        "value": values,
+        "timestamp": pa.array(start_timestamp_ms + np.arange(ticks, dtype=np.int64) * 10),
+    })

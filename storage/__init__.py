@@ -1,0 +1,7 @@
+"""The storage engine: Kafka-style partition logs of Arrow batches, with indexes, checkpoints and recovery."""
+
+from storage.errors import LedgerviewError
+from storage.schema import MESSAGE_SCHEMA, Message
+from storage.store import AppendResult, Store
+
+__all__ = ["MESSAGE_SCHEMA", "AppendResult", "LedgerviewError", "Message", "Store"]

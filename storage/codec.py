@@ -1,0 +1,193 @@
+"""The batch: the unit of writing, checksumming and indexing in segments and compacted ledgers.
+
+A batch is a 48-byte little-endian header followed by a columnar payload, one Arrow IPC record-batch message
+(schema ``storage.schema.STORED_SCHEMA``, body optionally lz4- or zstd-compressed by Arrow itself)::
+
+    0  int64   base_offset        offset of the first message (or lower, after cleaning removed it)
+    8  int32   batch_length       header + payload, a multiple of 8 so payloads stay 8-byte aligned
+    12 uint32  crc                CRC-32C of bytes 0 .. 12 then 16 .. batch_length: all but itself
+    16 uint8   magic              format version, 1
+    17 uint8   attributes         bits 0-1 compression (0 none, 1 lz4, 2 zstd), bit 2 timestamps are LogAppendTime
+    18 int16   reserved           0
+    20 int32   last_offset_delta  last offset - base_offset
+    24 int32   record_count
+    28 int64   first_timestamp    timestamp of the first message
+    36 int64   max_timestamp
+    44 int32   reserved           0
+
+The CRC covers every byte of the batch except its own four, so any corruption of a header or payload is detected
+(the offsets too: unlike Kafka we never rewrite a batch's offsets in place).
+See docs/FORMAT.md.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, replace
+from typing import Final
+
+import crc32c
+import numpy as np
+import pyarrow as pa
+
+from storage.schema import STORED_SCHEMA
+
+HEADER = struct.Struct("<qiIBBhiiqqi")
+HEADER_BYTES: Final = HEADER.size
+MAGIC: Final = 1
+CRC_OFFSET: Final = 12
+CRC_START: Final = 16
+COMPRESSION_CODES: Final = {None: 0, "lz4": 1, "zstd": 2}
+_COMPRESSION_NAMES: Final = {code: name for name, code in COMPRESSION_CODES.items()}
+LOG_APPEND_TIME_FLAG: Final = 0b100
+
+assert HEADER_BYTES == 48
+
+
+class BatchFormatError(ValueError):
+    """The bytes at a position are not a valid batch; ``reason`` says which check failed."""
+
+    def __init__(self, reason: str, base_offset: int | None = None) -> None:
+        self.reason = reason
+        self.base_offset = base_offset
+        self.position = -1
+        """Where the batch starts in its file, when known (set by the scan that found it)."""
+        super().__init__(reason)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The fixed header of one batch, as decoded; ``position`` is where it starts in its file."""
+
+    base_offset: int
+    batch_length: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    record_count: int
+    first_timestamp: int
+    max_timestamp: int
+    position: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def end_position(self) -> int:
+        return self.position + self.batch_length
+
+    @property
+    def compression(self) -> str | None:
+        return _COMPRESSION_NAMES.get(self.attributes & 0b11)
+
+
+def _ipc_schema_prefix_bytes(compression: str | None) -> int:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, STORED_SCHEMA, options=pa.ipc.IpcWriteOptions(compression=compression)):
+        pass
+    return int(sink.getvalue().size) - 8  # the stream ends with an 8-byte end-of-stream marker
+
+
+_SCHEMA_PREFIX = {name: _ipc_schema_prefix_bytes(name) for name in COMPRESSION_CODES}
+_WRITE_OPTIONS = {name: pa.ipc.IpcWriteOptions(compression=name) for name in COMPRESSION_CODES}
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBatch:
+    """A batch ready to write: ``header_bytes`` then ``payload``; ``header.position`` is still 0."""
+
+    header: BatchHeader
+    header_bytes: bytes
+    payload: pa.Buffer
+
+
+def encode_batch(
+    batch: pa.RecordBatch, *, compression: str | None = None, log_append_time: bool = False
+) -> EncodedBatch:
+    """Encode a record batch of STORED_SCHEMA with at least one row."""
+    if compression not in COMPRESSION_CODES:
+        raise ValueError(f"compression {compression!r}; allowed: none, lz4, zstd")
+    if compression is None:
+        payload = batch.serialize()
+    else:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, STORED_SCHEMA, options=_WRITE_OPTIONS[compression]) as writer:
+            writer.write_batch(batch)
+        stream = sink.getvalue()
+        start = _SCHEMA_PREFIX[compression]
+        payload = stream.slice(start, stream.size - start - 8)
+    offsets = batch.column(0).to_numpy()
+    timestamps = batch.column(1).to_numpy()
+    attributes = COMPRESSION_CODES[compression] | (LOG_APPEND_TIME_FLAG if log_append_time else 0)
+    base_offset = int(offsets[0])
+    header = BatchHeader(
+        base_offset=base_offset,
+        batch_length=HEADER_BYTES + payload.size,
+        crc=0,
+        attributes=attributes,
+        last_offset_delta=int(offsets[-1]) - base_offset,
+        record_count=batch.num_rows,
+        first_timestamp=int(timestamps[0]),
+        max_timestamp=int(np.max(timestamps)),
+        position=0,
+    )
+    body = _pack(header)
+    crc = crc32c.crc32c(payload, crc32c.crc32c(body[CRC_START:], crc32c.crc32c(body[:CRC_OFFSET])))
+    return EncodedBatch(replace(header, crc=crc), _pack(replace(header, crc=crc)), payload)
+
+
+def _pack(header: BatchHeader) -> bytes:
+    return HEADER.pack(
+        header.base_offset, header.batch_length, header.crc, MAGIC, header.attributes, 0,
+        header.last_offset_delta, header.record_count, header.first_timestamp, header.max_timestamp, 0,
+    )
+
+
+def read_header(view: memoryview | bytes, position: int, available: int) -> BatchHeader:
+    """Decode and sanity-check the header at ``position``; ``available`` is how many valid bytes follow it.
+
+    Raises BatchFormatError for anything that cannot be a complete batch written by ``encode_batch``.
+    """
+    if available < HEADER_BYTES:
+        raise BatchFormatError(f"only {available} bytes left, less than a {HEADER_BYTES}-byte batch header")
+    (base_offset, length, crc, magic, attributes, reserved, delta, count, first_ts, max_ts, reserved2) = (
+        HEADER.unpack_from(view, position)
+    )
+    if magic != MAGIC:
+        raise BatchFormatError(f"unknown magic {magic} (expected {MAGIC})", base_offset)
+    if length < HEADER_BYTES or length % 8 or length > available:
+        raise BatchFormatError(
+            f"batch length {length} does not fit (needs a multiple of 8 within {available} bytes)", base_offset
+        )
+    if count < 1 or delta < count - 1 or base_offset < 0 or reserved or reserved2 or attributes & ~0b111:
+        raise BatchFormatError("inconsistent header fields", base_offset)
+    return BatchHeader(base_offset, length, crc, attributes, delta, count, first_ts, max_ts, position)
+
+
+def verify_batch(view: memoryview | bytes, header: BatchHeader) -> None:
+    """Check the CRC-32C of the batch described by ``header``; raises BatchFormatError on mismatch."""
+    start = header.position
+    head = crc32c.crc32c(view[start : start + CRC_OFFSET])
+    actual = crc32c.crc32c(view[start + CRC_START : header.end_position], head)
+    if actual != header.crc:
+        raise BatchFormatError(f"CRC-32C mismatch (stored {header.crc:#010x}, computed {actual:#010x})",
+                               header.base_offset)
+
+
+def decode_payload(buffer: pa.Buffer, header: BatchHeader) -> pa.RecordBatch:
+    """Decode the Arrow payload; zero-copy from ``buffer`` (e.g. a memory map) when uncompressed."""
+    payload = buffer.slice(header.position + HEADER_BYTES, header.batch_length - HEADER_BYTES)
+    try:
+        batch = pa.ipc.read_record_batch(payload, STORED_SCHEMA)
+    except (pa.ArrowInvalid, OSError) as error:
+        raise BatchFormatError(f"payload is not a valid Arrow record batch: {error}", header.base_offset) from error
+    if batch.num_rows != header.record_count:
+        raise BatchFormatError(
+            f"payload holds {batch.num_rows} messages, header says {header.record_count}", header.base_offset
+        )
+    return batch

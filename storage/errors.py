@@ -1,0 +1,91 @@
+"""Every error ledgerview raises on purpose.
+
+One root, one class per condition; each message is built from the fields and says what went wrong, where, what
+is allowed and what to do. ``OSError`` is turned into these at the storage boundary.
+"""
+
+from __future__ import annotations
+
+
+class LedgerviewError(Exception):
+    """Root of every error ledgerview raises on purpose."""
+
+
+class InvalidTopicNameError(LedgerviewError):
+    """A topic name that Kafka would refuse or that would leave the data folder."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        super().__init__(
+            f"Invalid topic name {name!r}: {reason}. A topic name is 1 to 249 characters from [a-zA-Z0-9._-] "
+            "and is not '.' or '..'."
+        )
+
+
+class TopicExistsError(LedgerviewError):
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        super().__init__(f"Topic {topic!r} already exists; delete it first or choose another name.")
+
+
+class UnknownTopicError(LedgerviewError):
+    def __init__(self, topic: str, known: list[str]) -> None:
+        self.topic = topic
+        listing = ", ".join(known) if known else "none"
+        super().__init__(f"Unknown topic {topic!r}. Topics in this store: {listing}.")
+
+
+class UnknownPartitionError(LedgerviewError):
+    def __init__(self, topic: str, partition: int, partitions: int) -> None:
+        self.topic, self.partition = topic, partition
+        super().__init__(
+            f"Topic {topic!r} has no partition {partition}; its partitions are 0 to {partitions - 1}."
+        )
+
+
+class InvalidMessagesError(LedgerviewError):
+    """Input to append that is not a valid set of messages; nothing was written."""
+
+
+class MessageTooLargeError(InvalidMessagesError):
+    def __init__(self, topic: str, row: int, size_bytes: int, limit_bytes: int) -> None:
+        self.row, self.size_bytes, self.limit_bytes = row, size_bytes, limit_bytes
+        super().__init__(
+            f"Message at row {row} is {size_bytes} bytes, over max.message.bytes={limit_bytes} of topic "
+            f"{topic!r}; nothing was written. Raise max.message.bytes or split the value."
+        )
+
+
+class OffsetOutOfRangeError(LedgerviewError):
+    def __init__(self, topic: str, partition: int, offset: int, start: int, end: int) -> None:
+        self.offset, self.start, self.end = offset, start, end
+        super().__init__(
+            f"Offset {offset} is outside {topic}-{partition}, which holds offsets {start} to {end} "
+            "(end exclusive)."
+        )
+
+
+class CorruptSegmentError(LedgerviewError):
+    """A batch in a sealed segment whose bytes do not verify: data would be silently lost if skipped."""
+
+    def __init__(self, path: str, position: int, offset: int, reason: str) -> None:
+        self.path, self.position, self.offset = path, position, offset
+        super().__init__(
+            f"Corrupt batch in {path} at file position {position}, where offset {offset} was expected: {reason}. "
+            "The segment is sealed, so this is not a torn write; restore the file from a copy or remove the "
+            "segment and the ones after it."
+        )
+
+
+class PartitionLockedError(LedgerviewError):
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(
+            f"Another writer holds the lock {path}. Wait for it (open the store with lock_wait=True) or stop "
+            "the other process."
+        )
+
+
+class StoreClosedError(LedgerviewError):
+    def __init__(self) -> None:
+        super().__init__("The store is closed; open it again with Store.open(path).")

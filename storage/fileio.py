@@ -1,0 +1,45 @@
+"""Durable small-file writes: write a temporary file, fsync it, rename it over the target, fsync the folder.
+
+A reader sees either the whole old file or the whole new one, and after the folder fsync the new name survives a
+crash. Every record that must be replaced atomically (checkpoints, topic metadata, cursor records) goes through
+``write_atomically``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from storage.files import TEMP_SUFFIX
+
+
+def fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    temp = path.with_name(path.name + TEMP_SUFFIX)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+    fsync_folder(path.parent)
+
+
+def remove_stray_temporary_files(folder: Path) -> list[Path]:
+    """Remove ``*.tmp`` files an interrupted ``write_atomically`` left behind; returns what was removed."""
+    removed = []
+    for entry in folder.iterdir():
+        if entry.name.endswith(TEMP_SUFFIX) and entry.is_file():
+            entry.unlink()
+            removed.append(entry)
+    return removed

@@ -1,0 +1,84 @@
+"""File and folder names of the store: the only module that builds or parses a path inside a data folder.
+
+Kafka's conventions: a partition folder is ``<topic>-<partition>``; a segment's files are named by its base offset
+zero-padded to 20 digits with the suffixes ``.log``, ``.index`` and ``.timeindex``; temporary and swap suffixes are
+appended after the normal one (``00000000000000000000.log.cleaned``).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+
+from storage.errors import InvalidTopicNameError
+
+LOG_SUFFIX = ".log"
+OFFSET_INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+TEMP_SUFFIX = ".tmp"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+DELETED_FOLDER_SUFFIX = "-delete"
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+TOPICS_FOLDER = "__topics"
+TOPIC_METADATA = "topic.json"
+STORE_LOCK = ".store.lock"
+WRITER_LOCK = ".writer.lock"
+
+MAX_TOPIC_NAME_LENGTH = 249
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+_PARTITION_FOLDER = re.compile(r"(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)")
+_SEGMENT_FILE = re.compile(r"(?P<base>\d{20})(?P<suffix>\.log|\.index|\.timeindex)(?P<temp>\.[a-z]+)?")
+
+
+def validate_topic_name(name: str) -> str:
+    """Return ``name`` if Kafka would accept it as a topic name, else raise InvalidTopicNameError."""
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicNameError(str(name), "it is empty or not a string")
+    if name in (".", ".."):
+        raise InvalidTopicNameError(name, "'.' and '..' are reserved")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicNameError(name, f"it is {len(name)} characters long")
+    if not _TOPIC_NAME.fullmatch(name):
+        bad = sorted({c for c in name if not _TOPIC_NAME.fullmatch(c)})
+        raise InvalidTopicNameError(name, f"it contains {''.join(bad)!r}")
+    return name
+
+
+def partition_folder(root: Path, topic: str, partition: int) -> Path:
+    return root / f"{validate_topic_name(topic)}-{partition}"
+
+
+def parse_partition_folder(name: str) -> tuple[str, int] | None:
+    """``prices-3`` -> ("prices", 3); None for anything that is not a live partition folder."""
+    match = _PARTITION_FOLDER.fullmatch(name)
+    return (match["topic"], int(match["partition"])) if match else None
+
+
+def segment_file(folder: Path, base_offset: int, suffix: str) -> Path:
+    return folder / f"{base_offset:020d}{suffix}"
+
+
+def parse_segment_file(name: str) -> tuple[int, str, str | None] | None:
+    """``00000000000000000042.log.swap`` -> (42, ".log", ".swap"); None for other names."""
+    match = _SEGMENT_FILE.fullmatch(name)
+    if not match:
+        return None
+    return int(match["base"]), match["suffix"], match["temp"]
+
+
+def topic_metadata_file(root: Path, topic: str) -> Path:
+    """``__topics/<topic>/topic.json``: a folder per topic, so a 249-character name still leaves room for the
+    temporary suffix of an atomic write."""
+    return root / TOPICS_FOLDER / validate_topic_name(topic) / TOPIC_METADATA
+
+
+def folder_to_delete(root: Path) -> Path:
+    """A short unique name for a folder being deleted (a long topic name plus a suffix could pass 255 bytes)."""
+    return root / f".{uuid.uuid4().hex}{DELETED_FOLDER_SUFFIX}"

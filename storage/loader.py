@@ -1,0 +1,61 @@
+"""Opening a partition folder and recovering it after a crash, as Kafka's LogLoader does, in passes.
+
+Runs under the partition's writer lock, so no writer is mid-append while it truncates.
+
+1. Remove leftovers: ``*.tmp`` from interrupted atomic writes, ``.deleted`` files whose deletion was scheduled,
+   and index files whose log is gone.
+2. Load every segment below the recovery point without verifying it: its indexes are kept when they look sound
+   and rebuilt from batch headers otherwise.
+3. Recover every segment from the one holding the recovery point on: verify each batch's CRC and offsets and
+   rebuild its indexes. An invalid batch in the last segment is a torn tail: cut the log back to the last batch
+   that verifies. An invalid batch in an earlier segment is corruption of a sealed segment: raise
+   CorruptSegmentError naming the file and position, and change nothing.
+4. With no segment at all, create an empty one at the log start offset.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from storage.errors import CorruptSegmentError
+from storage.fileio import remove_stray_temporary_files
+from storage.files import DELETED_SUFFIX, LOG_SUFFIX, parse_segment_file
+from storage.segment import Segment
+
+
+def load_segments(folder: Path, *, recovery_point: int, log_start_offset: int, index_interval_bytes: int) -> (
+    list[Segment]
+):
+    """Return the partition's segments in offset order, the folder recovered as the module docstring says."""
+    remove_stray_temporary_files(folder)
+    bases = _remove_leftovers_and_list_logs(folder)
+    if not bases:
+        return [Segment.create(folder, log_start_offset, index_interval_bytes=index_interval_bytes)]
+    first_to_recover = max((i for i, base in enumerate(bases) if base <= recovery_point), default=0)
+    segments = [
+        Segment.load(folder, base, index_interval_bytes=index_interval_bytes) for base in bases[:first_to_recover]
+    ]
+    to_recover = bases[first_to_recover:]
+    for i, base in enumerate(to_recover):
+        segment = Segment(folder, base, index_interval_bytes=index_interval_bytes)
+        failure = segment.rebuild_indexes(verify=True)
+        if failure is not None:
+            if i < len(to_recover) - 1:
+                raise CorruptSegmentError(str(segment.log_path), failure.position, segment.next_offset,
+                                          failure.reason)
+            segment.truncate(segment.size_bytes)
+        segments.append(segment)
+    return segments
+
+
+def _remove_leftovers_and_list_logs(folder: Path) -> list[int]:
+    names = os.listdir(folder)
+    parsed = [(name, result) for name in names if (result := parse_segment_file(name))]
+    log_bases = {base for _, (base, suffix, temp) in parsed if suffix == LOG_SUFFIX and temp is None}
+    for name, (base, suffix, temp) in parsed:
+        if temp == DELETED_SUFFIX or (temp is None and suffix != LOG_SUFFIX and base not in log_bases):
+            (folder / name).unlink()
+    return sorted(log_bases)
+
+

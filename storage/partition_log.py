@@ -1,0 +1,258 @@
+"""One partition's log: an ordered run of segments, the last one active.
+
+Appending (under the partition's writer lock, so several processes may append in turn):
+
+1. Catch up with the files: another process may have appended or rolled since this one last looked.
+2. For each batch of the input: encode it, roll first if the active segment would pass ``segment.bytes`` or is
+   older than ``segment.ms``, then write it at the end of the active segment.
+3. Flush when ``flush.messages`` or ``flush.ms`` say so: fsync what was written and move the recovery point.
+
+Reading never takes the lock: it looks at the files, widens its memory maps and stops at the last complete batch,
+so readers never block writers and see every batch a writer in any process has appended.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from storage.codec import HEADER_BYTES, BatchHeader, encode_batch
+from storage.config import TopicConfig
+from storage.errors import OffsetOutOfRangeError
+from storage.files import LOG_SUFFIX, parse_segment_file
+from storage.locks import FileLock
+from storage.schema import STORED_SCHEMA
+from storage.segment import NO_TIMESTAMP, Segment
+
+MAX_RELATIVE_OFFSET = 2**31 - 1
+Clock = Callable[[], int]
+
+
+@dataclass(frozen=True)
+class PartitionCheckpoints:
+    """Where this partition records its recovery point and log start offset (files shared by the store)."""
+
+    save_recovery_point: Callable[[int], None]
+    save_log_start_offset: Callable[[int], None]
+    read_log_start_offset: Callable[[], int]
+
+
+class PartitionLog:
+    def __init__(
+        self,
+        folder: Path,
+        topic: str,
+        partition: int,
+        *,
+        config: TopicConfig,
+        segments: list[Segment],
+        log_start_offset: int,
+        recovery_point: int,
+        writer_lock: FileLock,
+        checkpoints: PartitionCheckpoints,
+        clock: Clock,
+        verify_reads: bool,
+    ) -> None:
+        self.folder, self.topic, self.partition = folder, topic, partition
+        self.config = config
+        self.segments = segments
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self.writer_lock = writer_lock
+        self.checkpoints = checkpoints
+        self.clock = clock
+        self.verify_reads = verify_reads
+        self._unflushed_messages = 0
+        self._last_flush_ms = clock()
+        self._folder_mtime_ns = folder.stat().st_mtime_ns
+
+    # ------------------------------------------------------------------------------------------------- state
+    @property
+    def active(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def end_offset(self) -> int:
+        """The offset the next appended message gets (Kafka's log end offset)."""
+        return self.active.next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size_bytes for segment in self.segments)
+
+    def refresh(self) -> None:
+        """Catch up with what other processes did to the files: new or removed segments, appended batches."""
+        mtime_ns = self.folder.stat().st_mtime_ns
+        if mtime_ns != self._folder_mtime_ns:
+            self._folder_mtime_ns = mtime_ns
+            self._relist_segments()
+        self.active.follow_growth()
+        self.log_start_offset = max(self.checkpoints.read_log_start_offset(), self.segments[0].base_offset)
+
+    def _relist_segments(self) -> None:
+        known = {segment.base_offset: segment for segment in self.segments}
+        bases = sorted(
+            parsed[0]
+            for name in os.listdir(self.folder)
+            if (parsed := parse_segment_file(name)) and parsed[1] == LOG_SUFFIX and parsed[2] is None
+        )
+        segments = []
+        for base in bases:
+            segment = known.get(base)
+            if segment is None:
+                segment = Segment.load(self.folder, base, index_interval_bytes=self.config.index_interval_bytes)
+            else:
+                segment.follow_growth()
+            segments.append(segment)
+        for base, segment in known.items():
+            if base not in bases:
+                segment.close()
+        self.segments = segments
+
+    # ------------------------------------------------------------------------------------------------ append
+    def append(self, table: pa.Table, *, compression: str | None) -> int:
+        """Append messages (key, value, timestamp, headers; timestamps set) and return the first offset.
+
+        The table is split into batches of about ``target_batch_bytes`` by the caller's sizes; see Store.append.
+        """
+        with self.writer_lock:
+            self.refresh()
+            first_offset = self.end_offset
+            for batch in _batches_of(table, self.config.segment_bytes):
+                self._append_batch(batch, compression)
+            self._maybe_flush(table.num_rows)
+            return first_offset
+
+    def _append_batch(self, table: pa.Table, compression: str | None) -> None:
+        base = self.end_offset
+        offsets = pa.array(np.arange(base, base + table.num_rows, dtype=np.int64))
+        batch = pa.RecordBatch.from_arrays(
+            [offsets, *(table.column(name).combine_chunks() for name in STORED_SCHEMA.names[1:])],
+            schema=STORED_SCHEMA,
+        )
+        log_append_time = self.config.message_timestamp_type == "LogAppendTime"
+        encoded = encode_batch(batch, compression=compression, log_append_time=log_append_time)
+        if self._should_roll(encoded.header):
+            self.roll()
+        self.active.append(encoded)
+
+    def _should_roll(self, incoming: BatchHeader) -> bool:
+        """Kafka's rule: the active segment would pass segment.bytes, has aged past segment.ms (by message
+        time), or could not hold the batch's offsets relative to its base; an empty segment never rolls."""
+        active = self.active
+        if active.size_bytes == 0:
+            return False
+        if active.size_bytes + incoming.batch_length > self.config.segment_bytes:
+            return True
+        if incoming.max_timestamp - active.first_timestamp > self.config.segment_roll_ms:
+            return True
+        return incoming.last_offset - active.base_offset > MAX_RELATIVE_OFFSET
+
+    def roll(self) -> Segment:
+        """Seal the active segment (if it holds anything) and start a new one at the end offset."""
+        with self.writer_lock:
+            self.refresh()
+            if self.active.size_bytes == 0:
+                return self.active
+            self.active.seal()
+            segment = Segment.create(self.folder, self.end_offset,
+                                     index_interval_bytes=self.config.index_interval_bytes)
+            self.segments.append(segment)
+            self._folder_mtime_ns = self.folder.stat().st_mtime_ns
+            # Sealing fsynced everything before the new segment, so the recovery point may move up to it.
+            self._save_recovery_point(segment.base_offset)
+            return segment
+
+    def _maybe_flush(self, appended_messages: int) -> None:
+        self._unflushed_messages += appended_messages
+        due_by_count = self._unflushed_messages >= self.config.flush_messages
+        due_by_time = self.clock() - self._last_flush_ms >= self.config.flush_ms
+        if due_by_count or due_by_time:
+            self.flush()
+
+    def flush(self) -> None:
+        """fsync every segment at or above the recovery point and move the recovery point to the end offset."""
+        with self.writer_lock:
+            for segment in self._segments_from(self.recovery_point):
+                segment.fsync()
+            self._unflushed_messages = 0
+            self._last_flush_ms = self.clock()
+            self._save_recovery_point(self.end_offset)
+
+    def _save_recovery_point(self, offset: int) -> None:
+        if offset != self.recovery_point:
+            self.recovery_point = offset
+            self.checkpoints.save_recovery_point(offset)
+
+    def close(self) -> None:
+        for segment in self.segments:
+            segment.close()
+
+    # -------------------------------------------------------------------------------------------------- read
+    def _segments_from(self, offset: int) -> list[Segment]:
+        bases = [segment.base_offset for segment in self.segments]
+        return self.segments[max(bisect.bisect_right(bases, offset) - 1, 0) :]
+
+    def read_batches(self, start_offset: int, end_offset: int | None = None) -> Iterator[pa.RecordBatch]:
+        """Stored record batches with start_offset <= offset < end_offset (default: the end offset now)."""
+        self.refresh()
+        end = self.end_offset if end_offset is None else min(end_offset, self.end_offset)
+        if not self.log_start_offset <= start_offset <= self.end_offset:
+            raise OffsetOutOfRangeError(self.topic, self.partition, start_offset, self.log_start_offset,
+                                        self.end_offset)
+        for segment in self._segments_from(start_offset):
+            if segment.base_offset >= end:
+                return
+            yield from segment.read_batches(start_offset, end, verify=self.verify_reads)
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """Kafka's offsetsForTimes: the first offset whose timestamp is >= ``timestamp``, None past the end."""
+        self.refresh()
+        for segment in self.segments:
+            if segment.max_timestamp != NO_TIMESTAMP and segment.max_timestamp >= timestamp:
+                found = segment.offset_for_timestamp(timestamp)
+                if found is not None:
+                    return max(found, self.log_start_offset)
+        return None
+
+
+def _batches_of(table: pa.Table, segment_bytes: int) -> Iterator[pa.Table]:
+    """Split into batches of at most TARGET_BATCH_BYTES (or segment.bytes, if smaller) by estimated size."""
+    target = max(1, min(TARGET_BATCH_BYTES, segment_bytes - HEADER_BYTES))
+    sizes = estimated_message_bytes(table)
+    ends = np.cumsum(sizes)
+    start = 0
+    while start < table.num_rows:
+        before = int(ends[start - 1]) if start else 0
+        stop = int(np.searchsorted(ends, before + target, side="right"))
+        stop = min(max(stop, start + 1), start + MAX_BATCH_MESSAGES, table.num_rows)
+        yield table.slice(start, stop - start)
+        start = stop
+
+
+TARGET_BATCH_BYTES = 4 * 1024 * 1024
+MAX_BATCH_MESSAGES = 1 << 20
+MESSAGE_OVERHEAD_BYTES = 24  # offset, timestamp and the offsets into key and value
+
+
+def estimated_message_bytes(table: pa.Table) -> np.ndarray:
+    """Bytes each message adds to a batch payload (key, value, headers and fixed columns), without a loop."""
+    sizes = np.full(table.num_rows, MESSAGE_OVERHEAD_BYTES, dtype=np.int64)
+    for name in ("key", "value"):
+        lengths = pa.compute.binary_length(table.column(name)).fill_null(0)
+        sizes += lengths.to_numpy()
+    headers = table.column("headers").combine_chunks()
+    if headers.null_count < len(headers):
+        flat = headers.flatten()
+        pair_bytes = (pa.compute.binary_length(flat.field("key")).fill_null(0).to_numpy()
+                      + pa.compute.binary_length(flat.field("value")).fill_null(0).to_numpy() + 8)
+        list_offsets = headers.offsets.to_numpy()
+        cumulative = np.concatenate([[0], np.cumsum(pair_bytes)])
+        sizes += cumulative[list_offsets[1:] - list_offsets[0]] - cumulative[list_offsets[:-1] - list_offsets[0]]
+    return sizes

@@ -1,0 +1,180 @@
+"""The message schema and the one place where user input becomes a table of messages.
+
+Stored batches hold ``offset, timestamp, key, value, headers``; reads add ``partition`` in front. Input may be a
+pyarrow Table or RecordBatch (columns ``key``, ``value`` and optionally ``timestamp``, ``headers``,
+``partition``), or a list of messages (mappings with those names, or ``(key, value)`` pairs), converted once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage.errors import InvalidMessagesError
+
+HEADER_TYPE = pa.list_(
+    pa.field("item", pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]))
+)
+STORED_SCHEMA = pa.schema(
+    [
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.int64(), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADER_TYPE),
+    ]
+)
+MESSAGE_SCHEMA = pa.schema([pa.field("partition", pa.int32(), nullable=False), *STORED_SCHEMA])
+INPUT_COLUMNS = ("key", "value", "timestamp", "headers", "partition")
+
+Headers = list[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message as readers hand it out; a keyed message whose value is None is a tombstone."""
+
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+
+
+def messages_from_table(table: pa.Table) -> list[Message]:
+    """Materialise Python messages; for APIs that iterate, not for hot paths."""
+    columns = table.select(["partition", "offset", "timestamp", "key", "value", "headers"]).to_pydict()
+    headers = [[(h["key"], h["value"]) for h in row] if row else [] for row in columns["headers"]]
+    return [
+        Message(p, o, t, k, v, h)
+        for p, o, t, k, v, h in zip(
+            columns["partition"], columns["offset"], columns["timestamp"], columns["key"], columns["value"],
+            headers, strict=True,
+        )
+    ]
+
+
+def _to_binary(table: pa.Table, name: str) -> pa.ChunkedArray:
+    column = table[name]
+    if pa.types.is_binary(column.type):
+        return column
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return pc.cast(column, pa.binary())
+    if pa.types.is_large_binary(column.type) or pa.types.is_null(column.type):
+        return pc.cast(column, pa.binary())
+    raise InvalidMessagesError(f"Column {name!r} has type {column.type}; allowed: binary or string (nulls allowed).")
+
+
+def _to_timestamp_ms(table: pa.Table) -> pa.ChunkedArray:
+    column = table["timestamp"]
+    if column.null_count:
+        raise InvalidMessagesError("Column 'timestamp' has nulls; give every message a timestamp or drop the column.")
+    if pa.types.is_timestamp(column.type):
+        return pc.cast(pc.cast(column, pa.timestamp("ms")), pa.int64())
+    if pa.types.is_integer(column.type):
+        return pc.cast(column, pa.int64())
+    raise InvalidMessagesError(
+        f"Column 'timestamp' has type {column.type}; allowed: int64 milliseconds since the epoch or a timestamp."
+    )
+
+
+def _to_headers(table: pa.Table) -> pa.ChunkedArray:
+    column = table["headers"]
+    try:
+        return pc.cast(column, HEADER_TYPE)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        raise InvalidMessagesError(
+            f"Column 'headers' has type {column.type}; allowed: list<struct<key: string, value: binary>>."
+        ) from error
+
+
+def normalize_input(data: pa.Table | pa.RecordBatch | Iterable[Any]) -> pa.Table:
+    """Return a table with columns key, value, timestamp (nullable while unset), headers and maybe partition."""
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if not isinstance(data, pa.Table):
+        data = _table_from_messages(data)
+    unknown = [name for name in data.column_names if name not in INPUT_COLUMNS]
+    if unknown:
+        raise InvalidMessagesError(f"Unknown columns {unknown}; allowed: {', '.join(INPUT_COLUMNS)}.")
+    if "value" not in data.column_names:
+        raise InvalidMessagesError("Messages need a 'value' column (null values are tombstones).")
+    rows = data.num_rows
+    columns: dict[str, pa.ChunkedArray | pa.Array] = {
+        "key": _to_binary(data, "key") if "key" in data.column_names else pa.nulls(rows, pa.binary()),
+        "value": _to_binary(data, "value"),
+        "timestamp": _to_timestamp_ms(data) if "timestamp" in data.column_names else pa.nulls(rows, pa.int64()),
+        "headers": _to_headers(data) if "headers" in data.column_names else pa.nulls(rows, HEADER_TYPE),
+    }
+    if "partition" in data.column_names:
+        if not pa.types.is_integer(data["partition"].type) or data["partition"].null_count:
+            raise InvalidMessagesError("Column 'partition' must be integers without nulls.")
+        columns["partition"] = pc.cast(data["partition"], pa.int32())
+    return pa.table(columns)
+
+
+def _table_from_messages(messages: Iterable[Any]) -> pa.Table:
+    keys: list[Any] = []
+    values: list[Any] = []
+    timestamps: list[int | None] = []
+    headers: list[Any] = []
+    for row, message in enumerate(messages):
+        if isinstance(message, Mapping):
+            unknown = set(message) - set(INPUT_COLUMNS)
+            if unknown or "value" not in message:
+                raise InvalidMessagesError(
+                    f"Message at row {row} has fields {sorted(message)}; it needs 'value' and may have "
+                    f"{', '.join(name for name in INPUT_COLUMNS if name != 'value')}."
+                )
+            keys.append(message.get("key"))
+            values.append(message["value"])
+            timestamps.append(message.get("timestamp"))
+            headers.append(_header_structs(message.get("headers"), row))
+        elif isinstance(message, Sequence) and not isinstance(message, (bytes, str)) and len(message) == 2:
+            keys.append(message[0])
+            values.append(message[1])
+            timestamps.append(None)
+            headers.append(None)
+        else:
+            raise InvalidMessagesError(
+                f"Message at row {row} is a {type(message).__name__}; give a mapping with 'key' and 'value' "
+                "or a (key, value) pair."
+            )
+    try:
+        table = pa.table(
+            {
+                "key": _binary_array(keys),
+                "value": _binary_array(values),
+                "timestamp": pa.array(timestamps, pa.int64()),
+                "headers": pa.array(headers, HEADER_TYPE),
+            }
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as error:
+        raise InvalidMessagesError(f"Messages could not be converted: {error}") from error
+    if table["timestamp"].null_count == 0:
+        return table
+    if table["timestamp"].null_count == table.num_rows:
+        return table.drop_columns(["timestamp"])
+    raise InvalidMessagesError("Either every message has a 'timestamp' or none has.")
+
+
+def _binary_array(items: list[Any]) -> pa.Array:
+    encoded = [item.encode() if isinstance(item, str) else item for item in items]
+    return pa.array(encoded, pa.binary())
+
+
+def _header_structs(headers: Any, row: int) -> list[dict[str, Any]] | None:
+    if headers is None:
+        return None
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    try:
+        return [{"key": key, "value": value.encode() if isinstance(value, str) else value} for key, value in pairs]
+    except (TypeError, ValueError, AttributeError) as error:
+        raise InvalidMessagesError(
+            f"Headers of the message at row {row} must be (str, bytes) pairs or a mapping: {error}"
+        ) from error

@@ -1,0 +1,251 @@
+"""One segment: a ``.log`` file of batches with its sparse offset and time indexes.
+
+A segment knows how many of its bytes are valid (``size_bytes``), the next offset after its last batch and its
+largest timestamp. Reads go through a read-only memory map that is widened when the file has grown, so batches
+are decoded straight from the page cache without copies. Writes go through a plain file descriptor; on Linux both
+see the same pages, which is what lets readers in other processes follow the writer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from storage.codec import BatchFormatError, BatchHeader, EncodedBatch, decode_payload, read_header, verify_batch
+from storage.errors import CorruptSegmentError
+from storage.files import LOG_SUFFIX, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_file
+from storage.index import OffsetIndex, TimeIndex
+
+NO_TIMESTAMP = -1
+
+
+class Segment:
+    def __init__(self, folder: Path, base_offset: int, *, index_interval_bytes: int) -> None:
+        self.base_offset = base_offset
+        self.log_path = segment_file(folder, base_offset, LOG_SUFFIX)
+        self.offset_index = OffsetIndex(segment_file(folder, base_offset, OFFSET_INDEX_SUFFIX))
+        self.time_index = TimeIndex(segment_file(folder, base_offset, TIME_INDEX_SUFFIX))
+        self.index_interval_bytes = index_interval_bytes
+        self.size_bytes = 0
+        self.next_offset = base_offset
+        self.first_timestamp = NO_TIMESTAMP
+        self.max_timestamp = NO_TIMESTAMP
+        self._bytes_since_index_entry = 0
+        self._write_fd: int | None = None
+        self._map: pa.Buffer | None = None
+
+    # ----------------------------------------------------------------------------------------------- opening
+    @classmethod
+    def create(cls, folder: Path, base_offset: int, *, index_interval_bytes: int) -> Segment:
+        segment = cls(folder, base_offset, index_interval_bytes=index_interval_bytes)
+        for path in (segment.log_path, segment.offset_index.path, segment.time_index.path):
+            path.touch(exist_ok=False)
+        return segment
+
+    @classmethod
+    def load(cls, folder: Path, base_offset: int, *, index_interval_bytes: int) -> Segment:
+        """Open a segment known to be intact (below the recovery point): trust its indexes when they look sound,
+        rebuild them from batch headers otherwise, and read only the tail to find its end."""
+        segment = cls(folder, base_offset, index_interval_bytes=index_interval_bytes)
+        segment.size_bytes = segment.log_path.stat().st_size
+        sound = segment.offset_index.load() and segment.offset_index.is_consistent(segment.size_bytes)
+        sound = sound and segment.time_index.load()
+        if not sound:
+            segment.rebuild_indexes(verify=False)
+            return segment
+        tail_start = segment.offset_index.values[-1] if segment.offset_index.values else 0
+        headers = list(segment.scan(tail_start))
+        if headers:
+            segment.next_offset = headers[-1].next_offset
+            segment.max_timestamp = max(segment.time_index.last_timestamp or NO_TIMESTAMP,
+                                        max(h.max_timestamp for h in headers))
+            segment.first_timestamp = next(segment.scan(0)).first_timestamp
+        if not segment.time_index.is_consistent(segment.next_offset - base_offset):
+            segment.rebuild_indexes(verify=False)
+        return segment
+
+    def rebuild_indexes(self, *, verify: bool) -> BatchFormatError | None:
+        """Rebuild both indexes and the end state from the log, keeping every batch until the first invalid one.
+
+        Returns the error that stopped the scan (the log's valid part then ends there) or None.
+        """
+        self.size_bytes = self.log_path.stat().st_size
+        self.offset_index.rewrite([])
+        self.time_index.rewrite([])
+        self.next_offset, self.first_timestamp, self.max_timestamp = self.base_offset, NO_TIMESTAMP, NO_TIMESTAMP
+        self._bytes_since_index_entry = 0
+        failure = None
+        headers = self.scan(0, verify=verify)
+        self.size_bytes = 0
+        try:
+            for header in headers:
+                if header.base_offset < self.next_offset:
+                    raise BatchFormatError(
+                        f"offset {header.base_offset} does not follow {self.next_offset - 1}", header.base_offset
+                    )
+                self._remember(*self._take_in(header))
+        except BatchFormatError as error:
+            failure = error
+        self.offset_index.rewrite(list(zip(self.offset_index.keys, self.offset_index.values, strict=True)))
+        self.time_index.rewrite(list(zip(self.time_index.keys, self.time_index.values, strict=True)))
+        return failure
+
+    def _remember(self, offset_entry: tuple[int, int] | None, time_entry: tuple[int, int] | None) -> None:
+        if offset_entry:
+            self.offset_index.keys.append(offset_entry[0])
+            self.offset_index.values.append(offset_entry[1])
+        if time_entry:
+            self.time_index.keys.append(time_entry[0])
+            self.time_index.values.append(time_entry[1])
+
+    def _take_in(self, header: BatchHeader) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+        """Account for a batch that now ends the segment; returns the (offset, time) index entries it earns.
+
+        The one rule for sparse entries, shared by append, rebuild and following another writer, so all three
+        produce the same index.
+        """
+        offset_entry = time_entry = None
+        relative = header.base_offset - self.base_offset
+        if self._bytes_since_index_entry > self.index_interval_bytes:
+            offset_entry = (relative, header.position)
+            if self.max_timestamp > (self.time_index.last_timestamp or NO_TIMESTAMP):
+                time_entry = (self.max_timestamp, relative)
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += header.batch_length
+        if self.first_timestamp == NO_TIMESTAMP:
+            self.first_timestamp = header.first_timestamp
+        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+        self.next_offset = header.next_offset
+        self.size_bytes = header.end_position
+        return offset_entry, time_entry
+
+    # ----------------------------------------------------------------------------------------------- writing
+    def append(self, encoded: EncodedBatch) -> None:
+        """Append one encoded batch at the end of the valid bytes."""
+        header = replace(encoded.header, position=self.size_bytes)
+        if self._write_fd is None:
+            self._write_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        buffers = [memoryview(encoded.header_bytes), memoryview(encoded.payload)]
+        while buffers:
+            written = os.writev(self._write_fd, buffers)
+            while buffers and written >= len(buffers[0]):
+                written -= len(buffers[0])
+                buffers.pop(0)
+            if buffers and written:
+                buffers[0] = buffers[0][written:]
+        offset_entry, time_entry = self._take_in(header)
+        if offset_entry:
+            self.offset_index.append(*offset_entry)
+        if time_entry:
+            self.time_index.append(*time_entry)
+
+    def fsync(self) -> None:
+        if self._write_fd is not None:
+            os.fsync(self._write_fd)
+        self.offset_index.fsync()
+        self.time_index.fsync()
+
+    def seal(self) -> None:
+        """Mark the segment inactive: final time-index entry, everything fsynced, write handle closed."""
+        relative_end = self.next_offset - self.base_offset
+        if self.max_timestamp > (self.time_index.last_timestamp or NO_TIMESTAMP):
+            self.time_index.append(self.max_timestamp, relative_end)
+        self.fsync()
+        self.close()
+
+    def truncate(self, valid_bytes: int) -> None:
+        """Cut the log back to ``valid_bytes`` (the end of a verified batch) and rebuild the indexes."""
+        self._map = None
+        with open(self.log_path, "r+b") as file:
+            file.truncate(valid_bytes)
+            os.fsync(file.fileno())
+        self.rebuild_indexes(verify=False)
+
+    def close(self) -> None:
+        if self._write_fd is not None:
+            os.close(self._write_fd)
+            self._write_fd = None
+        self._map = None
+
+    # ----------------------------------------------------------------------------------------------- reading
+    def buffer(self) -> pa.Buffer:
+        """The valid bytes as a zero-copy buffer over a memory map, widened when the file has grown."""
+        if self._map is None or self._map.size < self.size_bytes:
+            if self.size_bytes == 0:
+                return pa.py_buffer(b"")
+            with pa.memory_map(str(self.log_path), "r") as mapped:
+                self._map = mapped.read_buffer()
+        return self._map.slice(0, self.size_bytes)
+
+    def follow_growth(self) -> bool:
+        """Take in batches another process appended since we last looked; True if the segment grew."""
+        file_bytes = self.log_path.stat().st_size
+        if file_bytes <= self.size_bytes:
+            return False
+        start = self.size_bytes
+        with pa.memory_map(str(self.log_path), "r") as mapped:
+            self._map = mapped.read_buffer()
+        view = memoryview(self._map)
+        while True:
+            try:
+                header = read_header(view, self.size_bytes, file_bytes - self.size_bytes)
+            except BatchFormatError:
+                break  # a batch still being written, or the end
+            self._remember(*self._take_in(header))
+        return self.size_bytes > start
+
+    def scan(self, start_position: int, *, verify: bool = False) -> Iterator[BatchHeader]:
+        """Batch headers from ``start_position`` to the end of the bytes valid now."""
+        return _scan_headers(memoryview(self.buffer()), start_position, self.size_bytes, verify)
+
+    def read_batches(self, start_offset: int, end_offset: int, *, verify: bool) -> Iterator[pa.RecordBatch]:
+        """Record batches holding the messages with start_offset <= offset < end_offset, in offset order."""
+        buffer = self.buffer()
+        expected_offset = self.base_offset
+        try:
+            for header in self.scan(self.offset_index.lookup(start_offset - self.base_offset), verify=verify):
+                expected_offset = header.next_offset
+                if header.next_offset <= start_offset:
+                    continue
+                if header.base_offset >= end_offset:
+                    return
+                batch = decode_payload(buffer, header)
+                if header.base_offset < start_offset or header.last_offset >= end_offset:
+                    offsets = batch.column(0).to_numpy()
+                    first, last = np.searchsorted(offsets, [start_offset, end_offset])
+                    batch = batch.slice(int(first), int(last - first))
+                if batch.num_rows:
+                    yield batch
+        except BatchFormatError as error:
+            raise CorruptSegmentError(str(self.log_path), error.position, expected_offset, error.reason) from error
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """Offset of the first message whose timestamp is >= ``timestamp``, or None if there is none here."""
+        if self.max_timestamp < timestamp:
+            return None
+        buffer = self.buffer()
+        position = self.offset_index.lookup(self.time_index.lookup(timestamp))
+        for header in self.scan(position):
+            if header.max_timestamp >= timestamp:
+                batch = decode_payload(buffer, header)
+                hits = np.flatnonzero(batch.column(1).to_numpy() >= timestamp)
+                return int(batch.column(0)[int(hits[0])].as_py())
+        return None
+
+
+def _scan_headers(view: memoryview, position: int, end: int, verify: bool) -> Iterator[BatchHeader]:
+    while position < end:
+        try:
+            header = read_header(view, position, end - position)
+            if verify:
+                verify_batch(view, header)
+        except BatchFormatError as error:
+            error.position = position
+            raise
+        yield header
+        position = header.end_position

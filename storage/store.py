@@ -1,0 +1,428 @@
+"""The store: a data folder of topics, each a set of partition logs, and the public storage API.
+
+Layout of a data folder (see docs/FORMAT.md)::
+
+    data/
+      __topics/<topic>.json              topic metadata (partitions, config overrides)
+      <topic>-<partition>/               one folder per partition: segments, indexes, writer lock
+      recovery-point-offset-checkpoint   Kafka's checkpoint files, shared by every partition
+      log-start-offset-checkpoint
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeAlias, overload
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage.checkpoints import read_checkpoint, update_checkpoint
+from storage.config import TopicConfig
+from storage.errors import (
+    InvalidMessagesError,
+    LedgerviewError,
+    MessageTooLargeError,
+    StoreClosedError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from storage.files import (
+    DELETED_FOLDER_SUFFIX,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    STORE_LOCK,
+    TOPIC_METADATA,
+    TOPICS_FOLDER,
+    WRITER_LOCK,
+    folder_to_delete,
+    parse_partition_folder,
+    partition_folder,
+    topic_metadata_file,
+    validate_topic_name,
+)
+from storage.loader import load_segments
+from storage.locks import FileLock
+from storage.partition_log import Clock, PartitionCheckpoints, PartitionLog, estimated_message_bytes
+from storage.partitioner import partition_for_keys
+from storage.schema import MESSAGE_SCHEMA, Message, messages_from_table, normalize_input
+from storage.topics import TopicMetadata
+
+Input: TypeAlias = pa.Table | pa.RecordBatch | Iterable[Any]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class AppendResult(Sequence[tuple[int, int]]):
+    """The (partition, offset) each appended message got, in input order; arrays kept columnar."""
+
+    def __init__(self, partitions: np.ndarray, offsets: np.ndarray) -> None:
+        self.partitions = partitions
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[int, int]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[int, int]]: ...
+    def __getitem__(self, index: int | slice) -> tuple[int, int] | list[tuple[int, int]]:
+        if isinstance(index, slice):
+            return list(zip(self.partitions[index].tolist(), self.offsets[index].tolist(), strict=True))
+        return int(self.partitions[index]), int(self.offsets[index])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"AppendResult({self[:5]}{'...' if len(self) > 5 else ''}, {len(self)} messages)"
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    partition: int
+    start_offset: int
+    end_offset: int
+    size_bytes: int
+    segments: int
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    partitions: list[PartitionInfo]
+    config: dict[str, str]
+    """Every key with its effective value."""
+    overrides: dict[str, str]
+    """Only the keys set for this topic."""
+
+
+class Store:
+    """A data folder of topics. Safe to open from several processes at once (see docs/FORMAT.md, Concurrency)."""
+
+    def __init__(self, root: Path, *, lock_wait: bool, verify_reads: bool, clock: Clock) -> None:
+        self.root = root
+        self.lock_wait = lock_wait
+        self.verify_reads = verify_reads
+        self.clock = clock
+        self._store_lock = FileLock(root / STORE_LOCK)
+        self._topics: dict[str, tuple[int, TopicMetadata]] = {}
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._keyless_turn = itertools.count()
+        self._closed = False
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, lock_wait: bool = True, verify_reads: bool = True,
+             clock: Clock = wall_clock_ms) -> Store:
+        """Open (creating it if missing) the data folder at ``path``.
+
+        ``lock_wait``: a writer that finds a partition locked by another process waits (True) or raises
+        PartitionLockedError (False). ``verify_reads``: check each batch's CRC-32C when reading it.
+        ``clock``: milliseconds since the epoch; tests pass their own.
+        """
+        root = Path(path)
+        (root / TOPICS_FOLDER).mkdir(parents=True, exist_ok=True)
+        store = cls(root, lock_wait=lock_wait, verify_reads=verify_reads, clock=clock)
+        store._remove_deleted_folders()
+        return store
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Flush every open partition (fsync, recovery point to its end) and release its files."""
+        if self._closed:
+            return
+        for log in self._logs.values():
+            log.flush()
+            log.close()
+        self._logs.clear()
+        self._closed = True
+
+    # -------------------------------------------------------------------------------------------------- topics
+    def create_topic(self, topic: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
+        validate_topic_name(topic)
+        if not isinstance(partitions, int) or partitions < 1:
+            raise LedgerviewError(f"partitions must be an integer >= 1, got {partitions!r}.")
+        topic_config = TopicConfig.from_overrides(config or {})
+        metadata = TopicMetadata(topic, partitions, topic_config.to_overrides(), self.clock())
+        with self._store_lock:
+            if topic_metadata_file(self.root, topic).exists():
+                raise TopicExistsError(topic)
+            for partition in range(partitions):
+                folder = partition_folder(self.root, topic, partition)
+                if folder.exists():
+                    shutil.rmtree(folder)  # left by a creation or deletion that crashed half-way
+                folder.mkdir()
+            metadata.write(topic_metadata_file(self.root, topic))
+
+    def list_topics(self) -> list[str]:
+        return sorted(path.parent.name for path in (self.root / TOPICS_FOLDER).glob(f"*/{TOPIC_METADATA}"))
+
+    def topic_metadata(self, topic: str) -> TopicMetadata:
+        """The topic's metadata, re-read when another process has changed it."""
+        self._check_open()
+        path = topic_metadata_file(self.root, topic)
+        try:
+            mtime_ns = path.stat().st_mtime_ns
+        except FileNotFoundError:
+            self._topics.pop(topic, None)
+            raise UnknownTopicError(topic, self.list_topics()) from None
+        cached = self._topics.get(topic)
+        if cached is None or cached[0] != mtime_ns:
+            metadata = TopicMetadata.decode(path, path.read_bytes())
+            self._topics[topic] = (mtime_ns, metadata)
+            for partition in range(metadata.partitions):
+                if (log := self._logs.get((topic, partition))) is not None:
+                    log.config = metadata.config
+            return metadata
+        return cached[1]
+
+    def describe_topic(self, topic: str) -> TopicDescription:
+        metadata = self.topic_metadata(topic)
+        infos = []
+        for partition in range(metadata.partitions):
+            log = self.partition_log(topic, partition)
+            log.refresh()
+            infos.append(PartitionInfo(partition, log.log_start_offset, log.end_offset, log.size_bytes,
+                                       len(log.segments)))
+        return TopicDescription(topic, infos, metadata.config.as_properties(), dict(metadata.overrides))
+
+    def alter_topic_config(self, topic: str, set: Mapping[str, Any] | None = None,
+                           delete: Iterable[str] = ()) -> TopicConfig:
+        """Set and remove config overrides; validated as a whole before anything is stored."""
+        with self._store_lock:
+            metadata = self.topic_metadata(topic)
+            overrides: dict[str, Any] = dict(metadata.overrides)
+            for key in delete:
+                TopicConfig.from_overrides({})  # keep symmetry: unknown keys are rejected below
+                overrides.pop(key, None)
+            overrides.update(set or {})
+            config = TopicConfig.from_overrides(overrides)
+            new = TopicMetadata(topic, metadata.partitions, config.to_overrides(), metadata.created_ms)
+            new.write(topic_metadata_file(self.root, topic))
+            self.topic_metadata(topic)
+            return config
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete the topic: its metadata first (it is gone at once), then its folders."""
+        with self._store_lock:
+            metadata = self.topic_metadata(topic)
+            metadata_file = topic_metadata_file(self.root, topic)
+            metadata_file.unlink()
+            metadata_file.parent.rmdir()
+            self._topics.pop(topic, None)
+            changes: dict[tuple[str, int], int | None] = {}
+            for partition in range(metadata.partitions):
+                if (log := self._logs.pop((topic, partition), None)) is not None:
+                    log.close()
+                folder = partition_folder(self.root, topic, partition)
+                doomed = folder_to_delete(self.root)
+                folder.rename(doomed)
+                shutil.rmtree(doomed)
+                changes[(topic, partition)] = None
+            update_checkpoint(self.root / RECOVERY_POINT_CHECKPOINT, self._store_lock, changes)
+            update_checkpoint(self.root / LOG_START_OFFSET_CHECKPOINT, self._store_lock, changes)
+
+    def _remove_deleted_folders(self) -> None:
+        """Finish deletions and creations a crash interrupted: folders renamed for deletion, or without topic."""
+        topics = set(self.list_topics())
+        for entry in self.root.iterdir():
+            if not entry.is_dir() or entry.name == TOPICS_FOLDER:
+                continue
+            parsed = parse_partition_folder(entry.name)
+            if entry.name.endswith(DELETED_FOLDER_SUFFIX) or (parsed is not None and parsed[0] not in topics):
+                with self._store_lock:
+                    if parsed is None or parsed[0] not in set(self.list_topics()):
+                        shutil.rmtree(entry, ignore_errors=True)
+
+    # ---------------------------------------------------------------------------------------------- partitions
+    def partition_log(self, topic: str, partition: int) -> PartitionLog:
+        """The open log of one partition, recovered on first use (see storage/loader.py)."""
+        metadata = self.topic_metadata(topic)
+        if not isinstance(partition, int) or not 0 <= partition < metadata.partitions:
+            raise UnknownPartitionError(topic, partition, metadata.partitions)
+        log = self._logs.get((topic, partition))
+        if log is None:
+            log = self._open_partition(metadata, partition)
+            self._logs[(topic, partition)] = log
+        return log
+
+    def _open_partition(self, metadata: TopicMetadata, partition: int) -> PartitionLog:
+        topic, config = metadata.name, metadata.config
+        folder = partition_folder(self.root, topic, partition)
+        key = (topic, partition)
+        recovery_file = self.root / RECOVERY_POINT_CHECKPOINT
+        start_file = self.root / LOG_START_OFFSET_CHECKPOINT
+        writer_lock = FileLock(folder / WRITER_LOCK, wait=self.lock_wait)
+
+        def read_log_start_offset() -> int:
+            return read_checkpoint(start_file).get(key, 0)
+
+        checkpoints = PartitionCheckpoints(
+            save_recovery_point=lambda offset: update_checkpoint(recovery_file, self._store_lock, {key: offset}),
+            save_log_start_offset=lambda offset: update_checkpoint(start_file, self._store_lock, {key: offset}),
+            read_log_start_offset=read_log_start_offset,
+        )
+        with writer_lock.waiting():
+            recovery_point = read_checkpoint(recovery_file).get(key, 0)
+            log_start_offset = read_log_start_offset()
+            segments = load_segments(folder, recovery_point=recovery_point, log_start_offset=log_start_offset,
+                                     index_interval_bytes=config.index_interval_bytes)
+            log = PartitionLog(folder, topic, partition, config=config, segments=segments,
+                               log_start_offset=max(log_start_offset, segments[0].base_offset),
+                               recovery_point=recovery_point, writer_lock=writer_lock, checkpoints=checkpoints,
+                               clock=self.clock, verify_reads=self.verify_reads)
+            if recovery_point < log.end_offset:
+                log.flush()  # what recovery kept is now verified and fsynced
+        return log
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError()
+
+    # -------------------------------------------------------------------------------------------------- append
+    def append(self, topic: str, data: Input, partition: int | None = None, *,
+               compression: str | None = None) -> AppendResult:
+        """Append messages; returns the (partition, offset) each got, in input order.
+
+        ``data``: a pyarrow Table or RecordBatch (key, value, optional timestamp, headers, partition) or a list
+        of messages. Without ``partition`` or a partition column, keyed messages go where Kafka's murmur2
+        partitioner sends them and keyless ones of one call together to the next partition in turn.
+        ``compression``: none, "lz4" or "zstd", used when the topic's compression.type is "producer".
+        Everything is validated before anything is written.
+        """
+        metadata = self.topic_metadata(topic)
+        config = metadata.config
+        table = normalize_input(data)
+        if table.num_rows == 0:
+            return AppendResult(np.empty(0, np.int32), np.empty(0, np.int64))
+        self._check_sizes(topic, table, config.max_message_bytes)
+        table = self._set_timestamps(table, config)
+        targets = self._choose_partitions(metadata, table, partition)
+        if "partition" in table.column_names:
+            table = table.drop_columns(["partition"])
+        codec = compression if config.compression_type == "producer" else config.compression_type
+        codec = None if codec in (None, "uncompressed", "none") else codec
+        if codec not in (None, "lz4", "zstd"):
+            raise InvalidMessagesError(f"compression {compression!r} is not supported; allowed: lz4, zstd, none.")
+        offsets = np.empty(table.num_rows, dtype=np.int64)
+        order = np.argsort(targets, kind="stable")
+        sorted_targets = targets[order]
+        bounds = np.flatnonzero(np.diff(sorted_targets)) + 1
+        for rows in np.split(order, bounds):
+            target = int(targets[rows[0]])
+            part = table.take(pa.array(rows)) if len(rows) < table.num_rows else table
+            first = self.partition_log(topic, target).append(part, compression=codec)
+            offsets[rows] = np.arange(first, first + len(rows))
+        return AppendResult(targets, offsets)
+
+    def _check_sizes(self, topic: str, table: pa.Table, limit_bytes: int) -> None:
+        sizes = estimated_message_bytes(table)
+        too_big = np.flatnonzero(sizes > limit_bytes)
+        if len(too_big):
+            row = int(too_big[0])
+            raise MessageTooLargeError(topic, row, int(sizes[row]), limit_bytes)
+
+    def _set_timestamps(self, table: pa.Table, config: TopicConfig) -> pa.Table:
+        timestamps = table.column("timestamp")
+        if config.message_timestamp_type == "LogAppendTime" or timestamps.null_count:
+            now = pa.scalar(self.clock(), pa.int64())
+            filled = pa.chunked_array([pa.repeat(now, table.num_rows)]) if (
+                config.message_timestamp_type == "LogAppendTime") else pc.fill_null(timestamps, now)
+            table = table.set_column(table.schema.get_field_index("timestamp"), "timestamp", filled)
+        return table
+
+    def _choose_partitions(self, metadata: TopicMetadata, table: pa.Table, partition: int | None) -> np.ndarray:
+        count = metadata.partitions
+        if partition is not None:
+            if not isinstance(partition, int) or not 0 <= partition < count:
+                raise UnknownPartitionError(metadata.name, partition, count)
+            return np.full(table.num_rows, partition, dtype=np.int32)
+        if "partition" in table.column_names:
+            chosen = table.column("partition").to_numpy()
+            bad = np.flatnonzero((chosen < 0) | (chosen >= count))
+            if len(bad):
+                raise UnknownPartitionError(metadata.name, int(chosen[bad[0]]), count)
+            return np.asarray(chosen, dtype=np.int32)
+        keys = table.column("key").combine_chunks()
+        keyless = keys.is_null().to_numpy(zero_copy_only=False)
+        chosen = np.full(table.num_rows, next(self._keyless_turn) % count, dtype=np.int32)
+        if not keyless.all():
+            keyed = np.flatnonzero(~keyless)
+            chosen[keyed] = partition_for_keys(keys.take(pa.array(keyed)), count)
+        return chosen
+
+    # ---------------------------------------------------------------------------------------------------- read
+    def read_batches(self, topic: str, partition: int, start_offset: int | None = None,
+                     end_offset: int | None = None) -> Iterator[pa.RecordBatch]:
+        """Record batches of MESSAGE_SCHEMA for start_offset <= offset < end_offset; zero-copy from the page
+        cache when uncompressed (only the partition column is new)."""
+        log = self.partition_log(topic, partition)
+        log.refresh()
+        start = log.log_start_offset if start_offset is None else start_offset
+        for batch in log.read_batches(start, end_offset):
+            column = pa.array(np.full(batch.num_rows, partition, dtype=np.int32))
+            yield pa.RecordBatch.from_arrays([column, *batch.columns], schema=MESSAGE_SCHEMA)
+
+    def read(self, topic: str, partition: int, start_offset: int | None = None,
+             max_messages: int | None = None, end_offset: int | None = None) -> pa.Table:
+        """Messages from ``start_offset`` (default: the log start) as one table, at most ``max_messages``."""
+        batches, count = [], 0
+        for batch in self.read_batches(topic, partition, start_offset, end_offset):
+            if max_messages is not None and count + batch.num_rows >= max_messages:
+                batches.append(batch.slice(0, max_messages - count))
+                break
+            batches.append(batch)
+            count += batch.num_rows
+        return pa.Table.from_batches(batches, schema=MESSAGE_SCHEMA)
+
+    def iter_messages(self, topic: str, partition: int, start_offset: int | None = None,
+                      end_offset: int | None = None) -> Iterator[Message]:
+        for batch in self.read_batches(topic, partition, start_offset, end_offset):
+            yield from messages_from_table(pa.Table.from_batches([batch]))
+
+    def start_offset(self, topic: str, partition: int) -> int:
+        log = self.partition_log(topic, partition)
+        log.refresh()
+        return log.log_start_offset
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        log = self.partition_log(topic, partition)
+        log.refresh()
+        return log.end_offset
+
+    def size_bytes(self, topic: str, partition: int) -> int:
+        log = self.partition_log(topic, partition)
+        log.refresh()
+        return log.size_bytes
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        """Kafka's offsetsForTimes: the earliest offset whose timestamp is >= ``timestamp_ms``; None if none."""
+        return self.partition_log(topic, partition).offset_for_timestamp(timestamp_ms)
+
+    def roll(self, topic: str, partition: int) -> None:
+        """Seal the active segment now; the next append starts a new one."""
+        self.partition_log(topic, partition).roll()
+
+    def flush(self, topic: str | None = None) -> None:
+        """fsync what was appended and move recovery points, for one topic or every open partition."""
+        for (name, _), log in list(self._logs.items()):
+            if topic is None or name == topic:
+                log.flush()

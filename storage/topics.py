@@ -1,0 +1,65 @@
+"""The topic metadata record: a topic's partition count and config overrides, one JSON file per topic.
+
+The file's existence is what makes a topic exist: creating writes it last (after the partition folders),
+deleting removes it first, so a crash in between leaves folders that the next open removes, never a half topic.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from storage.config import TopicConfig
+from storage.errors import LedgerviewError
+from storage.fileio import write_atomically
+from storage.files import validate_topic_name
+
+FORMAT_VERSION = 1
+
+
+class CorruptTopicMetadataError(LedgerviewError):
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"Topic metadata {path} is unreadable: {reason}.")
+
+
+@dataclass(frozen=True)
+class TopicMetadata:
+    """What defines a topic, as stored."""
+
+    name: str
+    """The topic name, valid by Kafka's rules."""
+    partitions: int
+    """Number of partitions, at least 1; fixed at creation."""
+    overrides: dict[str, str]
+    """Config keys set for this topic; every other key has its default."""
+    created_ms: int
+    """Wall-clock creation time."""
+
+    @property
+    def config(self) -> TopicConfig:
+        return TopicConfig.from_overrides(self.overrides)
+
+    def encode(self) -> bytes:
+        record = {"version": FORMAT_VERSION, "name": self.name, "partitions": self.partitions,
+                  "config": self.overrides, "created_ms": self.created_ms}
+        return json.dumps(record, indent=2, sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, path: Path, data: bytes) -> TopicMetadata:
+        try:
+            record: dict[str, Any] = json.loads(data)
+            if record.get("version") != FORMAT_VERSION:
+                raise ValueError(f"format version {record.get('version')!r}, expected {FORMAT_VERSION}")
+            metadata = cls(validate_topic_name(record["name"]), int(record["partitions"]),
+                           {str(k): str(v) for k, v in record["config"].items()}, int(record["created_ms"]))
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise CorruptTopicMetadataError(path, str(error)) from error
+        if metadata.partitions < 1:
+            raise CorruptTopicMetadataError(path, f"partitions is {metadata.partitions}")
+        return metadata
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, self.encode())

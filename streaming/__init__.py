@@ -1,0 +1,1 @@
+"""streaming: see DESIGN.md."""

@@ -1,0 +1,370 @@
+"""The store's public API: topics, append, read, rolling, indexes, offsetsForTimes, recovery and bad input
+(invariants 1, 2 and 10)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from storage import Store
+from storage.config import InvalidConfigError, UnknownConfigError
+from storage.errors import (
+    CorruptSegmentError,
+    InvalidMessagesError,
+    InvalidTopicNameError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from storage.files import LOG_SUFFIX, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
+from storage.partitioner import partition_for_keys
+from tests.conftest import TINY, ManualClock
+
+
+def changelog(count: int, start: int = 0, timestamp0: int = 1_000) -> pa.Table:
+    keys = [f"k{i % 7}".encode() for i in range(start, start + count)]
+    values = [f"v{i}".encode() for i in range(start, start + count)]
+    timestamps = [timestamp0 + 10 * i for i in range(start, start + count)]
+    return pa.table({"key": pa.array(keys), "value": pa.array(values), "timestamp": pa.array(timestamps)})
+
+
+def segment_files(data_dir: Path, topic: str, partition: int, suffix: str = LOG_SUFFIX) -> list[Path]:
+    return sorted((data_dir / f"{topic}-{partition}").glob(f"*{suffix}"))
+
+
+# ------------------------------------------------------------------------------------------------------- topics
+def test_topics_are_created_listed_described_altered_and_deleted(store: Store) -> None:
+    store.create_topic("prices", partitions=3, config={"segment.bytes": "1048576"})
+    store.create_topic("users")
+    assert store.list_topics() == ["prices", "users"]
+    description = store.describe_topic("prices")
+    assert [p.partition for p in description.partitions] == [0, 1, 2]
+    assert description.overrides == {"segment.bytes": "1048576"}
+    assert description.config["retention.ms"] == "604800000"
+    store.alter_topic_config("prices", set={"retention.ms": "1000"}, delete=["segment.bytes"])
+    assert store.describe_topic("prices").overrides == {"retention.ms": "1000"}
+    store.delete_topic("prices")
+    assert store.list_topics() == ["users"]
+    with pytest.raises(UnknownTopicError, match="Topics in this store: users"):
+        store.append("prices", [(b"k", b"v")])
+
+
+def test_creating_an_existing_topic_fails_and_keeps_its_data(store: Store) -> None:
+    store.create_topic("prices")
+    store.append("prices", [(b"k", b"v")])
+    with pytest.raises(TopicExistsError):
+        store.create_topic("prices", partitions=2)
+    assert store.read("prices", 0)["value"].to_pylist() == [b"v"]
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [("", "empty"), (".", "reserved"), ("..", "reserved"), ("a/b", "contains '/'"), ("../up", "contains '/'"),
+     ("x" * 250, "250 characters"), ("white space", "contains ' '"), ("é", "contains 'é'")],
+)
+def test_bad_topic_names_are_refused(store: Store, data_dir: Path, name: str, reason: str) -> None:
+    with pytest.raises(InvalidTopicNameError, match=reason):
+        store.create_topic(name)
+    assert sorted(p.name for p in data_dir.iterdir()) == ["__topics"]
+
+
+def test_a_topic_name_of_249_allowed_characters_is_accepted(store: Store) -> None:
+    name = ("a.B_9-" * 42)[:249]
+    store.create_topic(name)
+    assert store.list_topics() == [name]
+
+
+def test_bad_config_is_refused_and_nothing_is_created(store: Store) -> None:
+    with pytest.raises(UnknownConfigError, match="Did you mean 'segment.bytes'"):
+        store.create_topic("prices", config={"segment.byte": "10"})
+    with pytest.raises(InvalidConfigError, match="segment.bytes"):
+        store.create_topic("prices", config={"segment.bytes": "-5"})
+    assert store.list_topics() == []
+
+
+# ------------------------------------------------------------------------------------------------------ append
+def test_append_then_read_returns_every_message_with_its_offset(store: Store) -> None:
+    store.create_topic("t")
+    result = store.append("t", changelog(100), partition=0)
+    assert list(result) == [(0, offset) for offset in range(100)]
+    table = store.read("t", 0)
+    assert table.column_names == ["partition", "offset", "timestamp", "key", "value", "headers"]
+    assert table["offset"].to_pylist() == list(range(100))
+    assert table["value"].to_pylist() == changelog(100)["value"].to_pylist()
+    assert store.start_offset("t", 0) == 0 and store.end_offset("t", 0) == 100
+
+
+def test_messages_may_be_a_list_of_mappings_or_pairs(store: Store, clock: ManualClock) -> None:
+    store.create_topic("t")
+    store.append("t", [{"key": "a", "value": "1", "headers": [("trace", b"x")]}, (b"b", None)], partition=0)
+    rows = store.read("t", 0).to_pylist()
+    assert [(r["key"], r["value"]) for r in rows] == [(b"a", b"1"), (b"b", None)]
+    assert rows[0]["headers"] == [{"key": "trace", "value": b"x"}] and rows[1]["headers"] is None
+    assert {r["timestamp"] for r in rows} == {clock.now_ms}
+
+
+def test_keyed_messages_go_where_kafka_partitions_them(store: Store) -> None:
+    store.create_topic("t", partitions=4)
+    data = changelog(200)
+    result = store.append("t", data)
+    expected = partition_for_keys(data["key"].combine_chunks(), 4)
+    assert result.partitions.tolist() == expected.tolist()
+    for partition in range(4):
+        assert store.read("t", partition)["key"].to_pylist() == [
+            k for k, p in zip(data["key"].to_pylist(), expected, strict=True) if p == partition
+        ]
+
+
+def test_a_partition_column_chooses_the_partition(store: Store) -> None:
+    store.create_topic("t", partitions=2)
+    table = changelog(4).append_column("partition", pa.array([1, 0, 1, 1], pa.int32()))
+    assert list(store.append("t", table)) == [(1, 0), (0, 0), (1, 1), (1, 2)]
+
+
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_compressed_batches_read_back_the_same(store: Store, compression: str) -> None:
+    store.create_topic("t")
+    store.append("t", changelog(500), partition=0, compression=compression)
+    assert store.read("t", 0)["value"].to_pylist() == changelog(500)["value"].to_pylist()
+
+
+def test_topic_compression_type_overrides_the_producer(store: Store, data_dir: Path) -> None:
+    store.create_topic("t", config={"compression.type": "zstd"})
+    store.append("t", [(b"k", b"v" * 10_000)], partition=0)
+    assert segment_files(data_dir, "t", 0)[0].stat().st_size < 2_000
+
+
+def test_log_append_time_replaces_producer_timestamps(store: Store, clock: ManualClock) -> None:
+    store.create_topic("t", config={"message.timestamp.type": "LogAppendTime"})
+    store.append("t", changelog(3), partition=0)
+    assert store.read("t", 0)["timestamp"].to_pylist() == [clock.now_ms] * 3
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (pa.table({"key": [b"k"], "value": [1]}), "Column 'value' has type int64"),
+        (pa.table({"key": [b"k"], "value": [b"v"], "colour": [1]}), "Unknown columns \\['colour'\\]"),
+        (pa.table({"key": [b"k"]}), "need a 'value' column"),
+        (pa.table({"value": [b"v"], "timestamp": ["noon"]}), "Column 'timestamp' has type string"),
+        ([42], "Message at row 0 is a int"),
+        ([{"key": b"k", "val": b"v"}], "it needs 'value'"),
+    ],
+)
+def test_wrong_input_is_refused_and_nothing_is_written(store: Store, data: object, message: str) -> None:
+    store.create_topic("t")
+    store.append("t", [(b"k", b"before")], partition=0)
+    with pytest.raises(InvalidMessagesError, match=message):
+        store.append("t", data, partition=0)
+    assert store.read("t", 0)["value"].to_pylist() == [b"before"]
+
+
+def test_oversized_message_is_refused_and_nothing_is_written(store: Store) -> None:
+    store.create_topic("t", config={"max.message.bytes": "1000"})
+    with pytest.raises(MessageTooLargeError, match=r"row 1 is 1\d+ bytes, over max\.message\.bytes=1000"):
+        store.append("t", [(b"k", b"small"), (b"k", b"x" * 1000), (b"k", b"small")], partition=0)
+    assert store.end_offset("t", 0) == 0
+
+
+def test_unknown_partition_is_refused(store: Store) -> None:
+    store.create_topic("t", partitions=2)
+    with pytest.raises(UnknownPartitionError, match="partitions are 0 to 1"):
+        store.append("t", [(b"k", b"v")], partition=2)
+
+
+# ----------------------------------------------------------------------------------------- segments and indexes
+def test_segments_roll_on_segment_bytes_and_reads_cross_them(store: Store, data_dir: Path) -> None:
+    store.create_topic("t", config=TINY)
+    for start in range(0, 300, 10):
+        store.append("t", changelog(10, start), partition=0)
+    logs = segment_files(data_dir, "t", 0)
+    assert len(logs) > 5
+    assert all(path.stat().st_size <= 2048 for path in logs[:-1])
+    assert [int(path.name[:20]) for path in logs] == sorted(int(path.name[:20]) for path in logs)
+    assert store.read("t", 0)["offset"].to_pylist() == list(range(300))
+    assert store.read("t", 0, start_offset=137, max_messages=50)["offset"].to_pylist() == list(range(137, 187))
+
+
+def test_segments_roll_on_segment_ms_by_message_time(store: Store, data_dir: Path) -> None:
+    store.create_topic("t", config={"segment.ms": "1000"})
+    store.append("t", changelog(5, timestamp0=0), partition=0)
+    store.append("t", changelog(5, timestamp0=500), partition=0)
+    assert len(segment_files(data_dir, "t", 0)) == 1
+    store.append("t", changelog(5, timestamp0=5_000), partition=0)
+    assert len(segment_files(data_dir, "t", 0)) == 2
+
+
+def test_roll_seals_the_active_segment(store: Store, data_dir: Path) -> None:
+    store.create_topic("t")
+    store.append("t", changelog(5), partition=0)
+    store.roll("t", 0)
+    store.roll("t", 0)  # an empty active segment is not rolled again
+    store.append("t", changelog(5, 5), partition=0)
+    assert [p.name for p in segment_files(data_dir, "t", 0)] == [f"{0:020d}.log", f"{5:020d}.log"]
+
+
+def test_sparse_index_has_entries_and_reads_from_every_offset_agree(store: Store, data_dir: Path) -> None:
+    store.create_topic("t", config={"index.interval.bytes": "100"})
+    for start in range(0, 400, 4):
+        store.append("t", changelog(4, start), partition=0)
+    index = segment_files(data_dir, "t", 0, OFFSET_INDEX_SUFFIX)[0]
+    assert index.stat().st_size > 8 * 20
+    everything = store.read("t", 0)["offset"].to_pylist()
+    for start in range(0, 400, 13):
+        assert store.read("t", 0, start_offset=start, max_messages=5)["offset"].to_pylist() == everything[start:start+5]
+
+
+def test_offset_for_timestamp_finds_the_first_message_at_or_after(store: Store) -> None:
+    store.create_topic("t", config=TINY)
+    for start in range(0, 200, 10):
+        store.append("t", changelog(10, start, timestamp0=1_000), partition=0)  # timestamp = 1000 + 10 * offset
+    assert store.offset_for_timestamp("t", 0, 0) == 0
+    assert store.offset_for_timestamp("t", 0, 1_000) == 0
+    assert store.offset_for_timestamp("t", 0, 1_555) == 56
+    assert store.offset_for_timestamp("t", 0, 1_000 + 10 * 199) == 199
+    assert store.offset_for_timestamp("t", 0, 1_000 + 10 * 199 + 1) is None
+
+
+def test_offset_for_timestamp_with_timestamps_out_of_order(store: Store) -> None:
+    store.create_topic("t", config=TINY)
+    timestamps = [50, 10, 70, 20, 90, 30, 60]
+    store.append("t", pa.table({"key": [b"k"] * 7, "value": [b"v"] * 7, "timestamp": timestamps}), partition=0)
+    assert store.offset_for_timestamp("t", 0, 65) == 2
+    assert store.offset_for_timestamp("t", 0, 80) == 4
+    assert store.offset_for_timestamp("t", 0, 55) == 2
+
+
+def test_reading_outside_the_log_is_an_error(store: Store) -> None:
+    store.create_topic("t")
+    store.append("t", changelog(3), partition=0)
+    assert store.read("t", 0, start_offset=3).num_rows == 0
+    with pytest.raises(OffsetOutOfRangeError, match="holds offsets 0 to 3"):
+        store.read("t", 0, start_offset=4)
+
+
+# ------------------------------------------------------------------------------------------ reopen and recovery
+def test_reopen_keeps_everything_and_appends_continue(data_dir: Path) -> None:
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config=TINY)
+        for start in range(0, 100, 10):
+            store.append("t", changelog(10, start), partition=0)
+    with Store.open(data_dir) as store:
+        assert store.end_offset("t", 0) == 100
+        store.append("t", changelog(10, 100), partition=0)
+        assert store.read("t", 0)["offset"].to_pylist() == list(range(110))
+
+
+def test_checkpoints_use_kafkas_text_format(data_dir: Path) -> None:
+    with Store.open(data_dir) as store:
+        store.create_topic("t", partitions=2)
+        store.append("t", changelog(3), partition=1)
+    lines = (data_dir / "recovery-point-offset-checkpoint").read_text().splitlines()
+    assert lines[0] == "0" and int(lines[1]) == len(lines) - 2
+    assert "t 1 3" in lines[2:]
+
+
+def test_a_torn_tail_is_cut_back_to_the_last_whole_batch(data_dir: Path) -> None:
+    with Store.open(data_dir) as store:
+        store.create_topic("t")
+        store.append("t", changelog(10), partition=0)
+        store.append("t", changelog(10, 10), partition=0)
+    (data_dir / "recovery-point-offset-checkpoint").unlink()  # as after a crash before the last flush
+    log = segment_files(data_dir, "t", 0)[0]
+    whole = log.stat().st_size
+    with open(log, "r+b") as file:
+        file.truncate(whole - 13)
+    with Store.open(data_dir) as store:
+        assert store.read("t", 0)["offset"].to_pylist() == list(range(10))
+        store.append("t", changelog(5, 10), partition=0)
+        assert store.read("t", 0)["offset"].to_pylist() == list(range(15))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_garbage_from_a_random_byte_to_the_end_keeps_exactly_the_valid_prefix(data_dir: Path, seed: int) -> None:
+    with Store.open(data_dir) as store:
+        store.create_topic("t")
+        for start in range(0, 50, 5):
+            store.append("t", changelog(5, start), partition=0)
+    (data_dir / "recovery-point-offset-checkpoint").unlink()
+    log = segment_files(data_dir, "t", 0)[0]
+    data = log.read_bytes()
+    rng = np.random.default_rng(seed)
+    cut = int(rng.integers(1, len(data)))
+    log.write_bytes(data[:cut] + rng.integers(0, 256, len(data) - cut, dtype=np.uint8).tobytes())
+    batch_bytes = len(data) // 10
+    with Store.open(data_dir) as store:
+        assert store.read("t", 0)["offset"].to_pylist() == list(range(5 * (cut // batch_bytes)))
+
+
+def test_corruption_inside_a_sealed_segment_names_file_and_offset(data_dir: Path) -> None:
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config=TINY)
+        for start in range(0, 100, 10):
+            store.append("t", changelog(10, start), partition=0)
+    first = segment_files(data_dir, "t", 0)[0]
+    data = bytearray(first.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    first.write_bytes(bytes(data))
+    with Store.open(data_dir) as store, pytest.raises(
+        CorruptSegmentError, match=rf"{first.name} at file position \d+, where offset \d+ was expected"
+    ) as error:
+        store.read("t", 0)
+    assert str(first) in str(error.value)
+
+
+def test_corruption_of_a_sealed_segment_found_in_recovery_is_an_error(data_dir: Path) -> None:
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config=TINY)
+        for start in range(0, 100, 10):
+            store.append("t", changelog(10, start), partition=0)
+    (data_dir / "recovery-point-offset-checkpoint").unlink()
+    first = segment_files(data_dir, "t", 0)[0]
+    data = bytearray(first.read_bytes())
+    data[-20] ^= 0xFF
+    first.write_bytes(bytes(data))
+    with Store.open(data_dir) as store, pytest.raises(CorruptSegmentError, match=first.name):
+        store.read("t", 0)
+    assert first.read_bytes() == bytes(data)  # nothing was cut
+
+
+@pytest.mark.parametrize("damage", ["missing", "scribbled", "truncated"])
+def test_a_missing_or_corrupt_index_is_rebuilt(data_dir: Path, damage: str) -> None:
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config={**TINY, "index.interval.bytes": "100"})
+        for start in range(0, 200, 5):
+            store.append("t", changelog(5, start), partition=0)
+        expected = store.read("t", 0)
+    for suffix in (OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for index in segment_files(data_dir, "t", 0, suffix)[:-1]:
+            if damage == "missing":
+                index.unlink()
+            elif damage == "scribbled":
+                index.write_bytes(os.urandom(index.stat().st_size))
+            else:
+                index.write_bytes(index.read_bytes()[:-3])
+    with Store.open(data_dir) as store:
+        assert store.read("t", 0).equals(expected)
+        for start in range(0, 200, 17):
+            assert store.read("t", 0, start_offset=start, max_messages=3)["offset"].to_pylist() == [
+                start, start + 1, start + 2][: 200 - start]
+        assert store.offset_for_timestamp("t", 0, 1_000 + 10 * 150) == 150
+
+
+def test_stray_temporary_files_are_removed_on_open(data_dir: Path) -> None:
+    with Store.open(data_dir) as store:
+        store.create_topic("t")
+        store.append("t", changelog(3), partition=0)
+    folder = data_dir / "t-0"
+    (folder / "leftover.tmp").write_bytes(b"junk")
+    (folder / f"{99:020d}.index").write_bytes(b"")  # an index whose log is gone
+    (folder / f"{0:020d}.log.deleted").write_bytes(b"old")
+    with Store.open(data_dir) as store:
+        assert store.read("t", 0).num_rows == 3
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == [
+        f"{0:020d}.index", f"{0:020d}.log", f"{0:020d}.timeindex"]
