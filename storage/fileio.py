@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from storage import faults
 from storage.files import TEMP_SUFFIX
 
 
@@ -31,6 +32,7 @@ def write_atomically(path: Path, data: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+    faults.crash_point("atomic_write.before_rename")
     os.replace(temp, path)
     fsync_folder(path.parent)
 

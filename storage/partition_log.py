@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from storage import faults
 from storage.codec import HEADER_BYTES, BatchHeader, encode_batch
 from storage.config import TopicConfig
 from storage.errors import OffsetOutOfRangeError
@@ -163,6 +164,7 @@ class PartitionLog:
             self.active.seal()
             segment = Segment.create(self.folder, self.end_offset,
                                      index_interval_bytes=self.config.index_interval_bytes)
+            faults.crash_point("roll.after_create")
             self.segments.append(segment)
             self._folder_mtime_ns = self.folder.stat().st_mtime_ns
             # Sealing fsynced everything before the new segment, so the recovery point may move up to it.
@@ -181,6 +183,7 @@ class PartitionLog:
         with self.writer_lock:
             for segment in self._segments_from(self.recovery_point):
                 segment.fsync()
+            faults.crash_point("flush.before_checkpoint")
             self._unflushed_messages = 0
             self._last_flush_ms = self.clock()
             self._save_recovery_point(self.end_offset)

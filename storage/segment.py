@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from storage import faults
 from storage.codec import BatchFormatError, BatchHeader, EncodedBatch, decode_payload, read_header, verify_batch
 from storage.errors import CorruptSegmentError
 from storage.files import LOG_SUFFIX, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_file
@@ -131,6 +132,9 @@ class Segment:
         if self._write_fd is None:
             self._write_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
         buffers = [memoryview(encoded.header_bytes), memoryview(encoded.payload)]
+        if faults.is_armed("segment.torn_write"):
+            os.write(self._write_fd, bytes(buffers[0]) + bytes(buffers[1][: len(buffers[1]) // 2]))
+            faults.crash()
         while buffers:
             written = os.writev(self._write_fd, buffers)
             while buffers and written >= len(buffers[0]):
@@ -138,6 +142,7 @@ class Segment:
                 buffers.pop(0)
             if buffers and written:
                 buffers[0] = buffers[0][written:]
+        faults.crash_point("segment.after_write")
         offset_entry, time_entry = self._take_in(header)
         if offset_entry:
             self.offset_index.append(*offset_entry)
@@ -155,6 +160,7 @@ class Segment:
         relative_end = self.next_offset - self.base_offset
         if self.max_timestamp > (self.time_index.last_timestamp or NO_TIMESTAMP):
             self.time_index.append(self.max_timestamp, relative_end)
+        faults.crash_point("segment.seal_before_fsync")
         self.fsync()
         self.close()
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage.checkpoints import read_checkpoint, update_checkpoint
-from storage.config import TopicConfig
+from storage.config import CONFIG_KEYS, TopicConfig, UnknownConfigError
 from storage.errors import (
     InvalidMessagesError,
     LedgerviewError,
@@ -57,6 +57,7 @@ from storage.partitioner import partition_for_keys
 from storage.schema import MESSAGE_SCHEMA, Message, messages_from_table, normalize_input
 from storage.topics import TopicMetadata
 
+CONFIG_KEY_NAMES = frozenset(key.name for key in CONFIG_KEYS)
 Input: TypeAlias = pa.Table | pa.RecordBatch | Iterable[Any]
 
 
@@ -211,7 +212,8 @@ class Store:
             metadata = self.topic_metadata(topic)
             overrides: dict[str, Any] = dict(metadata.overrides)
             for key in delete:
-                TopicConfig.from_overrides({})  # keep symmetry: unknown keys are rejected below
+                if key not in CONFIG_KEY_NAMES:
+                    raise UnknownConfigError(key)
                 overrides.pop(key, None)
             overrides.update(set or {})
             config = TopicConfig.from_overrides(overrides)

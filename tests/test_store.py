@@ -81,9 +81,9 @@ def test_a_topic_name_of_249_allowed_characters_is_accepted(store: Store) -> Non
 
 
 def test_bad_config_is_refused_and_nothing_is_created(store: Store) -> None:
-    with pytest.raises(UnknownConfigError, match="Did you mean 'segment.bytes'"):
+    with pytest.raises(UnknownConfigError, match=r"Did you mean 'segment.bytes'"):
         store.create_topic("prices", config={"segment.byte": "10"})
-    with pytest.raises(InvalidConfigError, match="segment.bytes"):
+    with pytest.raises(InvalidConfigError, match=r"segment\.bytes"):
         store.create_topic("prices", config={"segment.bytes": "-5"})
     assert store.list_topics() == []
 
