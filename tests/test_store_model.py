@@ -1,0 +1,89 @@
+"""Model-based test of the store: random appends, rolls, flushes, closes and reopens against plain lists
+(invariants 1 and 2: nothing acknowledged is lost, offsets and order never change)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import hypothesis.strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from storage import Store
+
+PARTITIONS = 2
+CONFIG = {"segment.bytes": "1024", "index.interval.bytes": "128"}
+
+messages = st.lists(
+    st.tuples(st.one_of(st.none(), st.binary(max_size=6)), st.one_of(st.none(), st.binary(max_size=80))),
+    min_size=1,
+    max_size=25,
+)
+
+
+class StoreModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = Path(tempfile.mkdtemp(prefix="ledgerview-model-"))
+        self.store: Store | None = Store.open(self.folder)
+        self.store.create_topic("t", partitions=PARTITIONS, config=CONFIG)
+        self.model: list[list[tuple[bytes | None, bytes | None]]] = [[] for _ in range(PARTITIONS)]
+
+    @property
+    def open_store(self) -> Store:
+        if self.store is None:
+            self.store = Store.open(self.folder)
+        return self.store
+
+    @rule(batch=messages, partition=st.integers(0, PARTITIONS - 1), compression=st.sampled_from([None, "lz4", "zstd"]))
+    def append(self, batch: list[tuple[bytes | None, bytes | None]], partition: int, compression: str | None) -> None:
+        result = self.open_store.append("t", batch, partition=partition, compression=compression)
+        start = len(self.model[partition])
+        assert list(result) == [(partition, start + i) for i in range(len(batch))]
+        self.model[partition].extend(batch)
+
+    @rule(batch=messages)
+    def append_by_key(self, batch: list[tuple[bytes | None, bytes | None]]) -> None:
+        result = self.open_store.append("t", batch)
+        for (partition, offset), message in zip(result, batch, strict=True):
+            assert offset == len(self.model[partition])
+            self.model[partition].append(message)
+
+    @rule(partition=st.integers(0, PARTITIONS - 1))
+    def roll(self, partition: int) -> None:
+        self.open_store.roll("t", partition)
+
+    @rule()
+    def flush(self) -> None:
+        self.open_store.flush()
+
+    @precondition(lambda self: self.store is not None)
+    @rule()
+    def close(self) -> None:
+        assert self.store is not None
+        self.store.close()
+        self.store = None
+
+    @rule(partition=st.integers(0, PARTITIONS - 1), data=st.data())
+    def read_from_anywhere(self, partition: int, data: st.DataObject) -> None:
+        expected = self.model[partition]
+        start = data.draw(st.integers(0, len(expected)))
+        limit = data.draw(st.one_of(st.none(), st.integers(1, 30)))
+        table = self.open_store.read("t", partition, start_offset=start, max_messages=limit)
+        stop = len(expected) if limit is None else min(len(expected), start + limit)
+        assert table["offset"].to_pylist() == list(range(start, stop))
+        assert list(zip(table["key"].to_pylist(), table["value"].to_pylist(), strict=True)) == expected[start:stop]
+
+    @invariant()
+    def end_offsets_match(self) -> None:
+        for partition in range(PARTITIONS):
+            assert self.open_store.end_offset("t", partition) == len(self.model[partition])
+
+    def teardown(self) -> None:
+        if self.store is not None:
+            self.store.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+TestStoreModel = StoreModel.TestCase
