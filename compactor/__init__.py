@@ -1,1 +1,33 @@
-"""compactor: see DESIGN.md."""
+"""The Pulsar-style two-phase compactor: writes each partition's compacted view as a separate ledger and never
+touches the raw segments. See compactor/run.py for the algorithm and storage/compacted.py for the publish."""
+
+from __future__ import annotations
+
+from compactor.errors import CompactionInProgressError
+from compactor.run import CompactionResult, compact_partition
+from compactor.status import CompactionState, CompactionStatus, read_status
+from storage import Store
+from storage.compacted import CompactedLedgers
+
+__all__ = ["CompactionInProgressError", "CompactionResult", "CompactionState", "CompactionStatus", "Compactor"]
+
+
+class Compactor:
+    """Compacts topics of one store, on demand; see compactor/scheduler.py for the automatic trigger."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def compact(self, topic: str, partitions: list[int] | None = None) -> list[CompactionResult]:
+        """Compact each partition (all by default) in turn; one result per partition."""
+        count = self.store.topic_metadata(topic).partitions
+        chosen = range(count) if partitions is None else partitions
+        return [compact_partition(self.store.partition_log(topic, p), clock=self.store.clock) for p in chosen]
+
+    def status(self, topic: str) -> list[CompactionStatus]:
+        """Pulsar's compaction status of every partition: NOT_RUN, RUNNING, SUCCESS or ERROR with its details."""
+        statuses = []
+        for partition in range(self.store.topic_metadata(topic).partitions):
+            folder = self.store.partition_log(topic, partition).folder
+            statuses.append(read_status(folder, partition, run_in_progress=CompactedLedgers(folder).is_locked))
+        return statuses

@@ -82,3 +82,36 @@ def topic_metadata_file(root: Path, topic: str) -> Path:
 def folder_to_delete(root: Path) -> Path:
     """A short unique name for a folder being deleted (a long topic name plus a suffix could pass 255 bytes)."""
     return root / f".{uuid.uuid4().hex}{DELETED_FOLDER_SUFFIX}"
+
+
+LEDGERS_FOLDER = "compacted"
+LEDGER_SUFFIX = ".ledger"
+KEY_INDEX_SUFFIX = ".keys"
+COMPACTION_CURSOR = "cursor.json"
+COMPACTION_STATUS = "status.json"
+COMPACTION_LOCK = ".compaction.lock"
+SUBSCRIPTIONS_FOLDER = "subscriptions"
+_LEDGER_FILE = re.compile(r"(?P<id>\d{20})(?P<suffix>\.ledger|\.keys)(?P<temp>\.[a-z]+)?")
+
+
+def ledgers_folder(partition: Path) -> Path:
+    """Where a partition's compacted ledgers, their key indexes and the compaction cursor live."""
+    return partition / LEDGERS_FOLDER
+
+
+def ledger_file(partition: Path, ledger_id: int) -> Path:
+    return ledgers_folder(partition) / f"{ledger_id:020d}{LEDGER_SUFFIX}"
+
+
+def key_index_folder(partition: Path, ledger_id: int) -> Path:
+    return ledgers_folder(partition) / f"{ledger_id:020d}{KEY_INDEX_SUFFIX}"
+
+
+def parse_ledger_file(name: str) -> tuple[int, str, str | None] | None:
+    """``00000000000000000003.keys.deleted`` -> (3, ".keys", ".deleted"); None for other names."""
+    match = _LEDGER_FILE.fullmatch(name)
+    return (int(match["id"]), match["suffix"], match["temp"]) if match else None
+
+
+def subscription_file(partition: Path, subscription: str) -> Path:
+    return partition / SUBSCRIPTIONS_FOLDER / f"{validate_topic_name(subscription)}.json"

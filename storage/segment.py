@@ -207,7 +207,7 @@ class Segment:
 
     def scan(self, start_position: int, *, verify: bool = False) -> Iterator[BatchHeader]:
         """Batch headers from ``start_position`` to the end of the bytes valid now."""
-        return _scan_headers(memoryview(self.buffer()), start_position, self.size_bytes, verify)
+        return scan_headers(memoryview(self.buffer()), start_position, self.size_bytes, verify)
 
     def read_batches(self, start_offset: int, end_offset: int, *, verify: bool) -> Iterator[pa.RecordBatch]:
         """Record batches holding the messages with start_offset <= offset < end_offset, in offset order."""
@@ -244,7 +244,7 @@ class Segment:
         return None
 
 
-def _scan_headers(view: memoryview, position: int, end: int, verify: bool) -> Iterator[BatchHeader]:
+def scan_headers(view: memoryview, position: int, end: int, verify: bool) -> Iterator[BatchHeader]:
     while position < end:
         try:
             header = read_header(view, position, end - position)

@@ -1,0 +1,148 @@
+"""One two-phase compaction run of one partition, Pulsar's algorithm over ledgerview's files.
+
+1. Under the partition's compaction lock (a second run fails at once), remove orphan ledgers of crashed runs and
+   retired ledgers past ``file.delete.delay.ms``; record the status RUNNING.
+2. Take the end offset now: messages appended later are left for the next run.
+3. Phase one reads the current ledger, then the raw log above its horizon up to that end offset, and finds the
+   latest live message per key (compactor/latest_offsets.py).
+4. Phase two reads the same input again and writes the survivors, in offset order with their original offsets,
+   timestamps and headers, to a new ledger with its key index; then fsyncs both.
+5. Publish: replace the compaction cursor atomically (storage/compacted.py). A crash before it leaves the old view
+   and an orphan; after it, the new view and a retired or orphaned old ledger. The raw log is never written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from compactor.errors import CompactionInProgressError
+from compactor.latest_offsets import Survivors, find_survivors
+from compactor.status import CompactionState, CompactionStatus, write_status
+from storage import faults
+from storage.compacted import CompactedLedgers, CompactionCursor
+from storage.errors import PartitionLockedError
+from storage.ledger import LedgerWriter
+from storage.partition_log import Clock, PartitionLog
+
+OUTPUT_BATCH_MESSAGES = 65_536
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """What one run of one partition did."""
+
+    partition: int
+    ledger_id: int | None
+    """The ledger now serving the compacted view (None if the partition was never compacted and is empty)."""
+    horizon: int
+    """Last raw offset the compacted view covers (-1: none)."""
+    messages_read: int
+    messages_kept: int
+    ledger_bytes: int
+    passes: int
+    """Phase-one passes: 1 unless the key map had to be split to stay within compaction.memory.bytes."""
+    skipped: bool
+    """True when nothing new was above the horizon, so the previous ledger stays."""
+
+    @property
+    def messages_removed(self) -> int:
+        return self.messages_read - self.messages_kept
+
+
+def compact_partition(log: PartitionLog, *, clock: Clock) -> CompactionResult:
+    ledgers = CompactedLedgers(log.folder)
+    try:
+        lock = ledgers.lock(wait=False)
+        lock.acquire(wait=False)
+    except PartitionLockedError:
+        raise CompactionInProgressError(log.topic, log.partition) from None
+    status = CompactionStatus(log.partition, CompactionState.RUNNING, started_ms=clock())
+    try:
+        write_status(log.folder, status)
+        ledgers.remove_orphans_and_retired(delete_delay_ms=log.config.file_delete_delay_ms, now_ms=clock())
+        result = _run(log, ledgers, clock)
+        write_status(log.folder, CompactionStatus(
+            log.partition, CompactionState.SUCCESS, None, status.started_ms, clock(),
+            result.messages_read, result.messages_kept, result.messages_removed))
+        return result
+    except Exception as error:
+        write_status(log.folder, CompactionStatus(
+            log.partition, CompactionState.ERROR, f"{type(error).__name__}: {error}", status.started_ms, clock()))
+        raise
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock) -> CompactionResult:
+    log.refresh()
+    end_offset = log.end_offset
+    current = ledgers.open_current()
+    previous_cursor, previous_ledger = current if current else (None, None)
+    try:
+        horizon = previous_cursor.horizon if previous_cursor else -1
+        if end_offset - 1 <= horizon or end_offset == log.log_start_offset == 0:
+            return _unchanged(log.partition, previous_cursor)
+        raw_start = max(horizon + 1, log.log_start_offset)
+
+        def input_batches() -> Iterator[pa.RecordBatch]:
+            if previous_ledger is not None:
+                yield from previous_ledger.read_batches()
+            yield from log.read_batches(raw_start, end_offset)
+
+        survivors = find_survivors(input_batches, memory_budget_bytes=log.config.compaction_memory_bytes,
+                                   retain_null_key=log.config.compaction_retain_null_key)
+        try:
+            faults.crash_point("compactor.after_phase_one")
+            cursor = _write_ledger(log, ledgers, input_batches(), survivors, horizon=end_offset - 1, clock=clock)
+        finally:
+            survivors.close()
+        faults.crash_point("compactor.before_publish")
+        ledgers.publish(cursor)
+        return CompactionResult(log.partition, cursor.ledger_id, cursor.horizon, cursor.messages_read,
+                                cursor.messages_kept, cursor.ledger_bytes, survivors.passes, skipped=False)
+    finally:
+        if previous_ledger is not None:
+            previous_ledger.close()
+
+
+def _unchanged(partition: int, cursor: CompactionCursor | None) -> CompactionResult:
+    if cursor is None:
+        return CompactionResult(partition, None, -1, 0, 0, 0, 0, skipped=True)
+    return CompactionResult(partition, cursor.ledger_id, cursor.horizon, 0, cursor.messages_kept,
+                            cursor.ledger_bytes, 0, skipped=True)
+
+
+def _write_ledger(log: PartitionLog, ledgers: CompactedLedgers, batches: Iterator[pa.RecordBatch],
+                  survivors: Survivors, *, horizon: int, clock: Clock) -> CompactionCursor:
+    """Phase two: keep exactly the surviving offsets, coalesced into batches of OUTPUT_BATCH_MESSAGES."""
+    ledger_id = ledgers.next_ledger_id()
+    compression = log.config.compression_type if log.config.compression_type in ("lz4", "zstd") else None
+    writer = LedgerWriter(*ledgers.ledger_paths(ledger_id), compression=compression)
+    try:
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
+        for batch in batches:
+            offsets = batch.column(0).to_numpy()
+            kept = survivors.within(int(offsets[0]), int(offsets[-1]))
+            if len(kept) == 0:
+                continue
+            rows = np.searchsorted(offsets, kept)
+            pending.append(batch if len(rows) == batch.num_rows else batch.take(pa.array(rows)))
+            pending_rows += len(rows)
+            if pending_rows >= OUTPUT_BATCH_MESSAGES:
+                writer.append(pa.concat_batches(pending))
+                faults.crash_point("compactor.phase_two_write")
+                pending, pending_rows = [], 0
+        if pending:
+            writer.append(pa.concat_batches(pending))
+        writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+    return CompactionCursor(ledger_id, horizon, survivors.messages_read, writer.messages, writer.size_bytes, clock())
+
+

@@ -1,0 +1,58 @@
+"""Compaction status per partition, in Pulsar's states, stored so that every process sees the same answer."""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from storage.fileio import write_atomically
+from storage.files import COMPACTION_STATUS, ledgers_folder
+
+
+class CompactionState(enum.Enum):
+    NOT_RUN = "NOT_RUN"
+    RUNNING = "RUNNING"
+    SUCCESS = "SUCCESS"
+    ERROR = "ERROR"
+
+
+@dataclass(frozen=True)
+class CompactionStatus:
+    """The last compaction run of one partition."""
+
+    partition: int
+    state: CompactionState = CompactionState.NOT_RUN
+    last_error: str | None = None
+    started_ms: int | None = None
+    ended_ms: int | None = None
+    messages_read: int = 0
+    messages_kept: int = 0
+    messages_removed: int = 0
+
+    def as_record(self) -> dict[str, object]:
+        return {**asdict(self), "state": self.state.value}
+
+
+def status_path(partition_folder: Path) -> Path:
+    return ledgers_folder(partition_folder) / COMPACTION_STATUS
+
+
+def read_status(partition_folder: Path, partition: int, *, run_in_progress: Callable[[], bool]) -> CompactionStatus:
+    """The stored status; a RUNNING status whose run holds no lock any more is reported as an ERROR."""
+    try:
+        record = json.loads(status_path(partition_folder).read_bytes())
+    except FileNotFoundError:
+        return CompactionStatus(partition)
+    status = CompactionStatus(**{**record, "state": CompactionState(record["state"])})
+    if status.state is CompactionState.RUNNING and not run_in_progress():
+        return replace(status, state=CompactionState.ERROR,
+                       last_error="the process running this compaction stopped before it finished")
+    return status
+
+
+def write_status(partition_folder: Path, status: CompactionStatus) -> None:
+    ledgers_folder(partition_folder).mkdir(exist_ok=True)
+    write_atomically(status_path(partition_folder), json.dumps(status.as_record()).encode())

@@ -1,0 +1,168 @@
+"""A partition's compacted view on disk: its ledgers, the compaction cursor that names the current one, and the
+retiring of old ledgers.
+
+The compaction cursor (``compacted/cursor.json``) is the only thing readers consult to choose the compacted view:
+it names the ledger and the horizon, the last offset the ledger covers. Publishing a new ledger is one atomic
+replace of that record; the ledger it replaces is renamed ``.deleted`` (readers that already opened it keep their
+memory map and index handles) and removed after ``file.delete.delay.ms``. A ledger that neither the cursor names
+nor is retiring is an orphan of a crashed run; it is removed under the compaction lock.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from storage.errors import LedgerviewError, PartitionLockedError
+from storage.fileio import write_atomically
+from storage.files import (
+    COMPACTION_CURSOR,
+    COMPACTION_LOCK,
+    DELETED_SUFFIX,
+    key_index_folder,
+    ledger_file,
+    ledgers_folder,
+    parse_ledger_file,
+)
+from storage.ledger import Ledger
+from storage.locks import FileLock
+
+CURSOR_VERSION = 1
+
+
+class CorruptCompactionCursorError(LedgerviewError):
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"Compaction cursor {path} is unreadable: {reason}. Remove it to compact from scratch.")
+
+
+@dataclass(frozen=True)
+class CompactionCursor:
+    """The cursor-metadata record of a partition's two-phase compaction."""
+
+    ledger_id: int
+    """The ledger that holds the compacted view."""
+    horizon: int
+    """The last raw offset the ledger covers; readers of the compacted view read the raw log above it."""
+    messages_read: int
+    """Messages phase one read (previous ledger plus raw tail)."""
+    messages_kept: int
+    """Messages in the ledger: one per live key (plus keyless ones when they are retained)."""
+    ledger_bytes: int
+    """Size of the ledger file."""
+    published_ms: int
+    """Wall-clock time of the publish."""
+
+    def __post_init__(self) -> None:
+        if self.ledger_id < 0 or self.horizon < -1 or min(self.messages_read, self.messages_kept) < 0:
+            raise ValueError(f"invalid compaction cursor {self}")
+
+    @property
+    def messages_removed(self) -> int:
+        return self.messages_read - self.messages_kept
+
+
+class CompactedLedgers:
+    """The ``compacted/`` folder of one partition."""
+
+    def __init__(self, partition_folder: Path) -> None:
+        self.partition_folder = partition_folder
+        self.folder = ledgers_folder(partition_folder)
+        self.cursor_path = self.folder / COMPACTION_CURSOR
+
+    def lock(self, *, wait: bool) -> FileLock:
+        """The lock a compaction run holds from start to publish; a second run finds it taken."""
+        self.folder.mkdir(exist_ok=True)
+        return FileLock(self.folder / COMPACTION_LOCK, wait=wait)
+
+    def is_locked(self) -> bool:
+        """Whether a compaction run holds the lock now (checked by taking it for an instant)."""
+        lock = self.lock(wait=False)
+        try:
+            with lock:
+                return False
+        except PartitionLockedError:
+            return True
+
+    def read_cursor(self) -> CompactionCursor | None:
+        try:
+            data = self.cursor_path.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            record: dict[str, Any] = json.loads(data)
+            if record.pop("version") != CURSOR_VERSION:
+                raise ValueError("unknown version")
+            return CompactionCursor(**record)
+        except (ValueError, TypeError, KeyError) as error:
+            raise CorruptCompactionCursorError(self.cursor_path, str(error)) from error
+
+    def open_current(self) -> tuple[CompactionCursor, Ledger] | None:
+        """The cursor and its ledger, opened; None before the first compaction.
+
+        A publish may retire the ledger between reading the cursor and opening it: then read the cursor again.
+        """
+        for _ in range(100):
+            cursor = self.read_cursor()
+            if cursor is None:
+                return None
+            try:
+                return cursor, Ledger(ledger_file(self.partition_folder, cursor.ledger_id),
+                                      key_index_folder(self.partition_folder, cursor.ledger_id))
+            except FileNotFoundError:
+                if self.read_cursor() == cursor:
+                    raise
+                continue
+        raise LedgerviewError(f"The compacted ledger of {self.partition_folder} keeps changing under the reader.")
+
+    def next_ledger_id(self) -> int:
+        ids = [parsed[0] for name in _names(self.folder) if (parsed := parse_ledger_file(name))]
+        return max(ids, default=0) + 1
+
+    def ledger_paths(self, ledger_id: int) -> tuple[Path, Path]:
+        self.folder.mkdir(exist_ok=True)
+        return ledger_file(self.partition_folder, ledger_id), key_index_folder(self.partition_folder, ledger_id)
+
+    def publish(self, cursor: CompactionCursor) -> None:
+        """Make ``cursor`` (whose ledger is finished and durable) the partition's compacted view.
+
+        1. Replace the cursor record atomically (write, fsync, rename, fsync the folder). A crash before the
+           rename leaves the old view and an orphan ledger, removed by the next run; after it, the new view.
+        2. Rename the previous ledger and its index ``.deleted``. A crash before this leaves the old ledger as an
+           orphan, removed by the next run. Readers that opened it keep reading it.
+        """
+        previous = self.read_cursor()
+        write_atomically(self.cursor_path, json.dumps({"version": CURSOR_VERSION, **asdict(cursor)}).encode())
+        if previous is not None and previous.ledger_id != cursor.ledger_id:
+            for path in self.ledger_paths(previous.ledger_id):
+                if path.exists():
+                    path.rename(path.with_name(path.name + DELETED_SUFFIX))
+
+    def remove_orphans_and_retired(self, *, delete_delay_ms: int, now_ms: int | None = None) -> list[str]:
+        """Remove ledgers no cursor names and retired ones older than the delay; call under ``lock``."""
+        now_seconds = (time.time_ns() // 1_000_000 if now_ms is None else now_ms) / 1000
+        cursor = self.read_cursor()
+        removed = []
+        for name in _names(self.folder):
+            parsed = parse_ledger_file(name)
+            if parsed is None:
+                continue
+            ledger_id, _, temp = parsed
+            path = self.folder / name
+            retired_at = path.stat().st_ctime  # a rename updates ctime: the time it was retired
+            retired_long_enough = temp == DELETED_SUFFIX and retired_at <= now_seconds - delete_delay_ms / 1000
+            orphan = temp is None and (cursor is None or ledger_id != cursor.ledger_id)
+            if retired_long_enough or orphan:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+                removed.append(name)
+        return removed
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return [entry.name for entry in folder.iterdir()]
+    except FileNotFoundError:
+        return []

@@ -1,0 +1,130 @@
+"""Compacted ledgers: immutable files of batches in the segment format, with a key index beside each.
+
+A ledger holds messages with their original offsets, timestamps and headers, in offset order. It is written once
+by ``LedgerWriter`` and then only read. Which ledger a partition's compacted view uses is named by its compaction
+cursor (storage/compaction_cursor.py); a ledger no cursor names is an orphan.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from storage.codec import BatchFormatError, BatchHeader, decode_payload, encode_batch, verify_batch
+from storage.errors import CorruptSegmentError
+from storage.fileio import fsync_folder
+from storage.key_index import KeyIndex, KeyIndexWriter
+from storage.segment import scan_headers
+
+
+class LedgerWriter:
+    """Writes one ledger: batches in offset order, each indexed by key as it is written."""
+
+    def __init__(self, path: Path, key_index_path: Path, *, compression: str | None) -> None:
+        self.path = path
+        self.compression = compression
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self._keys = KeyIndexWriter(key_index_path)
+        self.size_bytes = 0
+        self.messages = 0
+        self._last_offset = -1
+
+    def append(self, batch: pa.RecordBatch) -> None:
+        """Append a record batch of STORED_SCHEMA whose offsets are above every offset written so far."""
+        if batch.num_rows == 0:
+            return
+        offsets = batch.column(0)
+        if offsets[0].as_py() <= self._last_offset:
+            raise ValueError(f"ledger offsets must increase: {offsets[0].as_py()} after {self._last_offset}")
+        encoded = encode_batch(batch, compression=self.compression)
+        data = [memoryview(encoded.header_bytes), memoryview(encoded.payload)]
+        for part in data:
+            while part:
+                part = part[os.write(self._fd, part) :]
+        self._keys.add(batch.column(2), self.size_bytes)
+        self.size_bytes += encoded.header.batch_length
+        self.messages += batch.num_rows
+        self._last_offset = int(offsets[-1].as_py())
+
+    def finish(self) -> None:
+        """Make the ledger and its index durable; only then may a cursor record name it."""
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._keys.finish()
+        fsync_folder(self.path.parent)
+
+    def abort(self) -> None:
+        os.close(self._fd)
+        self.path.unlink(missing_ok=True)
+        self._keys.abort()
+
+
+class Ledger:
+    """A finished ledger opened for reading: memory-mapped, its batch headers read once, its key index open."""
+
+    def __init__(self, path: Path, key_index_path: Path, *, verify: bool = True) -> None:
+        self.path = path
+        self.verify = verify
+        size = path.stat().st_size
+        if size:
+            with pa.memory_map(str(path), "r") as mapped:
+                self._buffer = mapped.read_buffer()
+        else:
+            self._buffer = pa.py_buffer(b"")
+        try:
+            self.headers: list[BatchHeader] = list(scan_headers(memoryview(self._buffer), 0, size, False))
+        except BatchFormatError as error:
+            raise CorruptSegmentError(str(path), error.position, -1, error.reason) from error
+        self._bases = [header.base_offset for header in self.headers]
+        self._positions = [header.position for header in self.headers]
+        self.keys = KeyIndex(key_index_path)
+
+    @property
+    def messages(self) -> int:
+        return sum(header.record_count for header in self.headers)
+
+    @property
+    def size_bytes(self) -> int:
+        return int(self._buffer.size)
+
+    def _decode(self, header: BatchHeader) -> pa.RecordBatch:
+        try:
+            if self.verify:
+                verify_batch(memoryview(self._buffer), header)
+            return decode_payload(self._buffer, header)
+        except BatchFormatError as error:
+            raise CorruptSegmentError(str(self.path), header.position, header.base_offset, error.reason) from error
+
+    def read_batches(self, start_offset: int = 0, end_offset: int | None = None) -> Iterator[pa.RecordBatch]:
+        """Batches of STORED_SCHEMA with start_offset <= offset < end_offset, in offset order."""
+        first = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
+        for header in self.headers[first:]:
+            if header.last_offset < start_offset:
+                continue
+            if end_offset is not None and header.base_offset >= end_offset:
+                return
+            batch = self._decode(header)
+            if header.base_offset < start_offset or (end_offset is not None and header.last_offset >= end_offset):
+                offsets = batch.column(0).to_numpy()
+                lower, upper = np.searchsorted(offsets, [start_offset, end_offset or offsets[-1] + 1])
+                batch = batch.slice(int(lower), int(upper - lower))
+            if batch.num_rows:
+                yield batch
+
+    def lookup(self, key: bytes) -> pa.RecordBatch | None:
+        """The one-row batch holding ``key``'s message, found through the key index; None if absent."""
+        location = self.keys.locate(key)
+        if location is None:
+            return None
+        position, row = location
+        index = bisect.bisect_left(self._positions, position)
+        return self._decode(self.headers[index]).slice(row, 1)
+
+    def close(self) -> None:
+        self.keys.close()
+
