@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from storage import faults
 from storage.errors import LedgerviewError, PartitionLockedError
 from storage.fileio import write_atomically
 from storage.files import (
@@ -136,6 +137,7 @@ class CompactedLedgers:
         """
         previous = self.read_cursor()
         write_atomically(self.cursor_path, json.dumps({"version": CURSOR_VERSION, **asdict(cursor)}).encode())
+        faults.crash_point("compacted.publish_before_retire")
         if previous is not None and previous.ledger_id != cursor.ledger_id:
             for path in self.ledger_paths(previous.ledger_id):
                 if path.exists():
@@ -166,3 +168,16 @@ def _names(folder: Path) -> list[str]:
         return [entry.name for entry in folder.iterdir()]
     except FileNotFoundError:
         return []
+
+
+def retention_hold_offset(partition_folder: Path, *, two_phase_enabled: bool) -> int | None:
+    """The lowest raw offset that retention must keep, or None when nothing is held.
+
+    While two-phase compaction is on for a topic (its threshold is set, or it has been compacted), raw data above
+    the horizon is what the next compaction reads, so it is held: from offset 0 until the first compaction, then
+    from horizon + 1. This is the role of Pulsar's pre-created ``__compaction`` cursor.
+    """
+    cursor = CompactedLedgers(partition_folder).read_cursor()
+    if cursor is None:
+        return 0 if two_phase_enabled else None
+    return cursor.horizon + 1

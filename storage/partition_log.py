@@ -87,6 +87,11 @@ class PartitionLog:
     def size_bytes(self) -> int:
         return sum(segment.size_bytes for segment in self.segments)
 
+    def bytes_above(self, offset: int) -> int:
+        """Bytes of the batches holding offsets above ``offset``."""
+        segments = self._segments_from(offset + 1)
+        return sum(segment.size_bytes for segment in segments) - segments[0].position_of(offset + 1)
+
     def refresh(self) -> None:
         """Catch up with what other processes did to the files: new or removed segments, appended batches."""
         mtime_ns = self.folder.stat().st_mtime_ns

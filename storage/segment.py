@@ -209,6 +209,13 @@ class Segment:
         """Batch headers from ``start_position`` to the end of the bytes valid now."""
         return scan_headers(memoryview(self.buffer()), start_position, self.size_bytes, verify)
 
+    def position_of(self, offset: int) -> int:
+        """File position of the first batch holding ``offset`` or later offsets (the size if there is none)."""
+        for header in self.scan(self.offset_index.lookup(offset - self.base_offset)):
+            if header.last_offset >= offset:
+                return header.position
+        return self.size_bytes
+
     def read_batches(self, start_offset: int, end_offset: int, *, verify: bool) -> Iterator[pa.RecordBatch]:
         """Record batches holding the messages with start_offset <= offset < end_offset, in offset order."""
         buffer = self.buffer()

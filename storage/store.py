@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage.checkpoints import read_checkpoint, update_checkpoint
+from storage.compacted import retention_hold_offset
 from storage.config import CONFIG_KEYS, TopicConfig, UnknownConfigError
 from storage.errors import (
     InvalidMessagesError,
@@ -418,6 +419,12 @@ class Store:
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         """Kafka's offsetsForTimes: the earliest offset whose timestamp is >= ``timestamp_ms``; None if none."""
         return self.partition_log(topic, partition).offset_for_timestamp(timestamp_ms)
+
+    def retention_hold(self, topic: str, partition: int) -> int | None:
+        """The lowest offset retention may not delete past while two-phase compaction needs it (None: no hold)."""
+        log = self.partition_log(topic, partition)
+        enabled = log.config.compaction_threshold_bytes > 0
+        return retention_hold_offset(log.folder, two_phase_enabled=enabled)
 
     def roll(self, topic: str, partition: int) -> None:
         """Seal the active segment now; the next append starts a new one."""

@@ -1,0 +1,231 @@
+"""The two-phase compactor: what the ledger holds, incremental runs, the memory budget, status, triggers, the
+retention hold and ledger lifecycle (invariants 3, 4, 5 and 9)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from compactor import CompactionInProgressError, CompactionState, Compactor
+from compactor.scheduler import CompactionScheduler
+from ledgerview.changelog import ChangelogSpec, generate
+from storage import Store
+from storage.compacted import CompactedLedgers
+from storage.errors import CorruptSegmentError
+from storage.schema import STORED_SCHEMA
+from tests.conftest import TINY, ManualClock
+
+
+def ledger_rows(store: Store, topic: str, partition: int = 0) -> list[dict[str, object]]:
+    opened = CompactedLedgers(store.partition_log(topic, partition).folder).open_current()
+    assert opened is not None
+    _, ledger = opened
+    try:
+        return pa.Table.from_batches(list(ledger.read_batches()), schema=STORED_SCHEMA).to_pylist()
+    finally:
+        ledger.close()
+
+
+def latest_live(messages: list[tuple[bytes | None, bytes | None]], *, retain_null_key: bool = False) -> list[int]:
+    """Offsets the compacted view must keep: each key's last message unless it is a tombstone."""
+    last: dict[bytes, int] = {}
+    keyless = []
+    for offset, (key, _) in enumerate(messages):
+        if key is None:
+            keyless.append(offset)
+        else:
+            last[key] = offset
+    kept = [offset for offset in last.values() if messages[offset][1] is not None]
+    return sorted(kept + (keyless if retain_null_key else []))
+
+
+def raw_digest(data_dir: Path, topic: str) -> dict[str, str]:
+    files = sorted(p for p in data_dir.glob(f"{topic}-*/*") if p.is_file() and p.suffix in (".log", ".index",
+                                                                                              ".timeindex"))
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+MESSAGES: list[tuple[bytes | None, bytes | None]] = [
+    (b"a", b"1"), (b"b", b"1"), (b"a", b"2"), (None, b"keyless"), (b"b", None), (b"c", b"3"), (b"d", b"4"),
+    (b"d", None), (b"d", b"5"),
+]
+
+
+def test_ledger_keeps_each_keys_latest_live_message_with_original_offset_timestamp_and_headers(
+    store: Store, data_dir: Path
+) -> None:
+    store.create_topic("t", config=TINY)
+    rows = [{"key": k, "value": v, "timestamp": 1000 + i, "headers": [("n", str(i).encode())]}
+            for i, (k, v) in enumerate(MESSAGES)]
+    store.append("t", rows, partition=0)
+    before = raw_digest(data_dir, "t")
+    [result] = Compactor(store).compact("t")
+    kept = ledger_rows(store, "t")
+    assert [row["offset"] for row in kept] == latest_live(MESSAGES) == [2, 5, 8]
+    assert [(row["key"], row["value"], row["timestamp"]) for row in kept] == [
+        (b"a", b"2", 1002), (b"c", b"3", 1005), (b"d", b"5", 1008)]
+    assert kept[0]["headers"] == [{"key": "n", "value": b"2"}]
+    assert (result.horizon, result.messages_read, result.messages_kept, result.messages_removed) == (8, 9, 3, 6)
+    assert raw_digest(data_dir, "t") == before  # invariant 3: the raw segments are not touched
+    assert store.read("t", 0).num_rows == len(MESSAGES)
+
+
+def test_keyless_messages_are_kept_when_configured(store: Store) -> None:
+    store.create_topic("t", config={"compaction.retain.null.key": "true"})
+    store.append("t", MESSAGES, partition=0)
+    Compactor(store).compact("t")
+    assert [row["offset"] for row in ledger_rows(store, "t")] == latest_live(MESSAGES, retain_null_key=True)
+
+
+def test_a_second_run_reads_the_previous_ledger_and_only_the_new_tail(store: Store) -> None:
+    store.create_topic("t", config=TINY)
+    store.append("t", MESSAGES, partition=0)
+    compactor = Compactor(store)
+    first = compactor.compact("t")[0]
+    more: list[tuple[bytes | None, bytes | None]] = [(b"a", None), (b"e", b"6"), (b"c", b"7")]
+    store.append("t", more, partition=0)
+    second = compactor.compact("t")[0]
+    assert second.messages_read == first.messages_kept + len(more)
+    assert second.ledger_id != first.ledger_id and second.horizon == len(MESSAGES) + len(more) - 1
+    assert [row["offset"] for row in ledger_rows(store, "t")] == latest_live(MESSAGES + more)
+
+
+def test_a_run_with_nothing_new_keeps_the_ledger(store: Store) -> None:
+    store.create_topic("t")
+    compactor = Compactor(store)
+    assert compactor.compact("t")[0].skipped  # empty topic
+    store.append("t", MESSAGES, partition=0)
+    first = compactor.compact("t")[0]
+    again = compactor.compact("t")[0]
+    assert again.skipped and again.ledger_id == first.ledger_id
+
+
+def test_a_key_stays_compacted_when_every_version_is_tombstoned_then_rewritten(store: Store) -> None:
+    store.create_topic("t")
+    compactor = Compactor(store)
+    store.append("t", [(b"k", b"1")], partition=0)
+    compactor.compact("t")
+    store.append("t", [(b"k", None)], partition=0)
+    compactor.compact("t")
+    assert ledger_rows(store, "t") == []
+    store.append("t", [(b"k", b"2")], partition=0)
+    compactor.compact("t")
+    assert [(row["offset"], row["value"]) for row in ledger_rows(store, "t")] == [(2, b"2")]
+
+
+@pytest.mark.parametrize("distribution", ["uniform", "zipf"])
+def test_a_small_memory_budget_splits_phase_one_and_gives_the_same_ledger(data_dir: Path, distribution: str) -> None:
+    spec = ChangelogSpec(messages=30_000, keys=20_000, value_bytes=8, distribution=distribution, tombstone_share=0.05)
+    data = generate(spec)
+    ledgers = {}
+    for budget in ("100000000", "65536"):
+        with Store.open(data_dir / budget) as store:
+            store.create_topic("t", config={"compaction.memory.bytes": budget})
+            store.append("t", data, partition=0)
+            [result] = Compactor(store).compact("t")
+            ledgers[budget] = (result.passes, ledger_rows(store, "t"))
+    assert ledgers["100000000"][0] == 1 and ledgers["65536"][0] > 4
+    assert ledgers["65536"][1] == ledgers["100000000"][1]
+    pairs = list(zip(data["key"].to_pylist(), data["value"].to_pylist(), strict=True))
+    assert [row["offset"] for row in ledgers["65536"][1]] == latest_live(pairs)
+
+
+def test_key_index_finds_each_kept_message(store: Store) -> None:
+    store.create_topic("t", config=TINY)
+    store.append("t", MESSAGES, partition=0)
+    Compactor(store).compact("t")
+    opened = CompactedLedgers(store.partition_log("t", 0).folder).open_current()
+    assert opened is not None
+    _, ledger = opened
+    try:
+        found = ledger.lookup(b"d")
+        assert found is not None and found.to_pylist()[0]["value"] == b"5"
+        assert ledger.lookup(b"b") is None  # tombstoned
+        assert ledger.lookup(b"zzz") is None
+    finally:
+        ledger.close()
+
+
+def test_a_second_run_while_one_holds_the_lock_is_refused(store: Store) -> None:
+    store.create_topic("t")
+    store.append("t", MESSAGES, partition=0)
+    folder = store.partition_log("t", 0).folder
+    with CompactedLedgers(folder).lock(wait=True), pytest.raises(CompactionInProgressError, match="already running"):
+        Compactor(store).compact("t")
+
+
+def test_status_moves_from_not_run_to_success_and_reports_errors(store: Store, data_dir: Path) -> None:
+    store.create_topic("t", config=TINY)
+    compactor = Compactor(store)
+    assert [s.state for s in compactor.status("t")] == [CompactionState.NOT_RUN]
+    store.append("t", MESSAGES, partition=0)
+    compactor.compact("t")
+    [status] = compactor.status("t")
+    assert (status.state, status.messages_read, status.messages_kept, status.messages_removed) == (
+        CompactionState.SUCCESS, 9, 3, 6)
+    assert status.started_ms is not None and status.ended_ms is not None
+    first = sorted((data_dir / "t-0").glob("*.log"))[0]
+    damaged = bytearray(first.read_bytes())
+    damaged[100] ^= 0xFF
+    first.write_bytes(bytes(damaged))
+    store.append("t", [(b"z", b"9")], partition=0)
+    for path in CompactedLedgers(data_dir / "t-0").folder.glob("*.ledger"):
+        path.unlink()  # force the next run to read the raw log from the start
+    (CompactedLedgers(data_dir / "t-0").cursor_path).unlink()
+    with pytest.raises(CorruptSegmentError, match="Corrupt batch"):
+        compactor.compact("t")
+    [status] = compactor.status("t")
+    assert status.state is CompactionState.ERROR and "Corrupt batch" in (status.last_error or "")
+
+
+def test_the_scheduler_compacts_partitions_past_the_threshold(store: Store) -> None:
+    store.create_topic("t", partitions=2, config={"compaction.threshold.bytes": "2000"})
+    store.create_topic("manual")  # threshold 0: never compacted automatically
+    store.append("manual", [(b"k", b"v" * 5000)], partition=0)
+    store.append("t", [(b"k", b"v" * 100)], partition=0)
+    store.append("t", [(b"k", b"v" * 3000)], partition=1)
+    scheduler = CompactionScheduler(store, interval_s=3600)
+    try:
+        done = scheduler.check_once()
+        assert [(topic, result.partition) for topic, result in done] == [("t", 1)]
+        assert scheduler.check_once() == []  # nothing new above the horizon
+    finally:
+        scheduler.stop()
+    assert [s.state for s in Compactor(store).status("manual")] == [CompactionState.NOT_RUN]
+
+
+def test_raw_data_above_the_horizon_is_held_from_retention(store: Store) -> None:
+    store.create_topic("plain")
+    store.create_topic("auto", config={"compaction.threshold.bytes": "1000000"})
+    assert store.retention_hold("plain", 0) is None
+    assert store.retention_hold("auto", 0) == 0
+    store.append("plain", MESSAGES, partition=0)
+    Compactor(store).compact("plain")
+    assert store.retention_hold("plain", 0) == len(MESSAGES)
+
+
+def test_orphan_ledgers_are_removed_and_retired_ones_after_the_delay(store: Store, clock: ManualClock) -> None:
+    store.create_topic("t", config={"file.delete.delay.ms": "60000"})
+    compactor = Compactor(store)
+    store.append("t", MESSAGES, partition=0)
+    compactor.compact("t")
+    ledgers = CompactedLedgers(store.partition_log("t", 0).folder)
+    orphan, orphan_index = ledgers.ledger_paths(99)
+    orphan.write_bytes(b"")
+    orphan_index.mkdir()
+    store.append("t", [(b"x", b"1")], partition=0)
+    clock.advance(1)
+    compactor.compact("t")
+    names = sorted(p.name for p in ledgers.folder.iterdir() if not p.name.startswith("."))
+    assert f"{99:020d}.ledger" not in names and f"{99:020d}.keys" not in names
+    assert f"{1:020d}.ledger.deleted" in names  # retired, kept for readers that opened it
+    store.append("t", [(b"y", b"1")], partition=0)
+    clock.now_ms = 2 * 10**13  # far past the delay
+    compactor.compact("t")
+    names = sorted(p.name for p in ledgers.folder.iterdir() if not p.name.startswith("."))
+    assert not any(name.startswith(f"{1:020d}") for name in names)
+    kept = [row["offset"] for row in ledger_rows(store, "t")]
+    assert kept == latest_live([*MESSAGES, (b"x", b"1"), (b"y", b"1")])
