@@ -29,6 +29,8 @@ from storage.ledger import LedgerWriter
 from storage.partition_log import Clock, PartitionLog
 
 OUTPUT_BATCH_MESSAGES = 65_536
+OUTPUT_BATCH_MIN_BYTES = 64 * 1024
+"""Phase two writes a batch when it has OUTPUT_BATCH_MESSAGES or a quarter of the memory budget, if larger."""
 
 
 @dataclass(frozen=True)
@@ -118,25 +120,29 @@ def _unchanged(partition: int, cursor: CompactionCursor | None) -> CompactionRes
 
 def _write_ledger(log: PartitionLog, ledgers: CompactedLedgers, batches: Iterator[pa.RecordBatch],
                   survivors: Survivors, *, horizon: int, clock: Clock) -> CompactionCursor:
-    """Phase two: keep exactly the surviving offsets, coalesced into batches of OUTPUT_BATCH_MESSAGES."""
+    """Phase two: keep exactly the surviving offsets, coalesced into batches (see OUTPUT_BATCH_MESSAGES)."""
     ledger_id = ledgers.next_ledger_id()
     compression = log.config.compression_type if log.config.compression_type in ("lz4", "zstd") else None
-    writer = LedgerWriter(*ledgers.ledger_paths(ledger_id), compression=compression)
+    budget = log.config.compaction_memory_bytes
+    writer = LedgerWriter(*ledgers.ledger_paths(ledger_id), compression=compression, memory_budget_bytes=budget)
+    flush_bytes = max(OUTPUT_BATCH_MIN_BYTES, budget // 4)
     try:
         pending: list[pa.RecordBatch] = []
-        pending_rows = 0
+        pending_rows = pending_bytes = 0
         for batch in batches:
             offsets = batch.column(0).to_numpy()
             kept = survivors.within(int(offsets[0]), int(offsets[-1]))
             if len(kept) == 0:
                 continue
             rows = np.searchsorted(offsets, kept)
-            pending.append(batch if len(rows) == batch.num_rows else batch.take(pa.array(rows)))
+            kept_rows = batch if len(rows) == batch.num_rows else batch.take(pa.array(rows))
+            pending.append(kept_rows)
             pending_rows += len(rows)
-            if pending_rows >= OUTPUT_BATCH_MESSAGES:
+            pending_bytes += kept_rows.nbytes
+            if pending_rows >= OUTPUT_BATCH_MESSAGES or pending_bytes >= flush_bytes:
                 writer.append(pa.concat_batches(pending))
                 faults.crash_point("compactor.phase_two_write")
-                pending, pending_rows = [], 0
+                pending, pending_rows, pending_bytes = [], 0, 0
         if pending:
             writer.append(pa.concat_batches(pending))
         writer.finish()

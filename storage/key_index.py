@@ -17,20 +17,23 @@ import pyarrow as pa
 from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
 
 LOCATION = struct.Struct("<qi")
-WRITE_BUFFER_BYTES = 32 * 1024 * 1024
+MAX_WRITE_BUFFER_BYTES = 32 * 1024 * 1024
+MIN_WRITE_BUFFER_BYTES = 256 * 1024
 
 
-def _options() -> Options:
+def _options(write_buffer_bytes: int = MAX_WRITE_BUFFER_BYTES) -> Options:
     options = Options(raw_mode=True)
-    options.set_write_buffer_size(WRITE_BUFFER_BYTES)
+    options.set_write_buffer_size(write_buffer_bytes)
     options.set_max_write_buffer_number(2)
     return options
 
 
 class KeyIndexWriter:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, memory_budget_bytes: int) -> None:
+        """``memory_budget_bytes`` bounds RocksDB's memtables (two of a quarter of it each, within limits)."""
         self.path = path
-        self._db = Rdict(str(path), _options())
+        write_buffer = min(MAX_WRITE_BUFFER_BYTES, max(MIN_WRITE_BUFFER_BYTES, memory_budget_bytes // 4))
+        self._db = Rdict(str(path), _options(write_buffer))
         write_options = WriteOptions()
         write_options.disable_wal = True  # type: ignore[assignment,method-assign]  # a property; the stub is wrong
         self._db.set_write_options(write_options)

@@ -25,11 +25,12 @@ from storage.segment import scan_headers
 class LedgerWriter:
     """Writes one ledger: batches in offset order, each indexed by key as it is written."""
 
-    def __init__(self, path: Path, key_index_path: Path, *, compression: str | None) -> None:
+    def __init__(self, path: Path, key_index_path: Path, *, compression: str | None,
+                 memory_budget_bytes: int) -> None:
         self.path = path
         self.compression = compression
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        self._keys = KeyIndexWriter(key_index_path)
+        self._keys = KeyIndexWriter(key_index_path, memory_budget_bytes=memory_budget_bytes)
         self.size_bytes = 0
         self.messages = 0
         self._last_offset = -1

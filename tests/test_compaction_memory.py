@@ -1,0 +1,52 @@
+"""Invariant 9: the memory of two-phase compaction is bounded by compaction.memory.bytes whatever the number of
+keys, and a bounded run gives exactly the same ledger as an unbounded one.
+
+The child process uses the system allocator for Arrow: pyarrow's default, mimalloc, keeps about 30 MB of freed
+pages cached for reuse whatever the budget, which would hide what the compactor itself holds.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from storage import Store
+from storage.compacted import CompactedLedgers
+from storage.schema import STORED_SCHEMA
+
+SCRIPT = Path(__file__).parent / "processes" / "compact_memory.py"
+BUDGET_BYTES = 4 * 1024 * 1024
+MESSAGES, KEYS = 400_000, 300_000
+
+
+def compact_in_subprocess(folder: Path, budget_bytes: int) -> tuple[int, int]:
+    done = subprocess.run([sys.executable, str(SCRIPT), str(folder), str(budget_bytes), str(MESSAGES), str(KEYS)],
+                          capture_output=True, text=True, check=True, timeout=300,
+                          env={**os.environ, "ARROW_DEFAULT_MEMORY_POOL": "system"})
+    growth, passes, _ = (int(field) for field in done.stdout.split())
+    return growth, passes
+
+
+def ledger_table(folder: Path) -> pa.Table:
+    with Store.open(folder) as store:
+        opened = CompactedLedgers(store.partition_log("t", 0).folder).open_current()
+        assert opened is not None
+        _, ledger = opened
+        try:
+            return pa.Table.from_batches(list(ledger.read_batches()), schema=STORED_SCHEMA)
+        finally:
+            ledger.close()
+
+
+@pytest.mark.slow
+def test_peak_memory_stays_near_the_budget_and_the_ledger_is_the_same(tmp_path: Path) -> None:
+    unbounded_growth, unbounded_passes = compact_in_subprocess(tmp_path / "unbounded", 10**12)
+    bounded_growth, bounded_passes = compact_in_subprocess(tmp_path / "bounded", BUDGET_BYTES)
+    assert unbounded_passes == 1 and bounded_passes > 4
+    assert bounded_growth < 2 * BUDGET_BYTES < unbounded_growth
+    assert ledger_table(tmp_path / "bounded").equals(ledger_table(tmp_path / "unbounded"))
