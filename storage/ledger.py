@@ -78,7 +78,7 @@ class Ledger:
         else:
             self._buffer = pa.py_buffer(b"")
         try:
-            self.headers: list[BatchHeader] = list(scan_headers(memoryview(self._buffer), 0, size, False))
+            self.headers: list[BatchHeader] = list(scan_headers(memoryview(self._buffer), 0, size, None))
         except BatchFormatError as error:
             raise CorruptSegmentError(str(path), error.position, -1, error.reason) from error
         self._bases = [header.base_offset for header in self.headers]

@@ -6,10 +6,11 @@ Runs under the partition's writer lock, so no writer is mid-append while it trun
    and index files whose log is gone.
 2. Load every segment below the recovery point without verifying it: its indexes are kept when they look sound
    and rebuilt from batch headers otherwise.
-3. Recover every segment from the one holding the recovery point on: verify each batch's CRC and offsets and
-   rebuild its indexes. An invalid batch in the last segment is a torn tail: cut the log back to the last batch
-   that verifies. An invalid batch in an earlier segment is corruption of a sealed segment: raise
-   CorruptSegmentError naming the file and position, and change nothing.
+3. Recover every segment from the one holding the recovery point on: verify the CRC of each batch from the
+   recovery point on (earlier ones were fsynced) and the order of offsets, and rebuild the indexes. An invalid
+   batch in the last segment is a torn tail: cut the log back to the last batch that verifies. An invalid batch
+   in an earlier segment is corruption of a sealed segment: raise CorruptSegmentError naming the file and
+   position, and change nothing.
 4. With no segment at all, create an empty one at the log start offset.
 """
 
@@ -39,7 +40,8 @@ def load_segments(folder: Path, *, recovery_point: int, log_start_offset: int, i
     to_recover = bases[first_to_recover:]
     for i, base in enumerate(to_recover):
         segment = Segment(folder, base, index_interval_bytes=index_interval_bytes)
-        failure = segment.rebuild_indexes(verify=True)
+        verify_from = _position_before(segment, recovery_point) if i == 0 else 0
+        failure = segment.rebuild_indexes(verify_from=verify_from)
         if failure is not None:
             if i < len(to_recover) - 1:
                 raise CorruptSegmentError(str(segment.log_path), failure.position, segment.next_offset,
@@ -47,6 +49,15 @@ def load_segments(folder: Path, *, recovery_point: int, log_start_offset: int, i
             segment.truncate(segment.size_bytes)
         segments.append(segment)
     return segments
+
+
+def _position_before(segment: Segment, recovery_point: int) -> int:
+    """A file position at or before the batch holding the recovery point: everything before it was fsynced, so
+    only what follows needs its CRC checked. From the segment's own offset index when it looks sound."""
+    index = segment.offset_index
+    if index.load() and index.is_consistent(segment.log_path.stat().st_size):
+        return index.lookup(recovery_point - segment.base_offset)
+    return 0
 
 
 def _remove_leftovers_and_list_logs(folder: Path) -> list[int]:

@@ -122,15 +122,15 @@ class PartitionLog:
         self.segments = segments
 
     # ------------------------------------------------------------------------------------------------ append
-    def append(self, table: pa.Table, *, compression: str | None) -> int:
+    def append(self, table: pa.Table, *, sizes: np.ndarray, compression: str | None) -> int:
         """Append messages (key, value, timestamp, headers; timestamps set) and return the first offset.
 
-        The table is split into batches of about ``target_batch_bytes`` by the caller's sizes; see Store.append.
+        ``sizes`` are the messages' estimated_message_bytes, used to split the table into batches.
         """
         with self.writer_lock:
             self.refresh()
             first_offset = self.end_offset
-            for batch in _batches_of(table, self.config.segment_bytes):
+            for batch in _batches_of(table, sizes, self.config.segment_bytes):
                 self._append_batch(batch, compression)
             self._maybe_flush(table.num_rows)
             return first_offset
@@ -139,7 +139,7 @@ class PartitionLog:
         base = self.end_offset
         offsets = pa.array(np.arange(base, base + table.num_rows, dtype=np.int64))
         batch = pa.RecordBatch.from_arrays(
-            [offsets, *(table.column(name).combine_chunks() for name in STORED_SCHEMA.names[1:])],
+            [offsets, *(_single_array(table.column(name)) for name in STORED_SCHEMA.names[1:])],
             schema=STORED_SCHEMA,
         )
         log_append_time = self.config.message_timestamp_type == "LogAppendTime"
@@ -230,10 +230,14 @@ class PartitionLog:
         return None
 
 
-def _batches_of(table: pa.Table, segment_bytes: int) -> Iterator[pa.Table]:
+def _single_array(column: pa.ChunkedArray) -> pa.Array:
+    """The column as one array, without a copy when it already is one chunk (often a zero-copy slice)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def _batches_of(table: pa.Table, sizes: np.ndarray, segment_bytes: int) -> Iterator[pa.Table]:
     """Split into batches of at most TARGET_BATCH_BYTES (or segment.bytes, if smaller) by estimated size."""
     target = max(1, min(TARGET_BATCH_BYTES, segment_bytes - HEADER_BYTES))
-    sizes = estimated_message_bytes(table)
     ends = np.cumsum(sizes)
     start = 0
     while start < table.num_rows:
@@ -249,12 +253,23 @@ MAX_BATCH_MESSAGES = 1 << 20
 MESSAGE_OVERHEAD_BYTES = 24  # offset, timestamp and the offsets into key and value
 
 
+def _value_offsets(array: pa.Array) -> np.ndarray:
+    """The int32 value offsets of a binary array, zero-copy, honouring a slice."""
+    buffer = array.buffers()[1]
+    return np.frombuffer(buffer, dtype=np.int32, count=len(array) + 1, offset=array.offset * 4)
+
+
+def _binary_lengths(column: pa.ChunkedArray) -> np.ndarray:
+    """Length of each binary value from the offsets buffer (a null's slot is empty, so it counts 0)."""
+    parts = [np.diff(_value_offsets(chunk)) for chunk in column.chunks]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+
 def estimated_message_bytes(table: pa.Table) -> np.ndarray:
     """Bytes each message adds to a batch payload (key, value, headers and fixed columns), without a loop."""
     sizes = np.full(table.num_rows, MESSAGE_OVERHEAD_BYTES, dtype=np.int64)
     for name in ("key", "value"):
-        lengths = pa.compute.binary_length(table.column(name)).fill_null(0)
-        sizes += lengths.to_numpy()
+        sizes += _binary_lengths(table.column(name))
     headers = table.column("headers").combine_chunks()
     if headers.null_count < len(headers):
         flat = headers.flatten()

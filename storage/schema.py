@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -44,6 +45,18 @@ class Message:
     key: bytes | None
     value: bytes | None
     headers: Headers
+
+
+_PARTITION_COLUMNS: dict[int, pa.Array] = {}
+
+
+def with_partition_column(batch: pa.RecordBatch, partition: int) -> pa.RecordBatch:
+    """A batch of STORED_SCHEMA as MESSAGE_SCHEMA: the partition column is a zero-copy slice of a cached array."""
+    column = _PARTITION_COLUMNS.get(partition)
+    if column is None or len(column) < batch.num_rows:
+        column = pa.array(np.full(max(batch.num_rows, 1 << 16), partition, dtype=np.int32))
+        _PARTITION_COLUMNS[partition] = column
+    return pa.RecordBatch.from_arrays([column.slice(0, batch.num_rows), *batch.columns], schema=MESSAGE_SCHEMA)
 
 
 def messages_from_table(table: pa.Table) -> list[Message]:

@@ -37,6 +37,7 @@ class Segment:
         self.first_timestamp = NO_TIMESTAMP
         self.max_timestamp = NO_TIMESTAMP
         self._bytes_since_index_entry = 0
+        self._verified_bytes = 0
         self._write_fd: int | None = None
         self._map: pa.Buffer | None = None
 
@@ -57,7 +58,7 @@ class Segment:
         sound = segment.offset_index.load() and segment.offset_index.is_consistent(segment.size_bytes)
         sound = sound and segment.time_index.load()
         if not sound:
-            segment.rebuild_indexes(verify=False)
+            segment.rebuild_indexes(verify_from=None)
             return segment
         tail_start = segment.offset_index.values[-1] if segment.offset_index.values else 0
         headers = list(segment.scan(tail_start))
@@ -67,12 +68,13 @@ class Segment:
                                         max(h.max_timestamp for h in headers))
             segment.first_timestamp = next(segment.scan(0)).first_timestamp
         if not segment.time_index.is_consistent(segment.next_offset - base_offset):
-            segment.rebuild_indexes(verify=False)
+            segment.rebuild_indexes(verify_from=None)
         return segment
 
-    def rebuild_indexes(self, *, verify: bool) -> BatchFormatError | None:
+    def rebuild_indexes(self, *, verify_from: int | None) -> BatchFormatError | None:
         """Rebuild both indexes and the end state from the log, keeping every batch until the first invalid one.
 
+        Batches starting at or after file position ``verify_from`` have their CRC checked (None: none are).
         Returns the error that stopped the scan (the log's valid part then ends there) or None.
         """
         self.size_bytes = self.log_path.stat().st_size
@@ -81,7 +83,7 @@ class Segment:
         self.next_offset, self.first_timestamp, self.max_timestamp = self.base_offset, NO_TIMESTAMP, NO_TIMESTAMP
         self._bytes_since_index_entry = 0
         failure = None
-        headers = self.scan(0, verify=verify)
+        headers = scan_headers(memoryview(self.buffer()), 0, self.size_bytes, verify_from)
         self.size_bytes = 0
         try:
             for header in headers:
@@ -129,6 +131,7 @@ class Segment:
     def append(self, encoded: EncodedBatch) -> None:
         """Append one encoded batch at the end of the valid bytes."""
         header = replace(encoded.header, position=self.size_bytes)
+        already_verified = self._verified_bytes == self.size_bytes
         if self._write_fd is None:
             self._write_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
         buffers = [memoryview(encoded.header_bytes), memoryview(encoded.payload)]
@@ -144,6 +147,8 @@ class Segment:
                 buffers[0] = buffers[0][written:]
         faults.crash_point("segment.after_write")
         offset_entry, time_entry = self._take_in(header)
+        if already_verified:
+            self._verified_bytes = self.size_bytes  # written from bytes this process checksummed
         if offset_entry:
             self.offset_index.append(*offset_entry)
         if time_entry:
@@ -167,10 +172,11 @@ class Segment:
     def truncate(self, valid_bytes: int) -> None:
         """Cut the log back to ``valid_bytes`` (the end of a verified batch) and rebuild the indexes."""
         self._map = None
+        self._verified_bytes = min(self._verified_bytes, valid_bytes)
         with open(self.log_path, "r+b") as file:
             file.truncate(valid_bytes)
             os.fsync(file.fileno())
-        self.rebuild_indexes(verify=False)
+        self.rebuild_indexes(verify_from=None)
 
     def close(self) -> None:
         if self._write_fd is not None:
@@ -206,8 +212,16 @@ class Segment:
         return self.size_bytes > start
 
     def scan(self, start_position: int, *, verify: bool = False) -> Iterator[BatchHeader]:
-        """Batch headers from ``start_position`` to the end of the bytes valid now."""
-        return scan_headers(memoryview(self.buffer()), start_position, self.size_bytes, verify)
+        """Batch headers from ``start_position`` to the end of the bytes valid now.
+
+        With ``verify``, each batch's CRC is checked once per process: batches below the verified watermark (read
+        and checked before, or written by this process) are not checked again.
+        """
+        verify_from = self._verified_bytes if verify else None
+        for header in scan_headers(memoryview(self.buffer()), start_position, self.size_bytes, verify_from):
+            if verify and header.position == self._verified_bytes:
+                self._verified_bytes = header.end_position
+            yield header
 
     def position_of(self, offset: int) -> int:
         """File position of the first batch holding ``offset`` or later offsets (the size if there is none)."""
@@ -251,11 +265,12 @@ class Segment:
         return None
 
 
-def scan_headers(view: memoryview, position: int, end: int, verify: bool) -> Iterator[BatchHeader]:
+def scan_headers(view: memoryview, position: int, end: int, verify_from: int | None) -> Iterator[BatchHeader]:
+    """Headers of the batches from ``position`` to ``end``, checking the CRC of those at or after ``verify_from``."""
     while position < end:
         try:
             header = read_header(view, position, end - position)
-            if verify:
+            if verify_from is not None and position >= verify_from:
                 verify_batch(view, header)
         except BatchFormatError as error:
             error.position = position

@@ -55,7 +55,7 @@ from storage.loader import load_segments
 from storage.locks import FileLock
 from storage.partition_log import Clock, PartitionCheckpoints, PartitionLog, estimated_message_bytes
 from storage.partitioner import partition_for_keys
-from storage.schema import MESSAGE_SCHEMA, Message, messages_from_table, normalize_input
+from storage.schema import MESSAGE_SCHEMA, Message, messages_from_table, normalize_input, with_partition_column
 from storage.topics import TopicMetadata
 
 CONFIG_KEY_NAMES = frozenset(key.name for key in CONFIG_KEYS)
@@ -316,7 +316,8 @@ class Store:
         table = normalize_input(data)
         if table.num_rows == 0:
             return AppendResult(np.empty(0, np.int32), np.empty(0, np.int64))
-        self._check_sizes(topic, table, config.max_message_bytes)
+        sizes = estimated_message_bytes(table)
+        self._check_sizes(topic, sizes, config.max_message_bytes)
         table = self._set_timestamps(table, config)
         targets = self._choose_partitions(metadata, table, partition)
         if "partition" in table.column_names:
@@ -331,13 +332,13 @@ class Store:
         bounds = np.flatnonzero(np.diff(sorted_targets)) + 1
         for rows in np.split(order, bounds):
             target = int(targets[rows[0]])
-            part = table.take(pa.array(rows)) if len(rows) < table.num_rows else table
-            first = self.partition_log(topic, target).append(part, compression=codec)
+            whole = len(rows) == table.num_rows
+            part, part_sizes = (table, sizes) if whole else (table.take(pa.array(rows)), sizes[rows])
+            first = self.partition_log(topic, target).append(part, sizes=part_sizes, compression=codec)
             offsets[rows] = np.arange(first, first + len(rows))
         return AppendResult(targets, offsets)
 
-    def _check_sizes(self, topic: str, table: pa.Table, limit_bytes: int) -> None:
-        sizes = estimated_message_bytes(table)
+    def _check_sizes(self, topic: str, sizes: np.ndarray, limit_bytes: int) -> None:
         too_big = np.flatnonzero(sizes > limit_bytes)
         if len(too_big):
             row = int(too_big[0])
@@ -381,8 +382,7 @@ class Store:
         log.refresh()
         start = log.log_start_offset if start_offset is None else start_offset
         for batch in log.read_batches(start, end_offset):
-            column = pa.array(np.full(batch.num_rows, partition, dtype=np.int32))
-            yield pa.RecordBatch.from_arrays([column, *batch.columns], schema=MESSAGE_SCHEMA)
+            yield with_partition_column(batch, partition)
 
     def read(self, topic: str, partition: int, start_offset: int | None = None,
              max_messages: int | None = None, end_offset: int | None = None) -> pa.Table:

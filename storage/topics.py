@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,9 @@ class TopicMetadata:
     created_ms: int
     """Wall-clock creation time."""
 
-    @property
+    @cached_property
     def config(self) -> TopicConfig:
+        """The effective config, parsed once per metadata record."""
         return TopicConfig.from_overrides(self.overrides)
 
     def encode(self) -> bytes:

@@ -157,28 +157,30 @@ def test_a_second_run_while_one_holds_the_lock_is_refused(store: Store) -> None:
         Compactor(store).compact("t")
 
 
-def test_status_moves_from_not_run_to_success_and_reports_errors(store: Store, data_dir: Path) -> None:
-    store.create_topic("t", config=TINY)
-    compactor = Compactor(store)
-    assert [s.state for s in compactor.status("t")] == [CompactionState.NOT_RUN]
-    store.append("t", MESSAGES, partition=0)
-    compactor.compact("t")
-    [status] = compactor.status("t")
-    assert (status.state, status.messages_read, status.messages_kept, status.messages_removed) == (
-        CompactionState.SUCCESS, 9, 3, 6)
-    assert status.started_ms is not None and status.ended_ms is not None
+def test_status_moves_from_not_run_to_success_and_reports_errors(data_dir: Path) -> None:
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config=TINY)
+        compactor = Compactor(store)
+        assert [s.state for s in compactor.status("t")] == [CompactionState.NOT_RUN]
+        store.append("t", MESSAGES, partition=0)
+        store.append("t", MESSAGES, partition=0)
+        compactor.compact("t")
+        [status] = compactor.status("t")
+        assert (status.state, status.messages_read, status.messages_kept, status.messages_removed) == (
+            CompactionState.SUCCESS, 18, 3, 15)
+        assert status.started_ms is not None and status.ended_ms is not None
+    ledgers = CompactedLedgers(data_dir / "t-0")
+    ledgers.cursor_path.unlink()  # the next run reads the raw log from the start
     first = sorted((data_dir / "t-0").glob("*.log"))[0]
     damaged = bytearray(first.read_bytes())
     damaged[100] ^= 0xFF
     first.write_bytes(bytes(damaged))
-    store.append("t", [(b"z", b"9")], partition=0)
-    for path in CompactedLedgers(data_dir / "t-0").folder.glob("*.ledger"):
-        path.unlink()  # force the next run to read the raw log from the start
-    (CompactedLedgers(data_dir / "t-0").cursor_path).unlink()
-    with pytest.raises(CorruptSegmentError, match="Corrupt batch"):
-        compactor.compact("t")
-    [status] = compactor.status("t")
-    assert status.state is CompactionState.ERROR and "Corrupt batch" in (status.last_error or "")
+    with Store.open(data_dir) as store:
+        store.append("t", [(b"z", b"9")], partition=0)
+        with pytest.raises(CorruptSegmentError, match="Corrupt batch"):
+            Compactor(store).compact("t")
+        [status] = Compactor(store).status("t")
+        assert status.state is CompactionState.ERROR and "Corrupt batch" in (status.last_error or "")
 
 
 def test_the_scheduler_compacts_partitions_past_the_threshold(store: Store) -> None:
