@@ -66,3 +66,26 @@ def update_checkpoint(path: Path, lock: FileLock, changes: Mapping[PartitionKey,
             else:
                 entries[key] = offset
         write_checkpoint(path, entries)
+
+
+class CachedCheckpoint:
+    """A checkpoint file read again only when it was replaced (reads happen on every refresh).
+
+    Every update renames a new file into place, so a new inode number tells a replacement even within one tick
+    of the file system's clock.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._identity: tuple[int, int] | None = None
+        self._entries: dict[PartitionKey, int] = {}
+
+    def get(self, key: PartitionKey, default: int) -> int:
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            return default
+        identity = (stat.st_ino, stat.st_mtime_ns)
+        if identity != self._identity:
+            self._entries, self._identity = read_checkpoint(self.path), identity
+        return self._entries.get(key, default)

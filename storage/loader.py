@@ -28,14 +28,18 @@ from storage.segment import Segment
 def load_segments(folder: Path, *, recovery_point: int, log_start_offset: int, index_interval_bytes: int) -> (
     list[Segment]
 ):
-    """Return the partition's segments in offset order, the folder recovered as the module docstring says."""
+    """Return the partition's segments in offset order, the folder recovered as the module docstring says.
+
+    The caller holds the partition's writer lock.
+    """
     remove_stray_temporary_files(folder)
     bases = _remove_leftovers_and_list_logs(folder)
     if not bases:
         return [Segment.create(folder, log_start_offset, index_interval_bytes=index_interval_bytes)]
     first_to_recover = max((i for i, base in enumerate(bases) if base <= recovery_point), default=0)
     segments = [
-        Segment.load(folder, base, index_interval_bytes=index_interval_bytes) for base in bases[:first_to_recover]
+        Segment.load(folder, base, index_interval_bytes=index_interval_bytes, recovering=True)
+        for base in bases[:first_to_recover]
     ]
     to_recover = bases[first_to_recover:]
     for i, base in enumerate(to_recover):
@@ -70,3 +74,25 @@ def _remove_leftovers_and_list_logs(folder: Path) -> list[int]:
     return sorted(log_bases)
 
 
+
+
+def read_segments(folder: Path, *, index_interval_bytes: int, known: dict[int, Segment] | None = None) -> (
+    list[Segment]
+):
+    """The partition's segments as they are, for a process that does not hold the writer lock: nothing is
+    changed on disk, and the last segment ends at its last complete batch (another process may be writing).
+    Segments in ``known`` are reused and caught up rather than loaded again."""
+    known = known or {}
+    bases = sorted(
+        parsed[0] for name in os.listdir(folder)
+        if (parsed := parse_segment_file(name)) and parsed[1] == LOG_SUFFIX and parsed[2] is None
+    )
+    segments = []
+    for base in bases:
+        segment = known.get(base)
+        if segment is None:
+            segment = Segment.load(folder, base, index_interval_bytes=index_interval_bytes, recovering=False)
+        else:
+            segment.follow_growth()
+        segments.append(segment)
+    return segments

@@ -14,7 +14,7 @@ so readers never block writers and see every batch a writer in any process has a
 from __future__ import annotations
 
 import bisect
-import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +26,13 @@ from storage import faults
 from storage.codec import HEADER_BYTES, BatchHeader, encode_batch
 from storage.config import TopicConfig
 from storage.errors import OffsetOutOfRangeError
-from storage.files import LOG_SUFFIX, parse_segment_file
+from storage.loader import read_segments
 from storage.locks import FileLock
 from storage.schema import STORED_SCHEMA
 from storage.segment import NO_TIMESTAMP, Segment
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
+MTIME_TICK_NS = 1_000_000_000
 Clock = Callable[[], int]
 
 
@@ -95,7 +96,10 @@ class PartitionLog:
     def refresh(self) -> None:
         """Catch up with what other processes did to the files: new or removed segments, appended batches."""
         mtime_ns = self.folder.stat().st_mtime_ns
-        if mtime_ns != self._folder_mtime_ns:
+        # A folder's mtime moves in ticks of the kernel's coarse clock: a segment created within the tick of the
+        # last look leaves it unchanged, so a recent mtime is no proof that nothing changed.
+        unsettled = time.time_ns() - mtime_ns < MTIME_TICK_NS
+        if mtime_ns != self._folder_mtime_ns or unsettled:
             self._folder_mtime_ns = mtime_ns
             self._relist_segments()
         self.active.follow_growth()
@@ -103,23 +107,12 @@ class PartitionLog:
 
     def _relist_segments(self) -> None:
         known = {segment.base_offset: segment for segment in self.segments}
-        bases = sorted(
-            parsed[0]
-            for name in os.listdir(self.folder)
-            if (parsed := parse_segment_file(name)) and parsed[1] == LOG_SUFFIX and parsed[2] is None
-        )
-        segments = []
-        for base in bases:
-            segment = known.get(base)
-            if segment is None:
-                segment = Segment.load(self.folder, base, index_interval_bytes=self.config.index_interval_bytes)
-            else:
-                segment.follow_growth()
-            segments.append(segment)
+        on_disk = {segment.base_offset: segment for segment in
+                   read_segments(self.folder, index_interval_bytes=self.config.index_interval_bytes, known=known)}
         for base, segment in known.items():
-            if base not in bases:
+            if base not in on_disk:
                 segment.close()
-        self.segments = segments
+        self.segments = [on_disk[base] for base in sorted(on_disk)]
 
     # ------------------------------------------------------------------------------------------------ append
     def append(self, table: pa.Table, *, sizes: np.ndarray, compression: str | None) -> int:
@@ -129,11 +122,19 @@ class PartitionLog:
         """
         with self.writer_lock:
             self.refresh()
+            self._cut_torn_tail()
             first_offset = self.end_offset
             for batch in _batches_of(table, sizes, self.config.segment_bytes):
                 self._append_batch(batch, compression)
             self._maybe_flush(table.num_rows)
             return first_offset
+
+    def _cut_torn_tail(self) -> None:
+        """Under the writer lock nobody else is writing: bytes past the last complete batch are what a writer
+        that died mid-append left. Cut them, or the next batch would land after them and never be read."""
+        active = self.active
+        if active.log_path.stat().st_size > active.size_bytes:
+            active.truncate(active.size_bytes)
 
     def _append_batch(self, table: pa.Table, compression: str | None) -> None:
         base = self.end_offset

@@ -50,36 +50,47 @@ class Segment:
         return segment
 
     @classmethod
-    def load(cls, folder: Path, base_offset: int, *, index_interval_bytes: int) -> Segment:
-        """Open a segment known to be intact (below the recovery point): trust its indexes when they look sound,
-        rebuild them from batch headers otherwise, and read only the tail to find its end."""
+    def load(cls, folder: Path, base_offset: int, *, index_interval_bytes: int, recovering: bool) -> Segment:
+        """Open a segment without verifying it: trust its indexes when they look sound, rebuild them from batch
+        headers otherwise, and read only the tail to find its end.
+
+        ``recovering``: the caller holds the writer lock and the segment lies below the recovery point, so a
+        rebuilt index is written back and an invalid batch is corruption. Otherwise (a reader, or a writer
+        catching up with another process) nothing is written, and the segment ends at its last complete batch:
+        the one after it may still be being written.
+        """
         segment = cls(folder, base_offset, index_interval_bytes=index_interval_bytes)
-        segment.size_bytes = segment.log_path.stat().st_size
-        sound = segment.offset_index.load() and segment.offset_index.is_consistent(segment.size_bytes)
+        file_bytes = segment.log_path.stat().st_size
+        segment.size_bytes = file_bytes
+        sound = segment.offset_index.load() and segment.offset_index.is_consistent(file_bytes)
         sound = sound and segment.time_index.load()
+        if sound:
+            tail_start = segment.offset_index.values[-1] if segment.offset_index.values else 0
+            if tail_start:
+                segment.first_timestamp = read_header(memoryview(segment.buffer()), 0, file_bytes).first_timestamp
+            segment.max_timestamp = segment.time_index.last_timestamp or NO_TIMESTAMP
+            segment.size_bytes = tail_start
+            segment._follow(file_bytes)
+            sound = segment.time_index.is_consistent(segment.next_offset - base_offset)
         if not sound:
-            segment.rebuild_indexes(verify_from=None)
-            return segment
-        tail_start = segment.offset_index.values[-1] if segment.offset_index.values else 0
-        headers = list(segment.scan(tail_start))
-        if headers:
-            segment.next_offset = headers[-1].next_offset
-            segment.max_timestamp = max(segment.time_index.last_timestamp or NO_TIMESTAMP,
-                                        max(h.max_timestamp for h in headers))
-            segment.first_timestamp = next(segment.scan(0)).first_timestamp
-        if not segment.time_index.is_consistent(segment.next_offset - base_offset):
-            segment.rebuild_indexes(verify_from=None)
+            failure = segment.rebuild_indexes(verify_from=None, persist=recovering)
+            if failure is not None and not recovering:
+                segment.size_bytes = failure.position
+        if recovering and segment.size_bytes < file_bytes:
+            raise CorruptSegmentError(str(segment.log_path), segment.size_bytes, segment.next_offset,
+                                      "a batch below the recovery point does not parse")
         return segment
 
-    def rebuild_indexes(self, *, verify_from: int | None) -> BatchFormatError | None:
+    def rebuild_indexes(self, *, verify_from: int | None, persist: bool = True) -> BatchFormatError | None:
         """Rebuild both indexes and the end state from the log, keeping every batch until the first invalid one.
 
         Batches starting at or after file position ``verify_from`` have their CRC checked (None: none are).
+        ``persist``: write the rebuilt indexes to their files (only a holder of the writer lock may).
         Returns the error that stopped the scan (the log's valid part then ends there) or None.
         """
         self.size_bytes = self.log_path.stat().st_size
-        self.offset_index.rewrite([])
-        self.time_index.rewrite([])
+        self.offset_index.keys, self.offset_index.values = [], []
+        self.time_index.keys, self.time_index.values = [], []
         self.next_offset, self.first_timestamp, self.max_timestamp = self.base_offset, NO_TIMESTAMP, NO_TIMESTAMP
         self._bytes_since_index_entry = 0
         failure = None
@@ -94,8 +105,9 @@ class Segment:
                 self._remember(*self._take_in(header))
         except BatchFormatError as error:
             failure = error
-        self.offset_index.rewrite(list(zip(self.offset_index.keys, self.offset_index.values, strict=True)))
-        self.time_index.rewrite(list(zip(self.time_index.keys, self.time_index.values, strict=True)))
+        if persist:
+            self.offset_index.rewrite(list(zip(self.offset_index.keys, self.offset_index.values, strict=True)))
+            self.time_index.rewrite(list(zip(self.time_index.keys, self.time_index.values, strict=True)))
         return failure
 
     def _remember(self, offset_entry: tuple[int, int] | None, time_entry: tuple[int, int] | None) -> None:
@@ -200,6 +212,11 @@ class Segment:
         if file_bytes <= self.size_bytes:
             return False
         start = self.size_bytes
+        self._follow(file_bytes)
+        return self.size_bytes > start
+
+    def _follow(self, file_bytes: int) -> None:
+        """Take in every complete batch between the valid end and ``file_bytes`` (in memory only)."""
         with pa.memory_map(str(self.log_path), "r") as mapped:
             self._map = mapped.read_buffer()
         view = memoryview(self._map)
@@ -209,7 +226,6 @@ class Segment:
             except BatchFormatError:
                 break  # a batch still being written, or the end
             self._remember(*self._take_in(header))
-        return self.size_bytes > start
 
     def scan(self, start_position: int, *, verify: bool = False) -> Iterator[BatchHeader]:
         """Batch headers from ``start_position`` to the end of the bytes valid now.

@@ -25,13 +25,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.checkpoints import read_checkpoint, update_checkpoint
+from storage.checkpoints import CachedCheckpoint, read_checkpoint, update_checkpoint
 from storage.compacted import retention_hold_offset
 from storage.config import CONFIG_KEYS, TopicConfig, UnknownConfigError
 from storage.errors import (
     InvalidMessagesError,
     LedgerviewError,
     MessageTooLargeError,
+    PartitionLockedError,
     StoreClosedError,
     TopicExistsError,
     UnknownPartitionError,
@@ -51,7 +52,7 @@ from storage.files import (
     topic_metadata_file,
     validate_topic_name,
 )
-from storage.loader import load_segments
+from storage.loader import load_segments, read_segments
 from storage.locks import FileLock
 from storage.partition_log import Clock, PartitionCheckpoints, PartitionLog, estimated_message_bytes
 from storage.partitioner import partition_for_keys
@@ -120,9 +121,11 @@ class Store:
         self.verify_reads = verify_reads
         self.clock = clock
         self._store_lock = FileLock(root / STORE_LOCK)
-        self._topics: dict[str, tuple[int, TopicMetadata]] = {}
+        self._topics: dict[str, tuple[tuple[int, int], TopicMetadata]] = {}
+        self._metadata_paths: dict[str, Path] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._keyless_turn = itertools.count()
+        self._log_start_offsets = CachedCheckpoint(root / LOG_START_OFFSET_CHECKPOINT)
         self._closed = False
 
     @classmethod
@@ -180,16 +183,19 @@ class Store:
     def topic_metadata(self, topic: str) -> TopicMetadata:
         """The topic's metadata, re-read when another process has changed it."""
         self._check_open()
-        path = topic_metadata_file(self.root, topic)
+        path = self._metadata_paths.get(topic)
+        if path is None:
+            path = self._metadata_paths[topic] = topic_metadata_file(self.root, topic)
         try:
-            mtime_ns = path.stat().st_mtime_ns
+            stat = path.stat()
         except FileNotFoundError:
             self._topics.pop(topic, None)
             raise UnknownTopicError(topic, self.list_topics()) from None
+        identity = (stat.st_ino, stat.st_mtime_ns)  # replaced by rename: a new inode even within one clock tick
         cached = self._topics.get(topic)
-        if cached is None or cached[0] != mtime_ns:
+        if cached is None or cached[0] != identity:
             metadata = TopicMetadata.decode(path, path.read_bytes())
-            self._topics[topic] = (mtime_ns, metadata)
+            self._topics[topic] = (identity, metadata)
             for partition in range(metadata.partitions):
                 if (log := self._logs.get((topic, partition))) is not None:
                     log.config = metadata.config
@@ -276,14 +282,27 @@ class Store:
         writer_lock = FileLock(folder / WRITER_LOCK, wait=self.lock_wait)
 
         def read_log_start_offset() -> int:
-            return read_checkpoint(start_file).get(key, 0)
+            return self._log_start_offsets.get(key, 0)
 
         checkpoints = PartitionCheckpoints(
             save_recovery_point=lambda offset: update_checkpoint(recovery_file, self._store_lock, {key: offset}),
             save_log_start_offset=lambda offset: update_checkpoint(start_file, self._store_lock, {key: offset}),
             read_log_start_offset=read_log_start_offset,
         )
-        with writer_lock.waiting():
+        try:
+            writer_lock.acquire(wait=False)
+        except PartitionLockedError:
+            # Another process is appending right now: take the files as they are (it recovered them when it
+            # opened the partition); whoever next holds the lock cuts any torn tail (PartitionLog.append).
+            segments = read_segments(folder, index_interval_bytes=config.index_interval_bytes)
+            if segments:
+                return PartitionLog(folder, topic, partition, config=config, segments=segments,
+                                    log_start_offset=max(read_log_start_offset(), segments[0].base_offset),
+                                    recovery_point=read_checkpoint(recovery_file).get(key, 0),
+                                    writer_lock=writer_lock, checkpoints=checkpoints, clock=self.clock,
+                                    verify_reads=self.verify_reads)
+            writer_lock.acquire(wait=True)  # the partition's first segment is being created: wait for it
+        try:
             recovery_point = read_checkpoint(recovery_file).get(key, 0)
             log_start_offset = read_log_start_offset()
             segments = load_segments(folder, recovery_point=recovery_point, log_start_offset=log_start_offset,
@@ -294,6 +313,8 @@ class Store:
                                clock=self.clock, verify_reads=self.verify_reads)
             if recovery_point < log.end_offset:
                 log.flush()  # what recovery kept is now verified and fsynced
+        finally:
+            writer_lock.__exit__(None, None, None)
         return log
 
     def _check_open(self) -> None:
