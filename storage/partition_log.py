@@ -199,6 +199,11 @@ class PartitionLog:
             self.recovery_point = offset
             self.checkpoints.save_recovery_point(offset)
 
+    @property
+    def has_unflushed_appends(self) -> bool:
+        """Whether this process appended since its last flush (only then does closing flush)."""
+        return self._unflushed_messages > 0
+
     def close(self) -> None:
         for segment in self.segments:
             segment.close()

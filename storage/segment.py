@@ -167,8 +167,16 @@ class Segment:
             self.time_index.append(*time_entry)
 
     def fsync(self) -> None:
+        """fsync the log (through any descriptor: the kernel flushes the file's pages whoever wrote them) and
+        the indexes."""
         if self._write_fd is not None:
             os.fsync(self._write_fd)
+        else:
+            fd = os.open(self.log_path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         self.offset_index.fsync()
         self.time_index.fsync()
 

@@ -38,6 +38,7 @@ from storage.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from storage.fileio import remove_stray_temporary_files
 from storage.files import (
     DELETED_FOLDER_SUFFIX,
     LOG_START_OFFSET_CHECKPOINT,
@@ -141,6 +142,7 @@ class Store:
         (root / TOPICS_FOLDER).mkdir(parents=True, exist_ok=True)
         store = cls(root, lock_wait=lock_wait, verify_reads=verify_reads, clock=clock)
         store._remove_deleted_folders()
+        store._remove_stray_temporary_files()
         return store
 
     def __enter__(self) -> Store:
@@ -151,11 +153,14 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        """Flush every open partition (fsync, recovery point to its end) and release its files."""
+        """Flush the partitions this store appended to (fsync, recovery point to the end) and release files.
+
+        A store that only read takes no lock here."""
         if self._closed:
             return
         for log in self._logs.values():
-            log.flush()
+            if log.has_unflushed_appends:
+                log.flush()
             log.close()
         self._logs.clear()
         self._closed = True
@@ -248,6 +253,15 @@ class Store:
                 changes[(topic, partition)] = None
             update_checkpoint(self.root / RECOVERY_POINT_CHECKPOINT, self._store_lock, changes)
             update_checkpoint(self.root / LOG_START_OFFSET_CHECKPOINT, self._store_lock, changes)
+
+    def _remove_stray_temporary_files(self) -> None:
+        """Checkpoint and topic-metadata writes a crash interrupted; under the store lock, which those writes
+        hold, so no write in progress loses its temporary file."""
+        with self._store_lock:
+            remove_stray_temporary_files(self.root)
+            for topic_folder in (self.root / TOPICS_FOLDER).iterdir():
+                if topic_folder.is_dir():
+                    remove_stray_temporary_files(topic_folder)
 
     def _remove_deleted_folders(self) -> None:
         """Finish deletions and creations a crash interrupted: folders renamed for deletion, or without topic."""
