@@ -68,14 +68,17 @@ def generate(spec: ChangelogSpec) -> pa.Table:
 
 def price_ticks(symbols: int, ticks: int, *, delisted_share: float = 0.05, seed: int = 11,
                 start_timestamp_ms: int = 1_700_000_000_000) -> pa.Table:
-    """Price ticks for ``symbols`` symbols (``SYM0001``...), a random walk each; the last ``delisted_share`` of
-    ticks include tombstones that delist some symbols. Values are UTF-8 decimal prices."""
+    """Price ticks for ``symbols`` symbols (``SYM0001``...), a random walk each; the last tick of
+    ``delisted_share`` of the symbols is a tombstone that delists it. Values are UTF-8 decimal prices."""
     rng = np.random.default_rng(seed)
     symbol = rng.integers(0, symbols, ticks)
     prices = 100 + np.round(rng.normal(0, 1, ticks).cumsum() % 50, 2)
+    delisted_symbols = rng.choice(symbols, size=int(symbols * delisted_share), replace=False)
+    _, last_from_end = np.unique(symbol[::-1], return_index=True)
+    last_tick = ticks - 1 - last_from_end  # indexed by the symbols that ticked, in sorted order
+    ticked = np.unique(symbol)
     delisted = np.zeros(ticks, dtype=bool)
-    tail = int(ticks * (1 - delisted_share))
-    delisted[tail:] = rng.random(ticks - tail) < 0.5
+    delisted[last_tick[np.isin(ticked, delisted_symbols)]] = True
     text = pc.cast(pa.array(prices), pa.string()).cast(pa.binary())
     values = pc.if_else(pa.array(delisted), pa.scalar(None, pa.binary()), text)
     names = pa.array([f"SYM{i:04d}".encode() for i in range(symbols)], pa.binary())
