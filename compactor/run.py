@@ -65,7 +65,7 @@ def compact_partition(log: PartitionLog, *, clock: Clock) -> CompactionResult:
     status = CompactionStatus(log.partition, CompactionState.RUNNING, started_ms=clock())
     try:
         write_status(log.folder, status)
-        ledgers.remove_orphans_and_retired(delete_delay_ms=log.config.file_delete_delay_ms, now_ms=clock())
+        ledgers.remove_orphans_and_retired(delete_delay_ms=log.config.file_delete_delay_ms)
         result = _run(log, ledgers, clock)
         write_status(log.folder, CompactionStatus(
             log.partition, CompactionState.SUCCESS, None, status.started_ms, clock(),

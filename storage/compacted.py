@@ -101,7 +101,7 @@ class CompactedLedgers:
         except (ValueError, TypeError, KeyError) as error:
             raise CorruptCompactionCursorError(self.cursor_path, str(error)) from error
 
-    def open_current(self) -> tuple[CompactionCursor, Ledger] | None:
+    def open_current(self, *, verify: bool = True) -> tuple[CompactionCursor, Ledger] | None:
         """The cursor and its ledger, opened; None before the first compaction.
 
         A publish may retire the ledger between reading the cursor and opening it: then read the cursor again.
@@ -112,7 +112,7 @@ class CompactedLedgers:
                 return None
             try:
                 return cursor, Ledger(ledger_file(self.partition_folder, cursor.ledger_id),
-                                      key_index_folder(self.partition_folder, cursor.ledger_id))
+                                      key_index_folder(self.partition_folder, cursor.ledger_id), verify=verify)
             except FileNotFoundError:
                 if self.read_cursor() == cursor:
                     raise
@@ -143,9 +143,12 @@ class CompactedLedgers:
                 if path.exists():
                     path.rename(path.with_name(path.name + DELETED_SUFFIX))
 
-    def remove_orphans_and_retired(self, *, delete_delay_ms: int, now_ms: int | None = None) -> list[str]:
-        """Remove ledgers no cursor names and retired ones older than the delay; call under ``lock``."""
-        now_seconds = (time.time_ns() // 1_000_000 if now_ms is None else now_ms) / 1000
+    def remove_orphans_and_retired(self, *, delete_delay_ms: int) -> list[str]:
+        """Remove ledgers no cursor names and retired ones older than the delay; call under ``lock``.
+
+        The delay is measured on the wall clock, as the files' change times are: a retired ledger's rename
+        stamps its ctime."""
+        now_seconds = time.time()
         cursor = self.read_cursor()
         removed = []
         for name in _names(self.folder):

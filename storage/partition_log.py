@@ -230,9 +230,9 @@ class PartitionLog:
         self.refresh()
         for segment in self.segments:
             if segment.max_timestamp != NO_TIMESTAMP and segment.max_timestamp >= timestamp:
-                found = segment.offset_for_timestamp(timestamp)
+                found = segment.offset_for_timestamp(timestamp, from_offset=self.log_start_offset)
                 if found is not None:
-                    return max(found, self.log_start_offset)
+                    return found
         return None
 
 

@@ -275,10 +275,21 @@ class Segment:
         except BatchFormatError as error:
             raise CorruptSegmentError(str(self.log_path), error.position, expected_offset, error.reason) from error
 
-    def offset_for_timestamp(self, timestamp: int) -> int | None:
-        """Offset of the first message whose timestamp is >= ``timestamp``, or None if there is none here."""
+    def offset_for_timestamp(self, timestamp: int, *, from_offset: int = 0) -> int | None:
+        """Offset of the first message at or after ``from_offset`` whose timestamp is >= ``timestamp``, or None
+        if there is none here."""
         if self.max_timestamp < timestamp:
             return None
+        buffer = self.buffer()
+        position = self.offset_index.lookup(self.time_index.lookup(timestamp))
+        for header in self.scan(position):
+            if header.max_timestamp >= timestamp and header.last_offset >= from_offset:
+                batch = decode_payload(buffer, header)
+                offsets = batch.column(0).to_numpy()
+                hits = np.flatnonzero((batch.column(1).to_numpy() >= timestamp) & (offsets >= from_offset))
+                if len(hits):
+                    return int(offsets[hits[0]])
+        return None
         buffer = self.buffer()
         position = self.offset_index.lookup(self.time_index.lookup(timestamp))
         for header in self.scan(position):
