@@ -7,7 +7,6 @@ ledger finishes on it while a newer one is published), 8 (a reader in another pr
 
 from __future__ import annotations
 
-import ast
 import json
 import random
 import subprocess
@@ -410,15 +409,3 @@ def test_a_reader_in_another_process_sees_the_same_compacted_view(store: Store, 
     assert from_path == in_process == model.compacted(0) + model.compacted(1)
     assert json.loads(done.stdout) == [[m.partition, m.offset, m.timestamp, m.key and m.key.hex(),
                                         m.value and m.value.hex()] for m in in_process]
-
-
-# ---------------------------------------------------------------------------------------------- the boundary
-def test_readers_import_storage_and_never_the_compactor() -> None:
-    folder = Path(__file__).resolve().parent.parent / "readers"
-    for path in folder.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            for name in names:
-                top = name.split(".")[0]
-                assert top not in ("compactor", "streaming", "ledgerview"), f"{path.name} imports {name}"
