@@ -29,8 +29,11 @@ from storage.ledger import LedgerWriter
 from storage.partition_log import Clock, PartitionLog
 
 OUTPUT_BATCH_MESSAGES = 65_536
+OUTPUT_BATCH_MIN_MESSAGES = 1_024
 OUTPUT_BATCH_MIN_BYTES = 64 * 1024
-"""Phase two writes a batch when it has OUTPUT_BATCH_MESSAGES or a quarter of the memory budget, if larger."""
+BUDGET_BYTES_PER_PENDING_MESSAGE = 256
+"""Phase two writes a batch when it holds a quarter of the memory budget or OUTPUT_BATCH_MESSAGES messages; with a
+small budget, fewer messages (each costs about this much while its key is indexed)."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ def _write_ledger(log: PartitionLog, ledgers: CompactedLedgers, batches: Iterato
     budget = log.config.compaction_memory_bytes
     writer = LedgerWriter(*ledgers.ledger_paths(ledger_id), compression=compression, memory_budget_bytes=budget)
     flush_bytes = max(OUTPUT_BATCH_MIN_BYTES, budget // 4)
+    flush_rows = min(OUTPUT_BATCH_MESSAGES, max(OUTPUT_BATCH_MIN_MESSAGES, budget // BUDGET_BYTES_PER_PENDING_MESSAGE))
     try:
         pending: list[pa.RecordBatch] = []
         pending_rows = pending_bytes = 0
@@ -139,7 +143,7 @@ def _write_ledger(log: PartitionLog, ledgers: CompactedLedgers, batches: Iterato
             pending.append(kept_rows)
             pending_rows += len(rows)
             pending_bytes += kept_rows.nbytes
-            if pending_rows >= OUTPUT_BATCH_MESSAGES or pending_bytes >= flush_bytes:
+            if pending_rows >= flush_rows or pending_bytes >= flush_bytes:
                 writer.append(pa.concat_batches(pending))
                 faults.crash_point("compactor.phase_two_write")
                 pending, pending_rows, pending_bytes = [], 0, 0
