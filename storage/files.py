@@ -65,6 +65,11 @@ def segment_file(folder: Path, base_offset: int, suffix: str) -> Path:
     return folder / f"{base_offset:020d}{suffix}"
 
 
+def with_temporary_suffix(path: Path, temporary_suffix: str) -> Path:
+    """A segment file's name with one of Kafka's temporary suffixes appended: ``….log`` -> ``….log.deleted``."""
+    return path.with_name(path.name + temporary_suffix)
+
+
 def parse_segment_file(name: str) -> tuple[int, str, str | None] | None:
     """``00000000000000000042.log.swap`` -> (42, ".log", ".swap"); None for other names."""
     match = _SEGMENT_FILE.fullmatch(name)

@@ -9,6 +9,9 @@ Appending (under the partition's writer lock, so several processes may append in
 
 Reading never takes the lock: it looks at the files, widens its memory maps and stops at the last complete batch,
 so readers never block writers and see every batch a writer in any process has appended.
+
+Deleting (retention and delete-records, whose policy is storage/retention.py's) also holds the writer lock: it moves
+the log start offset, then renames a prefix of segments ``.deleted`` (``delete_segments_before``).
 """
 
 from __future__ import annotations
@@ -111,7 +114,9 @@ class PartitionLog:
                    read_segments(self.folder, index_interval_bytes=self.config.index_interval_bytes, known=known)}
         for base, segment in known.items():
             if base not in on_disk:
-                segment.close()
+                # Deleted by another process (retention, cleaning): a read in progress here finishes through the
+                # segment's memory map, so only the write handle is closed.
+                segment.close_write_handle()
         self.segments = [on_disk[base] for base in sorted(on_disk)]
 
     # ------------------------------------------------------------------------------------------------ append
@@ -165,6 +170,7 @@ class PartitionLog:
         """Seal the active segment (if it holds anything) and start a new one at the end offset."""
         with self.writer_lock:
             self.refresh()
+            self._cut_torn_tail()  # or sealing would keep a dead writer's partial batch below the recovery point
             if self.active.size_bytes == 0:
                 return self.active
             self.active.seal()
@@ -176,6 +182,42 @@ class PartitionLog:
             # Sealing fsynced everything before the new segment, so the recovery point may move up to it.
             self._save_recovery_point(segment.base_offset)
             return segment
+
+    # ---------------------------------------------------------------------------------------------- deletion
+    def move_log_start_offset(self, offset: int) -> None:
+        """Raise the log start offset to ``offset`` (never lower it) and save it in the log-start-offset
+        checkpoint; reads below it are then out of range, in every process that refreshes."""
+        with self.writer_lock:
+            if not self.log_start_offset <= offset <= self.end_offset:
+                raise ValueError(f"log start offset {offset} outside [{self.log_start_offset}, {self.end_offset}]")
+            if offset > self.log_start_offset:
+                self.checkpoints.save_log_start_offset(offset)
+                self.log_start_offset = offset
+
+    def delete_segments_before(self, base_offset: int, *, now_ms: int) -> list[Segment]:
+        """Delete every segment before the one starting at ``base_offset``, asynchronously as Kafka does
+        (``UnifiedLog.deleteSegments``); returns the deleted segments. The policy is storage/retention.py's.
+
+        1. Move the log start offset up to ``base_offset`` (checkpoint saved). A crash after this leaves the
+           segments below it on disk but unreadable; the next retention run deletes them.
+        2. Drop them from the segment list and rename their files ``.deleted`` (Segment.rename_to_deleted).
+           A crash after this leaves ``.deleted`` files, which opening the partition removes.
+        3. Later, storage/retention.py removes ``.deleted`` files older than ``file.delete.delay.ms``.
+        """
+        with self.writer_lock:
+            bases = [segment.base_offset for segment in self.segments]
+            if base_offset not in bases:
+                raise ValueError(f"no segment of {self.topic}-{self.partition} starts at {base_offset}")
+            doomed = self.segments[: bases.index(base_offset)]
+            if not doomed:
+                return []
+            self.move_log_start_offset(max(self.log_start_offset, base_offset))
+            faults.crash_point("retention.after_log_start_offset")
+            self.segments = self.segments[len(doomed) :]
+            for segment in doomed:
+                segment.rename_to_deleted(deleted_ms=now_ms)
+                faults.crash_point("retention.after_rename")
+            return doomed
 
     def _maybe_flush(self, appended_messages: int) -> None:
         self._unflushed_messages += appended_messages

@@ -19,7 +19,14 @@ import pyarrow as pa
 from storage import faults
 from storage.codec import BatchFormatError, BatchHeader, EncodedBatch, decode_payload, read_header, verify_batch
 from storage.errors import CorruptSegmentError
-from storage.files import LOG_SUFFIX, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_file
+from storage.files import (
+    DELETED_SUFFIX,
+    LOG_SUFFIX,
+    OFFSET_INDEX_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    segment_file,
+    with_temporary_suffix,
+)
 from storage.index import OffsetIndex, TimeIndex
 
 NO_TIMESTAMP = -1
@@ -68,7 +75,7 @@ class Segment:
             tail_start = segment.offset_index.values[-1] if segment.offset_index.values else 0
             if tail_start:
                 segment.first_timestamp = read_header(memoryview(segment.buffer()), 0, file_bytes).first_timestamp
-            segment.max_timestamp = segment.time_index.last_timestamp or NO_TIMESTAMP
+            segment.max_timestamp = segment._last_time_entry()
             segment.size_bytes = tail_start
             segment._follow(file_bytes)
             sound = segment.time_index.is_consistent(segment.next_offset - base_offset)
@@ -110,6 +117,10 @@ class Segment:
             self.time_index.rewrite(list(zip(self.time_index.keys, self.time_index.values, strict=True)))
         return failure
 
+    def _last_time_entry(self) -> int:
+        last = self.time_index.last_timestamp
+        return NO_TIMESTAMP if last is None else last
+
     def _remember(self, offset_entry: tuple[int, int] | None, time_entry: tuple[int, int] | None) -> None:
         if offset_entry:
             self.offset_index.keys.append(offset_entry[0])
@@ -128,7 +139,7 @@ class Segment:
         relative = header.base_offset - self.base_offset
         if self._bytes_since_index_entry > self.index_interval_bytes:
             offset_entry = (relative, header.position)
-            if self.max_timestamp > (self.time_index.last_timestamp or NO_TIMESTAMP):
+            if self.max_timestamp > self._last_time_entry():
                 time_entry = (self.max_timestamp, relative)
             self._bytes_since_index_entry = 0
         self._bytes_since_index_entry += header.batch_length
@@ -183,7 +194,7 @@ class Segment:
     def seal(self) -> None:
         """Mark the segment inactive: final time-index entry, everything fsynced, write handle closed."""
         relative_end = self.next_offset - self.base_offset
-        if self.max_timestamp > (self.time_index.last_timestamp or NO_TIMESTAMP):
+        if self.max_timestamp > self._last_time_entry():
             self.time_index.append(self.max_timestamp, relative_end)
         faults.crash_point("segment.seal_before_fsync")
         self.fsync()
@@ -199,10 +210,27 @@ class Segment:
         self.rebuild_indexes(verify_from=None)
 
     def close(self) -> None:
+        self.close_write_handle()
+        self._map = None
+
+    def close_write_handle(self) -> None:
+        """Close the append descriptor but keep the memory map, so a read in progress can finish."""
         if self._write_fd is not None:
             os.close(self._write_fd)
             self._write_fd = None
-        self._map = None
+
+    def rename_to_deleted(self, *, deleted_ms: int) -> None:
+        """Kafka's ``changeFileSuffixes("", ".deleted")``: rename the log and both indexes ``.deleted``, the first
+        step of an asynchronous delete; the files are removed after ``file.delete.delay.ms``.
+
+        The segment follows its files: a reader holding it keeps reading through its memory map (a rename or an
+        unlink leaves a mapped file's pages alone), or maps the ``.deleted`` file until it is removed. Each
+        file's mtime is set to ``deleted_ms``, so the delay is measured on the clock of whoever deleted it.
+        """
+        self.close_write_handle()
+        self.log_path = _rename_to_deleted(self.log_path, deleted_ms)
+        self.offset_index.path = _rename_to_deleted(self.offset_index.path, deleted_ms)
+        self.time_index.path = _rename_to_deleted(self.time_index.path, deleted_ms)
 
     # ----------------------------------------------------------------------------------------------- reading
     def buffer(self) -> pa.Buffer:
@@ -290,14 +318,16 @@ class Segment:
                 if len(hits):
                     return int(offsets[hits[0]])
         return None
-        buffer = self.buffer()
-        position = self.offset_index.lookup(self.time_index.lookup(timestamp))
-        for header in self.scan(position):
-            if header.max_timestamp >= timestamp:
-                batch = decode_payload(buffer, header)
-                hits = np.flatnonzero(batch.column(1).to_numpy() >= timestamp)
-                return int(batch.column(0)[int(hits[0])].as_py())
-        return None
+
+
+def _rename_to_deleted(path: Path, deleted_ms: int) -> Path:
+    target = with_temporary_suffix(path, DELETED_SUFFIX)
+    try:
+        path.rename(target)
+    except FileNotFoundError:
+        return target  # an index a reader rebuilt in memory only was never written
+    os.utime(target, ns=(deleted_ms * 1_000_000, deleted_ms * 1_000_000))
+    return target
 
 
 def scan_headers(view: memoryview, position: int, end: int, verify_from: int | None) -> Iterator[BatchHeader]:

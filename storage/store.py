@@ -11,6 +11,7 @@ Layout of a data folder (see docs/FORMAT.md)::
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import shutil
@@ -57,6 +58,7 @@ from storage.loader import load_segments, read_segments
 from storage.locks import FileLock
 from storage.partition_log import Clock, PartitionCheckpoints, PartitionLog, estimated_message_bytes
 from storage.partitioner import partition_for_keys
+from storage.retention import DeletedSegment, DeleteRecordsResult, delete_records, enforce_partition_retention
 from storage.schema import MESSAGE_SCHEMA, Message, messages_from_table, normalize_input, with_partition_column
 from storage.topics import TopicMetadata
 
@@ -460,6 +462,28 @@ class Store:
         log = self.partition_log(topic, partition)
         enabled = log.config.compaction_threshold_bytes > 0
         return retention_hold_offset(log.folder, two_phase_enabled=enabled)
+
+    def enforce_retention(self, topic: str, now_ms: int | None = None) -> list[DeletedSegment]:
+        """Kafka's retention over every partition of ``topic``: delete the oldest segments past retention.ms or
+        retention.bytes (when cleanup.policy includes delete) or below the log start offset, never raw data the
+        two-phase compaction hold keeps (see storage/retention.py). Returns the segments deleted, whose files are
+        renamed ``.deleted`` now and removed after file.delete.delay.ms. ``now_ms``: default the store's clock."""
+        metadata = self.topic_metadata(topic)
+        now = self.clock() if now_ms is None else now_ms
+        deleted: list[DeletedSegment] = []
+        for partition in range(metadata.partitions):
+            deleted += enforce_partition_retention(self.partition_log(topic, partition), now_ms=now,
+                                                   read_hold=functools.partial(self.retention_hold, topic, partition))
+        return deleted
+
+    def delete_records(self, topic: str, partition: int, before_offset: int, *,
+                       now_ms: int | None = None) -> DeleteRecordsResult:
+        """Kafka's DeleteRecords: reads below ``before_offset`` become out of range (it may lie inside a segment)
+        and the segments wholly below it are deleted. It must lie from the log start offset to the end offset and
+        not past the retention hold, on a topic whose cleanup.policy includes delete; otherwise nothing changes."""
+        log = self.partition_log(topic, partition)
+        return delete_records(log, before_offset, now_ms=self.clock() if now_ms is None else now_ms,
+                              read_hold=functools.partial(self.retention_hold, topic, partition))
 
     def roll(self, topic: str, partition: int) -> None:
         """Seal the active segment now; the next append starts a new one."""
