@@ -5,7 +5,8 @@ Steps:
 1. Size the input: key bytes and message count, read from the batches' buffers without touching the data.
 2. Choose the number of passes P so that one pass's keys, codes and hash table fit the budget
    (``compaction.memory.bytes``). P = 1 for most partitions.
-3. For each pass p, gather (key, code) of the keyed messages whose key hashes (Kafka's murmur2) to p mod P, where
+3. For each pass p, gather (key, code) of the keyed messages whose key hashes (Kafka's murmur2, computed once and
+   kept in a memory-mapped file) to p mod P, where
    code = 2 * offset + (1 if the value is not null). Offsets only grow, so the largest code of a key belongs to its
    latest message, and its low bit says whether that message is a tombstone. Group by exact key bytes (never a
    hash of them) and keep the largest code.
@@ -30,6 +31,8 @@ import pyarrow as pa
 from storage.partitioner import murmur2
 
 InputBatches = Callable[[], Iterable[pa.RecordBatch]]
+MAX_PASSES = 4096
+"""A budget too small for even this many passes is not honoured: each pass reads the whole input again."""
 BYTES_PER_KEYED_MESSAGE = 48
 """Working memory per message in one pass beyond its key bytes: code, key offsets, hash-table entry (measured)."""
 KEY_BYTES_FACTOR = 2
@@ -70,12 +73,14 @@ class Survivors:
 def find_survivors(input_batches: InputBatches, *, memory_budget_bytes: int, retain_null_key: bool) -> Survivors:
     messages, key_bytes = _size(input_batches())
     needed = key_bytes * KEY_BYTES_FACTOR + messages * BYTES_PER_KEYED_MESSAGE
-    passes = max(1, math.ceil(needed / memory_budget_bytes))
+    passes = min(MAX_PASSES, max(1, math.ceil(needed / memory_budget_bytes)))
     survivors = Survivors(messages_read=messages, passes=passes)
+    buckets = None
     if passes > 1:
         survivors.spill_folder = tempfile.TemporaryDirectory(prefix="ledgerview-compaction-")
+        buckets = _spill_buckets(input_batches(), messages, passes, Path(survivors.spill_folder.name))
     for part in range(passes):
-        offsets = _latest_live_offsets(input_batches(), part, passes)
+        offsets = _latest_live_offsets(input_batches(), part, buckets)
         if survivors.spill_folder is not None:
             path = Path(survivors.spill_folder.name) / f"pass-{part}.npy"
             np.save(path, offsets)
@@ -98,23 +103,39 @@ def _size(batches: Iterable[pa.RecordBatch]) -> tuple[int, int]:
     return messages, key_bytes
 
 
-def _keyed_columns(batches: Iterable[pa.RecordBatch], part: int, passes: int) -> Iterator[tuple[pa.Array, np.ndarray]]:
-    """(keys, codes) of the keyed messages of each batch that belong to this pass."""
+def _spill_buckets(batches: Iterable[pa.RecordBatch], messages: int, passes: int, folder: Path) -> np.ndarray:
+    """The pass of every input message (murmur2 of its key mod P), hashed once and kept in a memory-mapped file
+    (two bytes a message) so that later passes only compare."""
+    buckets = np.lib.format.open_memmap(folder / "buckets.npy", mode="w+", dtype=np.uint16, shape=(messages,))
+    row = 0
+    for batch in batches:
+        buckets[row : row + batch.num_rows] = murmur2(batch.column(2)).view(np.uint32) % passes
+        row += batch.num_rows
+    buckets.flush()
+    return buckets
+
+
+def _keyed_columns(batches: Iterable[pa.RecordBatch], part: int, buckets: np.ndarray | None) -> (
+    Iterator[tuple[pa.Array, np.ndarray]]
+):
+    """(keys, codes) of the keyed messages of each batch that belong to this pass (all of them without buckets)."""
+    row = 0
     for batch in batches:
         keys = batch.column(2)
         codes = batch.column(0).to_numpy() * 2 + batch.column(3).is_valid().to_numpy(zero_copy_only=False)
-        if keys.null_count:
-            keyed = keys.is_valid().to_numpy(zero_copy_only=False)
-            keys, codes = keys.filter(pa.array(keyed)), codes[keyed]
-        if passes > 1:
-            mine = (murmur2(keys).view(np.uint32) % passes) == part
+        mine = keys.is_valid().to_numpy(zero_copy_only=False) if keys.null_count else None
+        if buckets is not None:
+            in_part = buckets[row : row + batch.num_rows] == part
+            mine = in_part if mine is None else mine & in_part
+        row += batch.num_rows
+        if mine is not None:
             keys, codes = keys.filter(pa.array(mine)), codes[mine]
         if len(keys):
             yield keys, codes
 
 
-def _latest_live_offsets(batches: Iterable[pa.RecordBatch], part: int, passes: int) -> np.ndarray:
-    columns = list(_keyed_columns(batches, part, passes))
+def _latest_live_offsets(batches: Iterable[pa.RecordBatch], part: int, buckets: np.ndarray | None) -> np.ndarray:
+    columns = list(_keyed_columns(batches, part, buckets))
     if not columns:
         return np.empty(0, dtype=np.int64)
     table = pa.table({
