@@ -83,6 +83,7 @@ class Ledger:
             raise CorruptSegmentError(str(path), error.position, -1, error.reason) from error
         self._bases = [header.base_offset for header in self.headers]
         self._positions = [header.position for header in self.headers]
+        self._verified: set[int] = set()
         self.keys = KeyIndex(key_index_path)
 
     @property
@@ -94,9 +95,11 @@ class Ledger:
         return int(self._buffer.size)
 
     def _decode(self, header: BatchHeader) -> pa.RecordBatch:
+        """Decode a batch, checking its CRC the first time this reader touches it (a ledger never changes)."""
         try:
-            if self.verify:
+            if self.verify and header.position not in self._verified:
                 verify_batch(memoryview(self._buffer), header)
+                self._verified.add(header.position)
             return decode_payload(self._buffer, header)
         except BatchFormatError as error:
             raise CorruptSegmentError(str(self.path), header.position, header.base_offset, error.reason) from error
