@@ -1,0 +1,170 @@
+"""The workload registry: each workload is a list of cases, one per system, run side by side.
+
+A case times one of three things:
+
+- its writer (``reader`` and ``job`` are None): a fresh target for every repetition;
+- its reader, over what its writer (or its ``preparer``) left: that runs untimed in a separate process first, and
+  one untimed read warms the page cache;
+- its job (bench/compaction.py): the ``preparer`` leaves the input on disk untimed in a separate process, with a
+  small copy of the first messages that the job runs on once, untimed, to warm imports and first calls.
+
+The first case of a workload is the baseline its ratios are computed against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench import compaction, systems
+
+MEMORY_BUDGET_BYTES = 64 * compaction.MiB
+BUDGET_CONFIG = {"compaction.memory.bytes": MEMORY_BUDGET_BYTES}
+BUDGET = f"{MEMORY_BUDGET_BYTES // compaction.MiB} MiB"
+SYSTEM_ALLOCATOR = (("ARROW_DEFAULT_MEMORY_POOL", "system"),)
+
+
+@dataclass(frozen=True)
+class Case:
+    system: str
+    writer: systems.Writer | None = None
+    reader: systems.Reader | None = None
+    note: str = ""
+    preparer: compaction.Preparer | None = None
+    job: compaction.Job | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    """Environment variables of the case's processes."""
+
+    @property
+    def timed(self) -> str:
+        return "job" if self.job is not None else "write" if self.reader is None else "read"
+
+    @property
+    def prepared(self) -> bool:
+        """Whether an untimed prepare step runs first, in its own process."""
+        return self.reader is not None or self.job is not None
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    cases: tuple[Case, ...]
+    whole_dataset: bool = True
+    """Every case handles exactly the dataset's messages (checked)."""
+    same_result: bool = False
+    """Every case keeps the same number of messages (checked: a warning row when not)."""
+    time_vs_first: bool = False
+    """Notes give each row's time as a multiple of the first row's."""
+
+
+def _ledgerview(system: str, note: str, *, config: dict[str, int] | None = None, compact: bool = False,
+                new_messages: bool = False, env: tuple[tuple[str, str], ...] = ()) -> Case:
+    """A ledgerview compaction case over a store prepared with ``compaction.ledgerview_store``."""
+    preparer = compaction.ledgerview_store(config, compact=compact, new_messages=new_messages)
+    return Case(system, note=note, preparer=preparer, job=compaction.ledgerview_compact, env=env)
+
+
+COMPACT_CASES = (
+    _ledgerview("ledgerview", "Store.open, Compactor(store).compact(topic), default config (memory 256 MiB)"),
+    Case("mmap scan (floor)", preparer=compaction.ledgerview_store(), job=compaction.mmap_scan,
+         note="memory-map each raw segment file, sum it as uint64 words"),
+    Case("duckdb semi-join", preparer=compaction.ipc_input, job=compaction.duckdb_job(compaction.DUCKDB_SEMI_JOIN),
+         note="offset IN (SELECT max(offset) GROUP BY key), value NOT NULL, ORDER BY offset; IPC in, IPC out"),
+    Case("duckdb qualify", preparer=compaction.ipc_input, job=compaction.duckdb_job(compaction.DUCKDB_QUALIFY),
+         note="QUALIFY row_number() OVER (PARTITION BY key ORDER BY offset DESC) = 1, then value NOT NULL, "
+              "ORDER BY offset"),
+    Case("polars", preparer=compaction.ipc_input, job=compaction.polars_job,
+         note="scan_ipc.unique(key, keep=last, maintain_order).filter(value not null).sink_ipc"),
+    Case("pyarrow", preparer=compaction.ipc_input, job=compaction.pyarrow_job,
+         note="group_by(key) max(offset), sort, take (offset = row), filter live, write IPC"),
+    Case("spark sql", preparer=compaction.parquet_input, job=compaction.spark_job,
+         note=f"local[2], driver {compaction.SPARK_DRIVER_MEMORY}: row_number() window over a Parquet copy, "
+              "ORDER BY offset, Parquet out; session start untimed"),
+)
+
+
+WORKLOADS: dict[str, Workload] = {
+    workload.name: workload
+    for workload in (
+        Workload(
+            "append",
+            "append in 10k-message slices to a fresh 1-partition topic, then flush (fsync)",
+            (
+                Case("ledgerview", systems.ledgerview_write, note="store.append x 10k rows, store.flush()"),
+                Case("arrow ipc file", systems.ipc_write, note="RecordBatchFileWriter, 10k-row batches, fsync"),
+                Case("parquet", systems.parquet_write, note="ParquetWriter, 1M-row groups, snappy, fsync"),
+            ),
+        ),
+        Workload(
+            "read",
+            "read the whole partition back as Arrow, page cache warm",
+            (
+                Case("ledgerview", systems.ledgerview_write, systems.ledgerview_read, note="store.read(topic, 0)"),
+                Case("ledgerview batches", systems.ledgerview_write, systems.ledgerview_read_batches,
+                     note="sum of num_rows over store.read_batches"),
+                Case("arrow ipc file", systems.ipc_write, systems.ipc_read,
+                     note="open_file(memory_map).read_all()"),
+                Case("parquet", systems.parquet_write, systems.parquet_read, note="pq.read_table"),
+            ),
+        ),
+        Workload(
+            "compact",
+            "keep the latest live message per key, from the log on disk to the result on disk, side by side",
+            COMPACT_CASES,
+            same_result=True,
+        ),
+        Workload(
+            "compact-incremental",
+            f"a second compaction after {compaction.NEW_MESSAGES_SHARE:.0%} new messages, against the first and "
+            "against compacting everything from scratch",
+            (
+                _ledgerview("ledgerview first", "the first compaction of the dataset"),
+                _ledgerview("ledgerview second", f"after the first, {compaction.NEW_MESSAGES_SHARE:.0%} new "
+                            "messages appended (fresh seed): reads the previous ledger + the new messages",
+                            compact=True, new_messages=True),
+                _ledgerview("ledgerview from scratch", "the same log (dataset + new messages), never compacted",
+                            new_messages=True),
+            ),
+            whole_dataset=False,
+            time_vs_first=True,
+        ),
+        Workload(
+            "compact-budget",
+            f"compaction.memory.bytes = {BUDGET}, against the default (use with many keys, e.g. --keys 10000000)",
+            (
+                _ledgerview(f"ledgerview {BUDGET}", f"compaction.memory.bytes {BUDGET}; pyarrow's default pool "
+                            "(mimalloc)", config=BUDGET_CONFIG),
+                _ledgerview(f"ledgerview {BUDGET} system", f"compaction.memory.bytes {BUDGET}; "
+                            "ARROW_DEFAULT_MEMORY_POOL=system", config=BUDGET_CONFIG, env=SYSTEM_ALLOCATOR),
+                _ledgerview("ledgerview 256 MiB", "default config"),
+            ),
+            same_result=True,
+        ),
+        Workload(
+            "scan-compacted",
+            "read the whole compacted ledger back as Arrow, page cache warm",
+            (
+                Case("ledgerview", reader=compaction.scan_compacted, preparer=compaction.ledgerview_store(compact=True),
+                     note="CompactedLedgers(folder).open_current(), sum of num_rows over ledger.read_batches()"),
+            ),
+            whole_dataset=False,
+        ),
+        Workload(
+            "get",
+            "point lookups of random existing keys of the compacted view; seconds is the sum of their latencies",
+            tuple(
+                Case(f"ledgerview {path}", preparer=compaction.ledgerview_store(compact=True),
+                     job=compaction.get_job(path), note="page cache warm, key index block cache cold")
+                for path in compaction.GET_PATHS
+            ),
+            whole_dataset=False,
+        ),
+    )
+}
+
+
+def find(name: str) -> Workload:
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise KeyError(f"unknown workload {name!r}; valid workloads: {', '.join(WORKLOADS)}") from None
