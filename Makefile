@@ -25,7 +25,12 @@ test: lint
 test-fast: $(BIN)/.installed
 	$(BIN)/python -m pytest -m "not spark and not fault and not slow"
 
-bench: $(BIN)/.installed
+# The peers the benchmarks compare against; not needed to run or test ledgerview.
+$(BIN)/.bench-installed: $(BIN)/.installed bench/requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check -r bench/requirements.lock
+	touch $@
+
+bench: $(BIN)/.bench-installed
 	$(BIN)/python -m bench
 
 clean:
