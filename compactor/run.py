@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from compactor.errors import CompactionInProgressError
+from compactor.index_runs import KeyIndexRuns
 from compactor.latest_offsets import Survivors, find_survivors
 from compactor.status import CompactionState, CompactionStatus, write_status
 from storage import faults
@@ -33,7 +34,7 @@ OUTPUT_BATCH_MIN_MESSAGES = 1_024
 OUTPUT_BATCH_MIN_BYTES = 64 * 1024
 BUDGET_BYTES_PER_PENDING_MESSAGE = 256
 """Phase two writes a batch when it holds a quarter of the memory budget or OUTPUT_BATCH_MESSAGES messages; with a
-small budget, fewer messages (each costs about this much while its key is indexed)."""
+small budget, fewer messages (each costs about this much while it waits to be written)."""
 
 
 @dataclass(frozen=True)
@@ -98,13 +99,25 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock) -> Compacti
                 yield from previous_ledger.read_batches()
             yield from log.read_batches(raw_start, end_offset)
 
-        survivors = find_survivors(input_batches, memory_budget_bytes=log.config.compaction_memory_bytes,
-                                   retain_null_key=log.config.compaction_retain_null_key)
+        ledger_id = ledgers.next_ledger_id()
+        compression = log.config.compression_type if log.config.compression_type in ("lz4", "zstd") else None
+        writer = LedgerWriter(*ledgers.ledger_paths(ledger_id), compression=compression)
         try:
-            faults.crash_point("compactor.after_phase_one")
-            cursor = _write_ledger(log, ledgers, input_batches(), survivors, horizon=end_offset - 1, clock=clock)
-        finally:
-            survivors.close()
+            with KeyIndexRuns(writer.keys) as runs:
+                survivors = find_survivors(input_batches, memory_budget_bytes=log.config.compaction_memory_bytes,
+                                           retain_null_key=log.config.compaction_retain_null_key,
+                                           on_pass=runs.submit)
+                try:
+                    faults.crash_point("compactor.after_phase_one")
+                    _write_ledger(writer, input_batches(), survivors, budget=log.config.compaction_memory_bytes)
+                finally:
+                    survivors.close()
+            writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+        cursor = CompactionCursor(ledger_id, end_offset - 1, survivors.messages_read, writer.messages,
+                                  writer.size_bytes, clock())
         faults.crash_point("compactor.before_publish")
         ledgers.publish(cursor)
         return CompactionResult(log.partition, cursor.ledger_id, cursor.horizon, cursor.messages_read,
@@ -121,38 +134,26 @@ def _unchanged(partition: int, cursor: CompactionCursor | None) -> CompactionRes
                             cursor.ledger_bytes, 0, skipped=True)
 
 
-def _write_ledger(log: PartitionLog, ledgers: CompactedLedgers, batches: Iterator[pa.RecordBatch],
-                  survivors: Survivors, *, horizon: int, clock: Clock) -> CompactionCursor:
+def _write_ledger(writer: LedgerWriter, batches: Iterator[pa.RecordBatch], survivors: Survivors, *,
+                  budget: int) -> None:
     """Phase two: keep exactly the surviving offsets, coalesced into batches (see OUTPUT_BATCH_MESSAGES)."""
-    ledger_id = ledgers.next_ledger_id()
-    compression = log.config.compression_type if log.config.compression_type in ("lz4", "zstd") else None
-    budget = log.config.compaction_memory_bytes
-    writer = LedgerWriter(*ledgers.ledger_paths(ledger_id), compression=compression, memory_budget_bytes=budget)
     flush_bytes = max(OUTPUT_BATCH_MIN_BYTES, budget // 4)
     flush_rows = min(OUTPUT_BATCH_MESSAGES, max(OUTPUT_BATCH_MIN_MESSAGES, budget // BUDGET_BYTES_PER_PENDING_MESSAGE))
-    try:
-        pending: list[pa.RecordBatch] = []
-        pending_rows = pending_bytes = 0
-        for batch in batches:
-            offsets = batch.column(0).to_numpy()
-            kept = survivors.within(int(offsets[0]), int(offsets[-1]))
-            if len(kept) == 0:
-                continue
-            rows = np.searchsorted(offsets, kept)
-            kept_rows = batch if len(rows) == batch.num_rows else batch.take(pa.array(rows))
-            pending.append(kept_rows)
-            pending_rows += len(rows)
-            pending_bytes += kept_rows.nbytes
-            if pending_rows >= flush_rows or pending_bytes >= flush_bytes:
-                writer.append(pa.concat_batches(pending))
-                faults.crash_point("compactor.phase_two_write")
-                pending, pending_rows, pending_bytes = [], 0, 0
-        if pending:
+    pending: list[pa.RecordBatch] = []
+    pending_rows = pending_bytes = 0
+    for batch in batches:
+        offsets = batch.column(0).to_numpy()
+        kept = survivors.within(int(offsets[0]), int(offsets[-1]))
+        if len(kept) == 0:
+            continue
+        rows = np.searchsorted(offsets, kept)
+        kept_rows = batch if len(rows) == batch.num_rows else batch.take(pa.array(rows))
+        pending.append(kept_rows)
+        pending_rows += len(rows)
+        pending_bytes += kept_rows.nbytes
+        if pending_rows >= flush_rows or pending_bytes >= flush_bytes:
             writer.append(pa.concat_batches(pending))
-        writer.finish()
-    except BaseException:
-        writer.abort()
-        raise
-    return CompactionCursor(ledger_id, horizon, survivors.messages_read, writer.messages, writer.size_bytes, clock())
-
-
+            faults.crash_point("compactor.phase_two_write")
+            pending, pending_rows, pending_bytes = [], 0, 0
+    if pending:
+        writer.append(pa.concat_batches(pending))

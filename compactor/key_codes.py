@@ -1,0 +1,146 @@
+"""Keys as exact fixed-width codes, so that phase one groups them fast, and 64-bit hashes of those codes, so that it
+can estimate how many distinct keys there are and split them into passes.
+
+Grouping variable-length binary keys costs Arrow about half again as much as grouping fixed-size ones, so keys are
+recoded losslessly (never hashed) into ``fixed_size_binary(width)``:
+
+- every key has the same length L (fixed-width ids, the usual case): the codes are the keys' bytes themselves,
+  read zero-copy from the array's data buffer; width = L.
+- lengths differ, the longest at most MAX_CODED_KEY_BYTES: the key's bytes, zero-padded, then one byte holding
+  its length (so ``b"a"`` and ``b"a\\x00"`` differ); width = longest + 1.
+- longer keys: left as binary (a few long keys would make every code long).
+
+Both codings order keys as their bytes do (a shorter key that is a prefix of a longer one sorts first in both), so
+sorting the codes sorts the keys, as the key index's sorted runs need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage.partitioner import murmur2
+
+MAX_CODED_KEY_BYTES: Final = 64
+_MIX: Final = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53))
+_SHIFT: Final = np.uint64(33)
+U64 = npt.NDArray[np.uint64]
+
+
+@dataclass(frozen=True)
+class KeyCoding:
+    """How the keys of one compaction run are coded: the same for every batch of the run."""
+
+    width: int
+    """Bytes per code; 0: keys stay binary."""
+    with_length: bool
+    """Whether the last byte of a code is the key's length (lengths differ)."""
+
+    @staticmethod
+    def for_lengths(shortest: int, longest: int) -> KeyCoding:
+        if longest > MAX_CODED_KEY_BYTES:
+            return KeyCoding(0, False)
+        if shortest == longest > 0:
+            return KeyCoding(longest, False)
+        return KeyCoding(longest + 1, True)
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return pa.binary(self.width) if self.width else pa.binary()
+
+    def bytes_per_key(self, mean_key_bytes: float) -> float:
+        """Bytes a grouped key itself takes (the code, or the binary key and its offset)."""
+        return float(self.width) if self.width else mean_key_bytes + 4
+
+    def encode(self, keys: pa.Array) -> pa.Array:
+        """The codes of ``keys`` (a binary array without nulls)."""
+        if not self.width:
+            return keys
+        count = len(keys)
+        offsets, data = _offsets_and_data(keys)
+        if not self.with_length:
+            start = int(offsets[0])
+            return pa.FixedSizeBinaryArray.from_buffers(
+                pa.binary(self.width), count, [None, data.slice(start, count * self.width)])
+        lengths = np.diff(offsets)
+        raw = np.frombuffer(data, np.uint8) if data.size else np.zeros(1, np.uint8)
+        column = np.arange(self.width - 1)
+        inside = column < lengths[:, None]
+        codes = np.zeros((count, self.width), np.uint8)
+        codes[:, :-1][inside] = raw[(offsets[:-1, None] + column)[inside]]
+        codes[:, -1] = lengths
+        return pa.FixedSizeBinaryArray.from_buffers(pa.binary(self.width), count, [None, pa.py_buffer(codes)])
+
+    def decode(self, codes: pa.Array) -> pa.Array:
+        """The keys (binary) of ``codes``."""
+        if not self.width:
+            return codes
+        matrix = code_matrix(codes)
+        count = len(codes)
+        if not self.with_length:
+            offsets = np.arange(count + 1, dtype=np.int32) * self.width
+            return pa.BinaryArray.from_buffers(pa.binary(), count,
+                                               [None, pa.py_buffer(offsets), pa.py_buffer(matrix.tobytes())])
+        lengths = matrix[:, -1].astype(np.int32)
+        data = matrix[:, :-1][np.arange(self.width - 1) < lengths[:, None]]
+        offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int32)]).astype(np.int32)
+        return pa.BinaryArray.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+    def sort_order(self, codes: pa.Array) -> npt.NDArray[np.intp]:
+        """Row order that sorts the keys bytewise (RocksDB's default comparator)."""
+        if not self.width:
+            return np.asarray(pc.sort_indices(codes).to_numpy(), dtype=np.intp)
+        # numpy compares "S" strings ignoring trailing zero bytes; codes of one run all have the same width, so
+        # that is the same order as comparing the zero-padded bytes.
+        return np.argsort(code_matrix(codes).view(f"S{self.width}").ravel(), kind="stable")
+
+    def hashes(self, codes: pa.Array) -> U64:
+        """A well-mixed 64-bit hash of every key (equal keys, equal hashes), for estimating and partitioning."""
+        if not self.width:
+            return _mix(murmur2(codes).view(np.uint32).astype(np.uint64))
+        matrix = code_matrix(codes)
+        if self.width < 8:
+            padded = np.zeros((len(matrix), 8), np.uint8)
+            padded[:, : self.width] = matrix
+            matrix = padded
+        width = matrix.shape[1]
+        result = np.full(len(matrix), np.uint64(width), np.uint64)
+        starts = list(range(0, width - 7, 8)) + ([width - 8] if width % 8 else [])  # the last may overlap
+        for start in starts:
+            result ^= np.ndarray((len(matrix),), "<u8", matrix, offset=start, strides=(matrix.strides[0],))
+            result *= _MIX[0]
+            result ^= result >> _SHIFT
+        return _mix(result)
+
+
+def code_matrix(codes: pa.Array) -> npt.NDArray[np.uint8]:
+    """The codes of a ``fixed_size_binary`` array as a (rows, width) byte matrix, zero-copy."""
+    width = codes.type.byte_width
+    data = codes.buffers()[1]
+    if data is None or len(codes) == 0:
+        return np.zeros((0, width), np.uint8)
+    return np.frombuffer(data, np.uint8, len(codes) * width, codes.offset * width).reshape(len(codes), width)
+
+
+def _offsets_and_data(keys: pa.Array) -> tuple[npt.NDArray[np.int64], pa.Buffer]:
+    _, offsets_buffer, data = keys.buffers()
+    if offsets_buffer is None:
+        return np.zeros(1, np.int64), pa.py_buffer(b"")
+    offsets = np.frombuffer(offsets_buffer, np.int32, len(keys) + 1, keys.offset * 4).astype(np.int64)
+    return offsets, data if data is not None else pa.py_buffer(b"")
+
+
+def _mix(values: U64) -> U64:
+    """murmur3's 64-bit finaliser after a multiply: every input bit affects every output bit."""
+    values = values * _MIX[0]
+    values ^= values >> _SHIFT
+    values *= _MIX[1]
+    values ^= values >> _SHIFT
+    values *= _MIX[2]
+    values ^= values >> _SHIFT
+    return values
