@@ -95,9 +95,14 @@ class KeyCoding:
         """Row order that sorts the keys bytewise (RocksDB's default comparator)."""
         if not self.width:
             return np.asarray(pc.sort_indices(codes).to_numpy(), dtype=np.intp)
-        # numpy compares "S" strings ignoring trailing zero bytes; codes of one run all have the same width, so
-        # that is the same order as comparing the zero-padded bytes.
-        return np.argsort(code_matrix(codes).view(f"S{self.width}").ravel(), kind="stable")
+        # The codes as big-endian 64-bit words (zero-padded to a multiple of 8 bytes, which keeps the order),
+        # sorted with the first word as the primary key.
+        matrix = code_matrix(codes)
+        padded = np.zeros((len(matrix), -(-self.width // 8) * 8), np.uint8)
+        padded[:, : self.width] = matrix
+        words = padded.view(">u8").astype(np.uint64)
+        order: npt.NDArray[np.intp] = np.lexsort([words[:, j] for j in reversed(range(words.shape[1]))])
+        return order
 
     def hashes(self, codes: pa.Array) -> U64:
         """A well-mixed 64-bit hash of every key (equal keys, equal hashes), for estimating and partitioning."""

@@ -1,6 +1,6 @@
 """The key index of a compacted ledger: a rocksdict (RocksDB) map from key bytes to the offset of its message.
 
-Values are 8 bytes, the message's offset as a little-endian int64; the ledger finds the batch holding an offset
+Values are 8 bytes, the message's offset as a big-endian int64; the ledger finds the batch holding an offset
 from its batch headers, so a point lookup is one RocksDB get, a bisect and one zero-copy batch decode, never a
 scan. The index is bulk-loaded: each sorted run of keys is written as an SST file with RocksDB's SstFileWriter
 and the files are ingested into a fresh database at ``finish`` (no memtable, no write-ahead log, no compaction);
@@ -24,7 +24,7 @@ from rocksdict import AccessType, IngestExternalFileOptions, Options, Rdict, Sst
 from storage.errors import LedgerviewError
 from storage.fileio import fsync_folder
 
-LOCATION: Final = struct.Struct("<q")
+LOCATION: Final = struct.Struct(">q")
 RUN_KEYS: Final = 65_536
 """Keys turned into Python bytes at a time while a run is written (bounds the memory of the loop)."""
 RUNS_FOLDER: Final = "runs"
@@ -56,12 +56,11 @@ class KeyIndexWriter:
         path = str(self._runs_folder / f"{len(self._runs):06d}.sst")
         writer = SstFileWriter(_options())
         writer.open(path)
-        values = np.ascontiguousarray(offsets, dtype="<i8").tobytes()
-        size = LOCATION.size
+        values = np.ascontiguousarray(offsets, dtype=">i8").view(np.uint8).reshape(-1, LOCATION.size)
         for start in range(0, len(keys), RUN_KEYS):
-            chunk = keys.slice(start, RUN_KEYS).to_pylist()
-            for row, key in enumerate(chunk, start):
-                writer[key] = values[row * size : row * size + size]
+            chunk = keys.slice(start, RUN_KEYS)
+            for key, value in zip(_key_list(chunk), _bytes_list(values[start : start + RUN_KEYS]), strict=True):
+                writer[key] = value
         writer.finish()
         self._runs.append(path)
 
@@ -84,6 +83,28 @@ class KeyIndexWriter:
 
     def abort(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _key_list(keys: pa.Array) -> list[bytes]:
+    """The keys as Python bytes; keys of one length go through numpy, several times faster than to_pylist."""
+    _, offsets_buffer, data = keys.buffers()
+    offsets = np.frombuffer(offsets_buffer, np.int32, len(keys) + 1, keys.offset * 4)
+    width = int(offsets[1] - offsets[0])
+    if width == 0 or data is None or int(offsets[-1] - offsets[0]) != width * len(keys):
+        return list(keys.to_pylist())
+    if not np.all(np.diff(offsets) == width):
+        return list(keys.to_pylist())
+    matrix = np.frombuffer(data, np.uint8, width * len(keys), int(offsets[0])).reshape(len(keys), width)
+    return _bytes_list(matrix)
+
+
+def _bytes_list(matrix: npt.NDArray[np.uint8]) -> list[bytes]:
+    """Each row of a (rows, width) byte matrix as bytes. numpy's "S" strings drop trailing zero bytes, so the rows
+    that end in one are made again."""
+    rows: list[bytes] = np.ascontiguousarray(matrix).view(f"S{matrix.shape[1]}").ravel().tolist()
+    for row in np.flatnonzero(matrix[:, -1] == 0).tolist():
+        rows[row] = matrix[row].tobytes()
+    return rows
 
 
 def _fsync_file(path: Path) -> None:
