@@ -133,6 +133,47 @@ def test_a_small_memory_budget_splits_phase_one_and_gives_the_same_ledger(data_d
     assert [row["offset"] for row in ledgers["65536"][1]] == latest_live(pairs)
 
 
+def test_a_watched_pass_whose_keys_fit_finishes_alone(data_dir: Path) -> None:
+    """Too many messages for one distinct key each to fit the budget, but few keys: one watched pass is enough."""
+    data = generate(ChangelogSpec(messages=30_000, keys=200, value_bytes=8, tombstone_share=0.05))
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config={"compaction.memory.bytes": str(2 * 1024 * 1024)})
+        store.append("t", data, partition=0)
+        [result] = Compactor(store).compact("t")
+        pairs = list(zip(data["key"].to_pylist(), data["value"].to_pylist(), strict=True))
+        assert result.passes == 1
+        assert [row["offset"] for row in ledger_rows(store, "t")] == latest_live(pairs)
+
+
+def test_the_key_index_of_a_run_split_into_passes_finds_every_live_key(data_dir: Path) -> None:
+    """Each pass writes its own sorted run; the ingested index answers every key as the model does, with keys of
+    several lengths, zero bytes and the empty key among them."""
+    keys = [b"", b"\x00", b"a", b"a\x00", b"\x00a"] + [b"k%d" % i for i in range(3000)]
+    messages: list[tuple[bytes | None, bytes | None]] = [
+        (keys[(i * 7919) % len(keys)], None if i % 11 == 0 else b"v%d" % i) for i in range(9000)]
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config={"compaction.memory.bytes": "65536", "segment.bytes": "65536"})
+        store.append("t", messages, partition=0)
+        [result] = Compactor(store).compact("t")
+        assert result.passes > 2
+        opened = CompactedLedgers(store.partition_log("t", 0).folder).open_current()
+        assert opened is not None
+        _, ledger = opened
+        try:
+            latest = {key: offset for offset, (key, _) in enumerate(messages)}
+            for key in keys:
+                found = ledger.lookup(key)
+                value = messages[latest[key]][1] if key in latest else None
+                if value is None:
+                    assert found is None and ledger.keys.locate(key) is None
+                else:
+                    assert found is not None and found.to_pylist()[0]["value"] == value
+                    assert ledger.keys.locate(key) == latest[key]
+            assert sorted(ledger.keys.keys()) == sorted(k for k, o in latest.items() if messages[o][1] is not None)
+        finally:
+            ledger.close()
+
+
 def test_key_index_finds_each_kept_message(store: Store) -> None:
     store.create_topic("t", config=TINY)
     store.append("t", MESSAGES, partition=0)
