@@ -160,7 +160,7 @@ def test_the_key_index_of_a_run_split_into_passes_finds_every_live_key(data_dir:
         assert opened is not None
         _, ledger = opened
         try:
-            latest = {key: offset for offset, (key, _) in enumerate(messages)}
+            latest = {key: offset for offset, (key, _) in enumerate(messages) if key is not None}
             for key in keys:
                 found = ledger.lookup(key)
                 value = messages[latest[key]][1] if key in latest else None
