@@ -1,17 +1,11 @@
-"""Keys as exact fixed-width codes, so that phase one groups them fast, and 64-bit hashes of those codes, so that it
-can estimate how many distinct keys there are and split them into passes.
+"""Keys as exact fixed-width codes, so that phase one groups them fast, and 64-bit hashes of keys, so that it can
+split them into passes.
 
-Grouping variable-length binary keys costs Arrow about half again as much as grouping fixed-size ones, so keys are
-recoded losslessly (never hashed) into ``fixed_size_binary(width)``:
-
-- every key has the same length L (fixed-width ids, the usual case): the codes are the keys' bytes themselves,
-  read zero-copy from the array's data buffer; width = L.
-- lengths differ, the longest at most MAX_CODED_KEY_BYTES: the key's bytes, zero-padded, then one byte holding
-  its length (so ``b"a"`` and ``b"a\\x00"`` differ); width = longest + 1.
-- longer keys: left as binary (a few long keys would make every code long).
-
-Both codings order keys as their bytes do (a shorter key that is a prefix of a longer one sorts first in both), so
-sorting the codes sorts the keys, as the key index's sorted runs need.
+Grouping variable-length binary keys costs Arrow about twice as much as grouping fixed-size ones. When every key
+has the same length L (fixed-width ids, the usual case), at most MAX_CODED_KEY_BYTES, phase one groups them as
+``fixed_size_binary(L)``: the keys' own bytes, read zero-copy from the array's data buffer, so the coding is exact
+(never a hash). Otherwise the keys stay binary. Both order keys as their bytes do, so sorting the codes sorts the
+keys, as the key index's sorted runs need.
 """
 
 from __future__ import annotations
@@ -34,20 +28,22 @@ U64 = npt.NDArray[np.uint64]
 
 @dataclass(frozen=True)
 class KeyCoding:
-    """How the keys of one compaction run are coded: the same for every batch of the run."""
+    """How the keys of one compaction run are grouped: the same for every batch of the run."""
 
     width: int
-    """Bytes per code; 0: keys stay binary."""
-    with_length: bool
-    """Whether the last byte of a code is the key's length (lengths differ)."""
+    """Bytes per code, the length of every key; 0: keys stay binary."""
 
     @staticmethod
-    def for_lengths(shortest: int, longest: int) -> KeyCoding:
-        if longest > MAX_CODED_KEY_BYTES:
-            return KeyCoding(0, False)
-        if shortest == longest > 0:
-            return KeyCoding(longest, False)
-        return KeyCoding(longest + 1, True)
+    def for_keys(keys: pa.Array) -> KeyCoding:
+        """The coding for keys like these (a binary array without nulls)."""
+        lengths = np.diff(_offsets_and_data(keys)[0])
+        if len(lengths) and 0 < lengths[0] <= MAX_CODED_KEY_BYTES and np.all(lengths == lengths[0]):
+            return KeyCoding(int(lengths[0]))
+        return KeyCoding(0)
+
+    def accepts(self, keys: pa.Array) -> bool:
+        """Whether ``keys`` (binary, no nulls) can be coded: all of them are ``width`` bytes long."""
+        return not self.width or bool(np.all(np.diff(_offsets_and_data(keys)[0]) == self.width))
 
     @property
     def arrow_type(self) -> pa.DataType:
@@ -58,38 +54,20 @@ class KeyCoding:
         return float(self.width) if self.width else mean_key_bytes + 4
 
     def encode(self, keys: pa.Array) -> pa.Array:
-        """The codes of ``keys`` (a binary array without nulls)."""
+        """The codes of ``keys`` (binary, no nulls, accepted), zero-copy."""
         if not self.width:
             return keys
-        count = len(keys)
         offsets, data = _offsets_and_data(keys)
-        if not self.with_length:
-            start = int(offsets[0])
-            return pa.FixedSizeBinaryArray.from_buffers(
-                pa.binary(self.width), count, [None, data.slice(start, count * self.width)])
-        lengths = np.diff(offsets)
-        raw = np.frombuffer(data, np.uint8) if data.size else np.zeros(1, np.uint8)
-        column = np.arange(self.width - 1)
-        inside = column < lengths[:, None]
-        codes = np.zeros((count, self.width), np.uint8)
-        codes[:, :-1][inside] = raw[(offsets[:-1, None] + column)[inside]]
-        codes[:, -1] = lengths
-        return pa.FixedSizeBinaryArray.from_buffers(pa.binary(self.width), count, [None, pa.py_buffer(codes)])
+        return pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(self.width), len(keys), [None, data.slice(int(offsets[0]), len(keys) * self.width)])
 
     def decode(self, codes: pa.Array) -> pa.Array:
         """The keys (binary) of ``codes``."""
         if not self.width:
             return codes
-        matrix = code_matrix(codes)
-        count = len(codes)
-        if not self.with_length:
-            offsets = np.arange(count + 1, dtype=np.int32) * self.width
-            return pa.BinaryArray.from_buffers(pa.binary(), count,
-                                               [None, pa.py_buffer(offsets), pa.py_buffer(matrix.tobytes())])
-        lengths = matrix[:, -1].astype(np.int32)
-        data = matrix[:, :-1][np.arange(self.width - 1) < lengths[:, None]]
-        offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int32)]).astype(np.int32)
-        return pa.BinaryArray.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        offsets = np.arange(len(codes) + 1, dtype=np.int32) * self.width
+        return pa.BinaryArray.from_buffers(pa.binary(), len(codes),
+                                           [None, pa.py_buffer(offsets), pa.py_buffer(code_matrix(codes).tobytes())])
 
     def sort_order(self, codes: pa.Array) -> npt.NDArray[np.intp]:
         """Row order that sorts the keys bytewise (RocksDB's default comparator)."""

@@ -3,14 +3,16 @@ whether the value is null.
 
 Steps:
 
-1. Survey the input from the batches' buffers, without touching the data: messages, keyed messages, shortest and
-   longest key. Choose the key coding (compactor/key_codes.py: exact fixed-width codes, never a lossy hash).
+1. The key coding (compactor/key_codes.py: exact fixed-width codes when all keys have one length, never a lossy
+   hash) is chosen from the first keyed batch; a later batch with other lengths turns it to binary and phase one
+   starts again (this can only happen before any pass has finished: the first pass or the hashing reads it all).
 2. A pass streams, batch by batch, (code, 2 * offset + (1 if the value is not null)) of its keyed messages into
    Arrow's hash aggregation, which keeps the largest number per key. Offsets only grow, so that number belongs to
    the key's latest message, and its low bit says whether that message is a tombstone. The aggregation's memory
    grows with the distinct keys it has seen (GROUP_BYTES_PER_KEY beyond the code, measured; once per thread
-   when threaded), not with the messages.
-3. If even one distinct key per keyed message would fit the budget, one threaded pass over everything. Otherwise
+   when threaded), not with the messages. The first pass reads ahead on another thread (compactor/prefetch.py),
+   so the CRC checks of the first read overlap the aggregation.
+3. If even one distinct key per message would fit the budget, one threaded pass over everything. Otherwise
    one single-threaded pass, *watched*: before each batch it reads how much Arrow's memory pool holds, and past
    WATCHED_SHARE of the budget (the hash table may grow once more) it stops. Most inputs repeat their keys
    enough to finish here.
@@ -28,6 +30,7 @@ The passes change how much memory and time phase one takes, never its result.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -41,6 +44,7 @@ import pyarrow as pa
 import pyarrow.acero as acero
 
 from compactor.key_codes import KeyCoding
+from compactor.prefetch import prefetched
 
 InputBatches = Callable[[], Iterable[pa.RecordBatch]]
 MAX_PASSES: Final = 4096
@@ -56,6 +60,7 @@ AGGREGATE_BATCH_MESSAGES: Final = 1 << 15
 """Keyed messages handed to the aggregation at a time: it costs a third less in batches this large than in the
 log's (often small) ones; larger ones gain little and make the aggregation's read-ahead queue hold more."""
 MIN_WATCHED_BATCH_MESSAGES: Final = 256
+PREFETCH_BATCHES: Final = 16
 _CODE_TYPE: Final = pa.int64()
 
 
@@ -123,53 +128,62 @@ class _Overflow(Exception):
         self.scanned = scanned
 
 
-@dataclass
-class Survey:
-    messages: int = 0
-    keyed: int = 0
-    key_bytes: int = 0
-    shortest: int = 0
-    longest: int = 0
-
-    def coding(self) -> KeyCoding:
-        return KeyCoding.for_lengths(self.shortest, self.longest)
+class _CodingChanged(Exception):
+    """A batch's keys do not fit the coding chosen from the first batch."""
 
 
-def find_survivors(input_batches: InputBatches, *, memory_budget_bytes: int, retain_null_key: bool,
-                   on_pass: Callable[[LiveKeys], None] | None = None) -> Survivors:
-    survey = _survey(input_batches())
-    coding = survey.coding()
-    per_key = math.ceil(coding.bytes_per_key(survey.key_bytes / max(1, survey.keyed))) + GROUP_BYTES_PER_KEY
-    threaded = survey.keyed * per_key * max(1, pa.cpu_count()) <= memory_budget_bytes
+def find_survivors(input_batches: InputBatches, *, messages_bound: int, memory_budget_bytes: int,
+                   retain_null_key: bool, on_pass: Callable[[LiveKeys], None] | None = None) -> Survivors:
+    """``messages_bound``: at least the number of messages ``input_batches`` yields."""
+    first_keys = next((keys for keys, _ in map(_keyed, input_batches()) if len(keys)), pa.array([], pa.binary()))
+    coding = KeyCoding.for_keys(first_keys)
+    while True:
+        try:
+            return _find(input_batches, coding, first_keys, messages_bound=messages_bound,
+                         memory_budget_bytes=memory_budget_bytes, retain_null_key=retain_null_key, on_pass=on_pass)
+        except _CodingChanged:
+            coding = KeyCoding(0)
+
+
+def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, *, messages_bound: int,
+          memory_budget_bytes: int, retain_null_key: bool, on_pass: Callable[[LiveKeys], None] | None) -> Survivors:
+    mean_key_bytes = first_keys.nbytes / max(1, len(first_keys))
+    per_key = math.ceil(coding.bytes_per_key(mean_key_bytes)) + GROUP_BYTES_PER_KEY
+    threaded = messages_bound * per_key * max(1, pa.cpu_count()) <= memory_budget_bytes
     limit = None if threaded else int(memory_budget_bytes * WATCHED_SHARE)
-    survivors = Survivors(messages_read=survey.messages)
+    survivors = Survivors()
     hashes: np.ndarray | None = None
     todo = [Part(1, 0)]
-    while todo:
-        part = todo.pop()
-        watched = limit if part.modulus < MAX_PASSES else None
-        try:
-            live = _latest_live(input_batches(), coding, part, hashes, limit=watched, per_key=per_key,
-                                threaded=threaded)
-        except _Overflow as overflow:
-            if survivors.spill_folder is None:
-                survivors.spill_folder = tempfile.TemporaryDirectory(prefix="ledgerview-compaction-")
-            if hashes is None:
-                hashes = _hash_file(input_batches(), coding, survey.keyed, Path(survivors.spill_folder.name))
-            ways = max(2, math.ceil(SPLIT_MARGIN * survey.keyed / max(1, overflow.scanned)))
-            todo.extend(part.split(min(ways, max(2, MAX_PASSES // part.modulus))))
-            continue
-        offsets = np.sort(live.offsets)
-        if on_pass is not None:
-            on_pass(live)
-        del live
-        if survivors.spill_folder is not None:
-            path = Path(survivors.spill_folder.name) / f"pass-{survivors.passes}.npy"
-            np.save(path, offsets)
-            del offsets
-            offsets = np.load(path, mmap_mode="r")
-        survivors.arrays.append(offsets)
-        survivors.passes += 1
+    try:
+        while todo:
+            part = todo.pop()
+            watched = limit if part.modulus < MAX_PASSES else None
+            try:
+                with _reading(input_batches, ahead=not survivors.passes and hashes is None) as batches:
+                    live, survivors.messages_read = _latest_live(batches, coding, part, hashes, limit=watched,
+                                                                 per_key=per_key, threaded=threaded)
+            except _Overflow as overflow:
+                if survivors.spill_folder is None:
+                    survivors.spill_folder = tempfile.TemporaryDirectory(prefix="ledgerview-compaction-")
+                if hashes is None:
+                    hashes = _hash_file(input_batches(), coding, Path(survivors.spill_folder.name))
+                ways = max(2, math.ceil(SPLIT_MARGIN * len(hashes) / max(1, overflow.scanned)))
+                todo.extend(part.split(min(ways, max(2, MAX_PASSES // part.modulus))))
+                continue
+            offsets = np.sort(live.offsets)
+            if on_pass is not None:
+                on_pass(live)
+            del live
+            if survivors.spill_folder is not None:
+                path = Path(survivors.spill_folder.name) / f"pass-{survivors.passes}.npy"
+                np.save(path, offsets)
+                del offsets
+                offsets = np.load(path, mmap_mode="r")
+            survivors.arrays.append(offsets)
+            survivors.passes += 1
+    except BaseException:
+        survivors.close()
+        raise
     if retain_null_key:
         keyless = [_keyless_offsets(batch) for batch in input_batches()]
         if keyless:
@@ -177,37 +191,33 @@ def find_survivors(input_batches: InputBatches, *, memory_budget_bytes: int, ret
     return survivors
 
 
-def _survey(batches: Iterable[pa.RecordBatch]) -> Survey:
-    survey = Survey(shortest=2**31)
-    for batch in batches:
-        survey.messages += batch.num_rows
-        keys = batch.column(2)
-        if keys.null_count == len(keys):
-            continue
-        _, offsets_buffer, _ = keys.buffers()
-        offsets = np.frombuffer(offsets_buffer, np.int32, len(keys) + 1, keys.offset * 4)
-        lengths = np.diff(offsets)
-        if keys.null_count:
-            lengths = lengths[keys.is_valid().to_numpy(zero_copy_only=False)]
-        survey.keyed += len(lengths)
-        survey.key_bytes += int(offsets[-1] - offsets[0])
-        survey.shortest = min(survey.shortest, int(lengths.min()))
-        survey.longest = max(survey.longest, int(lengths.max()))
-    survey.shortest = min(survey.shortest, survey.longest)
-    return survey
+@contextlib.contextmanager
+def _reading(input_batches: InputBatches, *, ahead: bool) -> Iterator[Iterable[pa.RecordBatch]]:
+    """The input, read ahead on another thread for the first read (its CRC checks then overlap the
+    aggregation); the reading thread is stopped when the pass ends, however it ends."""
+    if not ahead:
+        yield input_batches()
+        return
+    batches = prefetched(input_batches(), depth=PREFETCH_BATCHES)
+    try:
+        yield batches
+    finally:
+        batches.close()
 
 
-def _hash_file(batches: Iterable[pa.RecordBatch], coding: KeyCoding, keyed: int, folder: Path) -> np.ndarray:
+def _hash_file(batches: Iterable[pa.RecordBatch], coding: KeyCoding, folder: Path) -> np.ndarray:
     """The hash of every keyed message's key, in input order, computed once into a memory-mapped file (8 bytes
     a message) so that later passes only compare."""
-    hashes = np.lib.format.open_memmap(folder / "hashes.npy", mode="w+", dtype=np.uint64, shape=(keyed,))
-    row = 0
-    for batch in batches:
-        keys, _ = _keyed(batch)
-        hashes[row : row + len(keys)] = coding.hashes(coding.encode(keys))
-        row += len(keys)
-    hashes.flush()
-    return hashes
+    path = folder / "hashes.u64"
+    with path.open("wb") as file:
+        for batch in batches:
+            keys, _ = _keyed(batch)
+            if not coding.accepts(keys):
+                raise _CodingChanged()
+            file.write(coding.hashes(coding.encode(keys)).tobytes())
+    if path.stat().st_size == 0:
+        return np.empty(0, np.uint64)
+    return np.memmap(path, dtype=np.uint64, mode="r")
 
 
 def _keyed(batch: pa.RecordBatch) -> tuple[pa.Array, npt.NDArray[np.int64]]:
@@ -221,8 +231,9 @@ def _keyed(batch: pa.RecordBatch) -> tuple[pa.Array, npt.NDArray[np.int64]]:
 
 
 def _latest_live(batches: Iterable[pa.RecordBatch], coding: KeyCoding, part: Part, hashes: np.ndarray | None, *,
-                 limit: int | None, per_key: int, threaded: bool) -> LiveKeys:
-    """Steps 2 to 5 for one pass; raises _Overflow when watched (``limit``) and the pool outgrows the limit."""
+                 limit: int | None, per_key: int, threaded: bool) -> tuple[LiveKeys, int]:
+    """Steps 2 to 5 for one pass, and the messages read; raises _Overflow when watched (``limit``) and the pool
+    outgrows the limit, _CodingChanged when a batch's keys do not fit ``coding``."""
     schema = pa.schema([("key", coding.arrow_type), ("code", _CODE_TYPE)])
     pool = pa.default_memory_pool()
     start_bytes = pool.bytes_allocated()
@@ -230,12 +241,18 @@ def _latest_live(batches: Iterable[pa.RecordBatch], coding: KeyCoding, part: Par
     if limit is not None:  # watched: batches small enough for the readings between them to catch the growth
         chunk_rows = min(chunk_rows, max(MIN_WATCHED_BATCH_MESSAGES, limit // (4 * per_key)))
 
+    messages = 0
+
     def pieces() -> Iterator[pa.RecordBatch]:
+        nonlocal messages
         scanned = held = 0
         grouped: list[pa.Array] = []
         numbers: list[np.ndarray] = []
         for batch in batches:
+            messages += batch.num_rows
             keys, codes = _keyed(batch)
+            if not coding.accepts(keys):
+                raise _CodingChanged()
             mine_keys = coding.encode(keys)
             if hashes is not None and part.modulus > 1:
                 mine = hashes[scanned : scanned + len(keys)] % np.uint64(part.modulus) == part.residue
@@ -261,7 +278,7 @@ def _latest_live(batches: Iterable[pa.RecordBatch], coding: KeyCoding, part: Par
     latest = latest_table.column("latest").to_numpy()
     live = (latest & 1) == 1
     codes = latest_table.column("key").combine_chunks().filter(pa.array(live))
-    return LiveKeys(coding, codes, latest[live] >> 1)
+    return LiveKeys(coding, codes, latest[live] >> 1), messages
 
 
 def _piece(grouped: list[pa.Array], numbers: list[np.ndarray], schema: pa.Schema) -> pa.RecordBatch:

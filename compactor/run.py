@@ -106,7 +106,9 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock) -> Compacti
         writer = LedgerWriter(*ledgers.ledger_paths(ledger_id), compression=compression)
         try:
             with KeyIndexRuns(writer.keys) as runs:
-                survivors = find_survivors(input_batches, memory_budget_bytes=log.config.compaction_memory_bytes,
+                bound = (previous_ledger.messages if previous_ledger else 0) + end_offset - raw_start
+                survivors = find_survivors(input_batches, messages_bound=bound,
+                                           memory_budget_bytes=log.config.compaction_memory_bytes,
                                            retain_null_key=log.config.compaction_retain_null_key,
                                            on_pass=runs.submit)
                 try:

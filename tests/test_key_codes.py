@@ -12,17 +12,17 @@ from hypothesis import strategies as st
 from compactor.key_codes import MAX_CODED_KEY_BYTES, KeyCoding
 
 short_keys = st.lists(st.binary(max_size=12), min_size=1, max_size=60)
-"""Short keys, trailing and leading zero bytes and the empty key included: the variable-length coding."""
+"""Keys of several lengths, trailing and leading zero bytes and the empty key included: they stay binary."""
 fixed_keys = st.integers(1, 11).flatmap(lambda width: st.lists(st.binary(min_size=width, max_size=width),
                                                                min_size=1, max_size=60))
 long_keys = st.lists(st.binary(max_size=MAX_CODED_KEY_BYTES + 8), min_size=1, max_size=20)
 
 
 def coded(keys: list[bytes]) -> tuple[KeyCoding, pa.Array]:
-    lengths = [len(key) for key in keys]
-    coding = KeyCoding.for_lengths(min(lengths), max(lengths))
     array = pa.array(keys, pa.binary())
-    return coding, coding.encode(array.slice(0))
+    coding = KeyCoding.for_keys(array)
+    assert coding.accepts(array)
+    return coding, coding.encode(array)
 
 
 @given(st.one_of(short_keys, fixed_keys, long_keys))
@@ -39,20 +39,23 @@ def test_codes_are_exact_decode_back_and_sort_as_the_keys_do(keys: list[bytes]) 
 
 
 def test_the_coding_follows_the_key_lengths() -> None:
-    assert KeyCoding.for_lengths(9, 9) == KeyCoding(9, with_length=False)  # zero-copy: the keys' own bytes
-    assert KeyCoding.for_lengths(0, 9) == KeyCoding(10, with_length=True)
-    assert KeyCoding.for_lengths(0, 0) == KeyCoding(1, with_length=True)
-    assert KeyCoding.for_lengths(1, MAX_CODED_KEY_BYTES + 1).width == 0  # long keys stay binary
+    def coding(*keys: bytes) -> KeyCoding:
+        return KeyCoding.for_keys(pa.array(keys, pa.binary()))
+
+    assert coding(b"abc", b"xyz") == KeyCoding(3)  # zero-copy: the keys' own bytes
+    assert coding(b"abc", b"xy") == coding(b"", b"") == coding(b"x" * (MAX_CODED_KEY_BYTES + 1)) == KeyCoding(0)
+    assert not KeyCoding(3).accepts(pa.array([b"abc", b"ab"], pa.binary()))
+    assert KeyCoding(0).accepts(pa.array([b"abc", b"ab"], pa.binary()))
 
 
 def test_a_slice_of_fixed_width_keys_codes_only_its_own_keys() -> None:
     keys = pa.array([b"k%03d" % i for i in range(100)], pa.binary()).slice(40, 10)
-    coding = KeyCoding.for_lengths(4, 4)
+    coding = KeyCoding(4)
     assert coding.decode(coding.encode(keys)).to_pylist() == [b"k%03d" % i for i in range(40, 50)]
 
 
 def test_hashes_spread_keys_that_differ_only_in_their_last_bytes() -> None:
     keys = pa.array([b"key%07d" % i for i in range(20_000)], pa.binary())
-    coding = KeyCoding.for_lengths(10, 10)
+    coding = KeyCoding(10)
     counts = np.bincount((coding.hashes(coding.encode(keys)) % np.uint64(16)).astype(np.int64), minlength=16)
     assert counts.min() > 20_000 / 16 * 0.8
