@@ -1,9 +1,10 @@
 """The key index is written beside phase one and two, on a thread of its own.
 
-Each phase-one pass hands over its survivors (keys and offsets); the thread sorts them by key and writes them as
-one sorted run of the ledger's key index (storage/key_index.py), while the main thread goes on with the next pass
-or with phase two. Sorting, Arrow and file writes release the GIL, so the two cores share the work. At most one
-run waits while another is written, so memory holds at most two passes' survivors.
+Each phase-one pass hands over its survivors (keys and offsets); they are sorted by key and written as one sorted
+run of the ledger's key index (storage/key_index.py). The last pass's run is written on a thread while the main
+thread does phase two: sorting, Arrow and file writes release the GIL, so the two cores share the work. The run
+of a pass that another pass follows is written at once, so that memory holds either that pass's aggregation or
+the run, not both (the budget is sized for one of them).
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ class KeyIndexRuns:
         self._pending: Future[None] | None = None
 
     def submit(self, live: LiveKeys) -> None:
-        """Queue the survivors of one pass, after the run before it is written (its error is raised here)."""
-        self._wait()
-        self._pending = self._executor.submit(self._write, live)
+        """Write the survivors of one pass as a run: now, or on the thread if it is the last pass."""
+        if live.last:
+            self._pending = self._executor.submit(self._write, live)
+        else:
+            self._write(live)
 
     def _write(self, live: LiveKeys) -> None:
         self._writer.add_sorted_run(*live.sorted_by_key())

@@ -17,8 +17,9 @@ Steps:
    WATCHED_SHARE of the budget (the hash table may grow once more) it stops. Most inputs repeat their keys
    enough to finish here.
 4. A stopped pass is split by key hash (hash mod m = r becomes hash mod m * k = r + m * j for j < k, so passes
-   already done stay valid), with k from the distinct keys it would have held had its growth gone on as it went.
-   Every key then falls in exactly one finished pass. The hashes are computed once, into a memory-mapped file.
+   already done stay valid). The hashes are computed once, into a memory-mapped file; k comes from an estimate
+   of the distinct keys made from them (the first split), or from the distinct keys the pass would have held had
+   its growth gone on as it went (a pass that still overflows). Every key falls in exactly one finished pass.
 5. The survivors of a pass are the latest messages that are not tombstones. Their keys and offsets go to
    ``on_pass`` (the key index is built from them); their offsets, sorted, are kept, and spilled to a
    memory-mapped file when there are several passes, so memory holds one pass at a time.
@@ -31,6 +32,8 @@ The passes change how much memory and time phase one takes, never its result.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import math
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -43,7 +46,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.acero as acero
 
-from compactor.key_codes import KeyCoding
+from compactor.key_codes import KeyCoding, code_matrix
 from compactor.prefetch import prefetched
 
 InputBatches = Callable[[], Iterable[pa.RecordBatch]]
@@ -61,6 +64,8 @@ AGGREGATE_BATCH_MESSAGES: Final = 1 << 15
 log's (often small) ones; larger ones gain little and make the aggregation's read-ahead queue hold more."""
 MIN_WATCHED_BATCH_MESSAGES: Final = 256
 PREFETCH_BATCHES: Final = 16
+SAMPLED_HASHES: Final = 1 << 17
+"""Hashed messages the estimate of distinct keys samples, about."""
 _CODE_TYPE: Final = pa.int64()
 
 
@@ -71,6 +76,9 @@ class LiveKeys:
     coding: KeyCoding
     codes: pa.Array
     offsets: npt.NDArray[np.int64]
+    last: bool = True
+    """No pass follows this one (when one does, its aggregation and this pass's index run should not both hold
+    memory at once)."""
 
     def sorted_by_key(self) -> tuple[pa.Array, npt.NDArray[np.int64]]:
         """The keys (binary) in bytewise order, and their offsets in the same order."""
@@ -152,27 +160,39 @@ def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, 
     threaded = messages_bound * per_key * max(1, pa.cpu_count()) <= memory_budget_bytes
     limit = None if threaded else int(memory_budget_bytes * WATCHED_SHARE)
     survivors = Survivors()
-    hashes: np.ndarray | None = None
+    spill: _Spill | None = None
+    distinct = 0
     todo = [Part(1, 0)]
     try:
         while todo:
             part = todo.pop()
             watched = limit if part.modulus < MAX_PASSES else None
+            rows = _chunk_rows(watched, per_key)
             try:
-                with _reading(input_batches, ahead=not survivors.passes and hashes is None) as batches:
-                    live, survivors.messages_read = _latest_live(batches, coding, part, hashes, limit=watched,
-                                                                 per_key=per_key, threaded=threaded)
+                if spill is not None and spill.codes is not None:
+                    live, survivors.messages_read = _latest_live(
+                        functools.partial(_from_spill, spill, coding, part, rows), coding, limit=watched,
+                        chunk_rows=rows, threaded=threaded)
+                else:
+                    with _reading(input_batches, ahead=spill is None) as batches:
+                        live, survivors.messages_read = _latest_live(
+                            functools.partial(_from_batches, batches, coding, part, spill), coding, limit=watched,
+                            chunk_rows=rows, threaded=threaded)
             except _Overflow as overflow:
+                assert watched is not None  # only a watched pass overflows
                 if survivors.spill_folder is None:
                     survivors.spill_folder = tempfile.TemporaryDirectory(prefix="ledgerview-compaction-")
-                if hashes is None:
-                    hashes = _hash_file(input_batches(), coding, Path(survivors.spill_folder.name))
-                ways = max(2, math.ceil(SPLIT_MARGIN * len(hashes) / max(1, overflow.scanned)))
-                todo.extend(part.split(min(ways, max(2, MAX_PASSES // part.modulus))))
+                if spill is None:
+                    spill = _spill(input_batches(), coding, Path(survivors.spill_folder.name))
+                    distinct = _distinct_keys(spill.hashes)
+                ways = math.ceil(SPLIT_MARGIN * len(spill.hashes) / max(1, overflow.scanned))
+                if part.modulus == 1:  # the estimate of distinct keys is sharper than the growth so far
+                    ways = min(ways, math.ceil(SPLIT_MARGIN * distinct * per_key / watched))
+                todo.extend(part.split(min(max(2, ways), max(2, MAX_PASSES // part.modulus))))
                 continue
             offsets = np.sort(live.offsets)
             if on_pass is not None:
-                on_pass(live)
+                on_pass(dataclasses.replace(live, last=not todo))
             del live
             if survivors.spill_folder is not None:
                 path = Path(survivors.spill_folder.name) / f"pass-{survivors.passes}.npy"
@@ -205,19 +225,47 @@ def _reading(input_batches: InputBatches, *, ahead: bool) -> Iterator[Iterable[p
         batches.close()
 
 
-def _hash_file(batches: Iterable[pa.RecordBatch], coding: KeyCoding, folder: Path) -> np.ndarray:
-    """The hash of every keyed message's key, in input order, computed once into a memory-mapped file (8 bytes
-    a message) so that later passes only compare."""
-    path = folder / "hashes.u64"
-    with path.open("wb") as file:
+def _distinct_keys(hashes: np.ndarray) -> int:
+    """How many distinct keys there are, within about 1%: the distinct hashes among those that start with
+    ``shift`` zero bits (a sample of the keys, not of the messages, so repeated messages do not bias it), times
+    2**shift."""
+    shift = max(0, math.ceil(math.log2(max(1, len(hashes)) / SAMPLED_HASHES)))
+    sample = hashes if shift == 0 else hashes[(hashes >> np.uint64(64 - shift)) == 0]
+    return len(np.unique(sample)) << shift
+
+
+def _spill(batches: Iterable[pa.RecordBatch], coding: KeyCoding, folder: Path) -> _Spill:
+    """Hash every keyed message's key once, into a memory-mapped file (8 bytes a message), so that later passes
+    only compare; with fixed-width codes also write the codes and numbers, so that they read nothing else."""
+    columns = ["hashes"] + (["codes", "numbers"] if coding.width else [])
+    files = {name: (folder / f"{name}.bin").open("wb") for name in columns}
+    messages = 0
+    try:
         for batch in batches:
-            keys, _ = _keyed(batch)
+            messages += batch.num_rows
+            keys, numbers = _keyed(batch)
             if not coding.accepts(keys):
                 raise _CodingChanged()
-            file.write(coding.hashes(coding.encode(keys)).tobytes())
-    if path.stat().st_size == 0:
-        return np.empty(0, np.uint64)
-    return np.memmap(path, dtype=np.uint64, mode="r")
+            codes = coding.encode(keys)
+            files["hashes"].write(coding.hashes(codes).tobytes())
+            if coding.width:
+                files["codes"].write(code_matrix(codes).tobytes())
+                files["numbers"].write(numbers.astype(np.int64).tobytes())
+    finally:
+        for file in files.values():
+            file.close()
+
+    def mapped(name: str, dtype: type[np.generic], width: int = 1) -> np.ndarray:
+        size = (folder / f"{name}.bin").stat().st_size
+        if size == 0:
+            return np.empty((0, width) if width > 1 else 0, dtype)
+        array = np.memmap(folder / f"{name}.bin", dtype=dtype, mode="r")
+        return array.reshape(-1, width) if width > 1 else array
+
+    if not coding.width:
+        return _Spill(mapped("hashes", np.uint64), None, None, messages)
+    return _Spill(mapped("hashes", np.uint64), mapped("codes", np.uint8, coding.width), mapped("numbers", np.int64),
+                  messages)
 
 
 def _keyed(batch: pa.RecordBatch) -> tuple[pa.Array, npt.NDArray[np.int64]]:
@@ -230,41 +278,86 @@ def _keyed(batch: pa.RecordBatch) -> tuple[pa.Array, npt.NDArray[np.int64]]:
     return keys, codes
 
 
-def _latest_live(batches: Iterable[pa.RecordBatch], coding: KeyCoding, part: Part, hashes: np.ndarray | None, *,
-                 limit: int | None, per_key: int, threaded: bool) -> tuple[LiveKeys, int]:
-    """Steps 2 to 5 for one pass, and the messages read; raises _Overflow when watched (``limit``) and the pool
-    outgrows the limit, _CodingChanged when a batch's keys do not fit ``coding``."""
+@dataclass
+class _Scan:
+    """How far a pass has read: messages, and keyed messages (all of them, not only the pass's own)."""
+
+    messages: int = 0
+    keyed: int = 0
+
+
+@dataclass(frozen=True)
+class _Spill:
+    """What passes after a split read instead of the input: each keyed message's key hash, and for fixed-width
+    codes also its code and number (2 * offset + live bit), in input order, in memory-mapped files."""
+
+    hashes: np.ndarray
+    codes: np.ndarray | None
+    numbers: np.ndarray | None
+    messages: int
+
+
+Pieces = Iterator[tuple[pa.Array, np.ndarray]]
+
+
+def _from_batches(batches: Iterable[pa.RecordBatch], coding: KeyCoding, part: Part, spill: _Spill | None,
+                  scan: _Scan) -> Pieces:
+    """(codes, numbers) of the pass's keyed messages, batch by batch from the input."""
+    for batch in batches:
+        scan.messages += batch.num_rows
+        keys, numbers = _keyed(batch)
+        if not coding.accepts(keys):
+            raise _CodingChanged()
+        codes = coding.encode(keys)
+        if spill is not None and part.modulus > 1:
+            mine = spill.hashes[scan.keyed : scan.keyed + len(keys)] % np.uint64(part.modulus) == part.residue
+            codes, numbers = codes.filter(pa.array(mine)), numbers[mine]
+        scan.keyed += len(keys)
+        yield codes, numbers
+
+
+def _from_spill(spill: _Spill, coding: KeyCoding, part: Part, rows: int, scan: _Scan) -> Pieces:
+    """(codes, numbers) of the pass's keyed messages, about ``rows`` at a time from the spill files."""
+    assert spill.codes is not None and spill.numbers is not None
+    scan.messages = spill.messages
+    step = rows * part.modulus
+    for start in range(0, len(spill.hashes), step):
+        mine = np.flatnonzero(spill.hashes[start : start + step] % np.uint64(part.modulus) == part.residue) + start
+        scan.keyed = min(len(spill.hashes), start + step)
+        codes = np.ascontiguousarray(spill.codes[mine])
+        yield (pa.FixedSizeBinaryArray.from_buffers(coding.arrow_type, len(mine), [None, pa.py_buffer(codes)]),
+               np.asarray(spill.numbers[mine]))
+
+
+def _chunk_rows(limit: int | None, per_key: int) -> int:
+    """Messages handed to the aggregation at a time; watched, few enough for the readings between batches to
+    catch the growth."""
+    if limit is None:
+        return AGGREGATE_BATCH_MESSAGES
+    return min(AGGREGATE_BATCH_MESSAGES, max(MIN_WATCHED_BATCH_MESSAGES, limit // (4 * per_key)))
+
+
+def _latest_live(read: Callable[[_Scan], Pieces], coding: KeyCoding, *, limit: int | None, chunk_rows: int,
+                 threaded: bool) -> tuple[LiveKeys, int]:
+    """Steps 2 to 5 for one pass over what ``read(scan)`` yields, and the messages read; raises _Overflow when
+    watched (``limit``) and the pool outgrows the limit."""
     schema = pa.schema([("key", coding.arrow_type), ("code", _CODE_TYPE)])
     pool = pa.default_memory_pool()
     start_bytes = pool.bytes_allocated()
-    chunk_rows = AGGREGATE_BATCH_MESSAGES
-    if limit is not None:  # watched: batches small enough for the readings between them to catch the growth
-        chunk_rows = min(chunk_rows, max(MIN_WATCHED_BATCH_MESSAGES, limit // (4 * per_key)))
-
-    messages = 0
+    scan = _Scan()
 
     def pieces() -> Iterator[pa.RecordBatch]:
-        nonlocal messages
-        scanned = held = 0
+        held = 0
         grouped: list[pa.Array] = []
         numbers: list[np.ndarray] = []
-        for batch in batches:
-            messages += batch.num_rows
-            keys, codes = _keyed(batch)
-            if not coding.accepts(keys):
-                raise _CodingChanged()
-            mine_keys = coding.encode(keys)
-            if hashes is not None and part.modulus > 1:
-                mine = hashes[scanned : scanned + len(keys)] % np.uint64(part.modulus) == part.residue
-                mine_keys, codes = mine_keys.filter(pa.array(mine)), codes[mine]
-            scanned += len(keys)
-            for start in range(0, len(codes), chunk_rows):
-                grouped.append(mine_keys.slice(start, chunk_rows))
-                numbers.append(codes[start : start + chunk_rows])
+        for codes, mine in read(scan):
+            for start in range(0, len(mine), chunk_rows):
+                grouped.append(codes.slice(start, chunk_rows))
+                numbers.append(mine[start : start + chunk_rows])
                 held += len(numbers[-1])
                 if held >= chunk_rows:
                     if limit is not None and pool.bytes_allocated() - start_bytes > limit:
-                        raise _Overflow(scanned)
+                        raise _Overflow(scan.keyed)
                     yield _piece(grouped, numbers, schema)
                     grouped, numbers, held = [], [], 0
         if held:
@@ -278,7 +371,7 @@ def _latest_live(batches: Iterable[pa.RecordBatch], coding: KeyCoding, part: Par
     latest = latest_table.column("latest").to_numpy()
     live = (latest & 1) == 1
     codes = latest_table.column("key").combine_chunks().filter(pa.array(live))
-    return LiveKeys(coding, codes, latest[live] >> 1), messages
+    return LiveKeys(coding, codes, latest[live] >> 1), scan.messages
 
 
 def _piece(grouped: list[pa.Array], numbers: list[np.ndarray], schema: pa.Schema) -> pa.RecordBatch:
