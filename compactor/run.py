@@ -35,7 +35,8 @@ OUTPUT_BATCH_MESSAGES = 65_536
 OUTPUT_BATCH_MIN_MESSAGES = 1_024
 OUTPUT_BATCH_MIN_BYTES = 64 * 1024
 BUDGET_BYTES_PER_PENDING_MESSAGE = 256
-"""Phase two writes a batch when it holds a quarter of the memory budget or OUTPUT_BATCH_MESSAGES messages; with a
+"""Phase two writes a batch when it holds an eighth of the memory budget (it is copied twice more on its way out,
+and the key index's last run is written meanwhile) or OUTPUT_BATCH_MESSAGES messages; with a
 small budget, fewer messages (each costs about this much while it waits to be written)."""
 
 
@@ -141,7 +142,7 @@ def _unchanged(partition: int, cursor: CompactionCursor | None) -> CompactionRes
 def _write_ledger(writer: LedgerWriter, batches: Iterator[pa.RecordBatch], survivors: Survivors, *,
                   budget: int) -> None:
     """Phase two: keep exactly the surviving offsets, coalesced into batches (see OUTPUT_BATCH_MESSAGES)."""
-    flush_bytes = max(OUTPUT_BATCH_MIN_BYTES, budget // 4)
+    flush_bytes = max(OUTPUT_BATCH_MIN_BYTES, budget // 8)
     flush_rows = min(OUTPUT_BATCH_MESSAGES, max(OUTPUT_BATCH_MIN_MESSAGES, budget // BUDGET_BYTES_PER_PENDING_MESSAGE))
     pending: list[pa.RecordBatch] = []
     pending_rows = pending_bytes = 0
