@@ -73,12 +73,19 @@ class KeyCoding:
         """Row order that sorts the keys bytewise (RocksDB's default comparator)."""
         if not self.width:
             return np.asarray(pc.sort_indices(codes).to_numpy(), dtype=np.intp)
-        # The codes as big-endian 64-bit words (zero-padded to a multiple of 8 bytes, which keeps the order),
-        # sorted with the first word as the primary key.
+        # The codes past the prefix they all share (ids often have one) as big-endian 64-bit words, zero-padded to
+        # a multiple of 8 bytes (which keeps the order), sorted with the first word as the primary key: one
+        # argsort when what differs fits 8 bytes.
         matrix = code_matrix(codes)
-        padded = np.zeros((len(matrix), -(-self.width // 8) * 8), np.uint8)
-        padded[:, : self.width] = matrix
+        same = np.flatnonzero(~np.all(matrix == matrix[:1], axis=0)) if len(matrix) else np.zeros(0, np.intp)
+        if not len(same):  # every code is the same
+            return np.arange(len(matrix), dtype=np.intp)
+        matrix = matrix[:, int(same[0]) :]
+        padded = np.zeros((len(matrix), -(-matrix.shape[1] // 8) * 8), np.uint8)
+        padded[:, : matrix.shape[1]] = matrix
         words = padded.view(">u8").astype(np.uint64)
+        if words.shape[1] <= 1:
+            return np.argsort(words.ravel(), kind="stable")
         order: npt.NDArray[np.intp] = np.lexsort([words[:, j] for j in reversed(range(words.shape[1]))])
         return order
 

@@ -15,6 +15,9 @@ short_keys = st.lists(st.binary(max_size=12), min_size=1, max_size=60)
 """Keys of several lengths, trailing and leading zero bytes and the empty key included: they stay binary."""
 fixed_keys = st.integers(1, 11).flatmap(lambda width: st.lists(st.binary(min_size=width, max_size=width),
                                                                min_size=1, max_size=60))
+prefixed_keys = st.tuples(st.binary(min_size=1, max_size=10), fixed_keys).map(
+    lambda drawn: [drawn[0] + key for key in drawn[1]])
+"""Fixed-width keys sharing a prefix, as ids do: the sort looks only past it."""
 long_keys = st.lists(st.binary(max_size=MAX_CODED_KEY_BYTES + 8), min_size=1, max_size=20)
 
 
@@ -25,7 +28,7 @@ def coded(keys: list[bytes]) -> tuple[KeyCoding, pa.Array]:
     return coding, coding.encode(array)
 
 
-@given(st.one_of(short_keys, fixed_keys, long_keys))
+@given(st.one_of(short_keys, fixed_keys, prefixed_keys, long_keys))
 def test_codes_are_exact_decode_back_and_sort_as_the_keys_do(keys: list[bytes]) -> None:
     coding, codes = coded(keys)
     assert coding.decode(codes).to_pylist() == keys
