@@ -4,9 +4,11 @@
    retired ledgers past ``file.delete.delay.ms``; record the status RUNNING.
 2. Take the end offset now: messages appended later are left for the next run.
 3. Phase one reads the current ledger, then the raw log above its horizon up to that end offset, and finds the
-   latest live message per key (compactor/latest_offsets.py).
+   latest live message per key (compactor/latest_offsets.py). Each of its passes hands its survivors' keys and
+   offsets to the new ledger's key index as a sorted run (compactor/index_runs.py; the last one on a thread,
+   while phase two runs).
 4. Phase two reads the same input again and writes the survivors, in offset order with their original offsets,
-   timestamps and headers, to a new ledger with its key index; then fsyncs both.
+   timestamps and headers, to the new ledger; then the ledger is fsynced and the key index's runs ingested.
 5. Publish: replace the compaction cursor atomically (storage/compacted.py). A crash before it leaves the old view
    and an orphan; after it, the new view and a retired or orphaned old ledger. The raw log is never written.
 """
@@ -31,6 +33,7 @@ from storage.partition_log import Clock, PartitionLog
 from storage.schema import STORED_SCHEMA
 
 HEADERS_COLUMN = STORED_SCHEMA.get_field_index("headers")
+HEADERS_FIELD = STORED_SCHEMA.field(HEADERS_COLUMN)
 OUTPUT_BATCH_MESSAGES = 65_536
 OUTPUT_BATCH_MIN_MESSAGES = 1_024
 OUTPUT_BATCH_MIN_BYTES = 64 * 1024
@@ -168,6 +171,6 @@ def _take(batch: pa.RecordBatch, rows: np.ndarray) -> pa.RecordBatch:
     list<struct> column costs as much as taking the other four."""
     headers = batch.column(HEADERS_COLUMN)
     if headers.null_count != len(headers):
-        return batch.take(pa.array(rows))
-    columns = [column.take(pa.array(rows)) for column in batch.columns[:HEADERS_COLUMN]]
-    return pa.RecordBatch.from_arrays([*columns, pa.nulls(len(rows), headers.type)], schema=STORED_SCHEMA)
+        return batch.take(rows)
+    return batch.drop_columns([HEADERS_FIELD.name]).take(rows).append_column(
+        HEADERS_FIELD, pa.nulls(len(rows), HEADERS_FIELD.type))

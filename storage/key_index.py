@@ -22,7 +22,7 @@ import pyarrow as pa
 from rocksdict import AccessType, IngestExternalFileOptions, Options, Rdict, SstFileWriter
 
 from storage.errors import LedgerviewError
-from storage.fileio import fsync_folder
+from storage.fileio import fsync_file, fsync_folder
 
 LOCATION: Final = struct.Struct(">q")
 RUN_KEYS: Final = 65_536
@@ -78,7 +78,7 @@ class KeyIndexWriter:
         shutil.rmtree(self._runs_folder)
         for name in os.listdir(self.path):
             if name.endswith(".sst"):
-                _fsync_file(self.path / name)
+                fsync_file(self.path / name)
         fsync_folder(self.path)
 
     def abort(self) -> None:
@@ -105,14 +105,6 @@ def _bytes_list(matrix: npt.NDArray[np.uint8]) -> list[bytes]:
     for row in np.flatnonzero(matrix[:, -1] == 0).tolist():
         rows[row] = matrix[row].tobytes()
     return rows
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class KeyIndex:
