@@ -3,7 +3,8 @@
 
 One run over one partition (``enforce_partition_retention``), under the partition's writer lock:
 
-1. Catch up with the files: another process may have appended, rolled or deleted since this one last looked.
+1. Catch up with the files: another process may have appended, rolled, deleted or cleaned since this one last
+   looked (``PartitionLog.settle``, which also finishes a swap a crashed cleaner left).
 2. Plan (``plan_retention``). Walk the segments from the oldest with Kafka's three predicates, in Kafka's order,
    each on what the previous one left and each stopping at the first segment it keeps, so only a prefix goes:
 
@@ -181,7 +182,7 @@ def largest_timestamp_ms(segment: Segment) -> int:
 def enforce_partition_retention(log: PartitionLog, *, read_hold: HoldReader, now_ms: int) -> list[DeletedSegment]:
     """One retention run over one partition (the module doc's steps 1 to 5); returns what it deleted."""
     with log.writer_lock:
-        log.refresh()
+        log.settle()
         plan = plan_retention(log.segments, end_offset=log.end_offset, log_start_offset=log.log_start_offset,
                               hold=read_hold(), config=log.config, now_ms=now_ms)
         deleted = _delete_prefix(log, plan, now_ms=now_ms)
@@ -195,7 +196,7 @@ def delete_records(log: PartitionLog, before_offset: int, *, read_hold: HoldRead
     """Kafka's DeleteRecords: make ``before_offset`` the log start offset, then delete the segments wholly below
     it. Every check runs before anything changes."""
     with log.writer_lock:
-        log.refresh()
+        log.settle()
         if not log.config.is_delete:
             raise RecordDeletionNotAllowedError(log.topic, log.partition, log.config.cleanup_policy)
         valid = isinstance(before_offset, int) and not isinstance(before_offset, bool)
