@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench import compaction, systems
+from bench import cleaning, compaction, systems
 
 MEMORY_BUDGET_BYTES = 64 * compaction.MiB
 BUDGET_CONFIG = {"compaction.memory.bytes": MEMORY_BUDGET_BYTES}
@@ -139,6 +139,17 @@ WORKLOADS: dict[str, Workload] = {
                 _ledgerview("ledgerview 256 MiB", "default config"),
             ),
             same_result=True,
+        ),
+        Workload(
+            "clean",
+            "Kafka-style in-place cleaning of a compacted topic (one pass, whole log dirty), beside copying its "
+            "segment files once",
+            (
+                Case("ledgerview", preparer=cleaning.cleanable_store, job=cleaning.ledgerview_clean,
+                     note="Store.open, store.clean(topic) (default: 128 MiB key map), close"),
+                Case("file copy (floor)", preparer=cleaning.cleanable_store, job=cleaning.copy_floor,
+                     note="read each segment file and write it once, fsync"),
+            ),
         ),
         Workload(
             "scan-compacted",

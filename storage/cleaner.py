@@ -54,8 +54,9 @@ from storage.segment import Segment
 OUTPUT_BATCH_BYTES = TARGET_BATCH_BYTES
 MAP_ENTRY_BYTES = 24
 """Memory per key-map entry: fingerprint and offset (16 bytes) plus the merge's temporaries; Kafka's is 24 too."""
-WINDOW_ROW_BYTES = 48
-"""Memory per dirty message waiting in a window: fingerprint, offset and its share of the hash aggregation."""
+WINDOW_ROW_BYTES = 16
+"""Memory per dirty message waiting in a window to be merged into the map: its fingerprint and offset. (Arrow's
+hash table during a merge comes on top, transiently; the benchmark measures the peak.)"""
 ShouldAbort = Callable[[], bool]
 
 
@@ -135,6 +136,8 @@ def _members(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
 
 @dataclass
 class _MapBuilder:
+    """The key map being built: fingerprints and latest offsets, unsorted until ``finish``."""
+
     max_entries: int
     window_rows: int
     fingerprints: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
@@ -142,6 +145,7 @@ class _MapBuilder:
     window: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     window_size: int = 0
     full_at: int | None = None
+    """The offset of the first message whose key did not fit, once the map is full."""
 
     def add(self, key_fingerprints: np.ndarray, offsets: np.ndarray) -> None:
         self.window.append((key_fingerprints, offsets))
@@ -150,33 +154,40 @@ class _MapBuilder:
             self.merge()
 
     def merge(self) -> None:
-        """Fold the window into the map; on overflow, keep only what fits and record where the map filled."""
+        """Fold the window into the map with one hash aggregation over both (window offsets are all newer, so the
+        largest offset per key is its latest); on overflow, keep what fits and record where the map filled."""
         if not self.window:
             return
-        window_fingerprints = np.concatenate([part[0] for part in self.window])
-        window_offsets = np.concatenate([part[1] for part in self.window])
-        self.window, self.window_size = [], 0
-        grouped = pa.table({"k": window_fingerprints, "o": window_offsets}).group_by("k", use_threads=False).aggregate(
-            [("o", "max"), ("o", "min")])
-        keys = grouped.column("k").to_numpy()
-        latest = grouped.column("o_max").to_numpy()
-        new = ~_members(keys, self.fingerprints)
-        room = self.max_entries - len(self.fingerprints)
-        if int(new.sum()) > room:
-            first_seen = np.sort(grouped.column("o_min").to_numpy()[new])
-            self.full_at = int(first_seen[room])
-            before = window_offsets < self.full_at
-            grouped = pa.table({"k": window_fingerprints[before], "o": window_offsets[before]}).group_by(
-                "k", use_threads=False).aggregate([("o", "max")])
-            keys, latest = grouped.column("k").to_numpy(), grouped.column("o_max").to_numpy()
-            new = ~_members(keys, self.fingerprints)
-        if len(self.fingerprints):
-            old = ~new
-            self.latest[np.searchsorted(self.fingerprints, keys[old])] = latest[old]
-        all_keys = np.concatenate([self.fingerprints, keys[new]])
-        order = np.argsort(all_keys, kind="stable")
-        self.fingerprints = all_keys[order]
-        self.latest = np.concatenate([self.latest, latest[new]])[order]
+        window, self.window, self.window_size = self.window, [], 0
+        merged = _latest_per_key([self.fingerprints, *(part[0] for part in window)],
+                                 [self.latest, *(part[1] for part in window)])
+        if merged.num_rows <= self.max_entries:
+            self.fingerprints, self.latest = merged.column("k").to_numpy(), merged.column("o_max").to_numpy()
+            return
+        del merged
+        window_fingerprints = np.concatenate([part[0] for part in window])
+        window_offsets = np.concatenate([part[1] for part in window])
+        first_seen = pa.table({"k": window_fingerprints, "o": window_offsets}).group_by(
+            "k", use_threads=False).aggregate([("o", "min")])
+        known = np.sort(self.fingerprints)
+        new = ~_members(first_seen.column("k").to_numpy(), known)
+        self.full_at = int(np.sort(first_seen.column("o_min").to_numpy()[new])[self.max_entries - len(known)])
+        before = window_offsets < self.full_at
+        merged = _latest_per_key([self.fingerprints, window_fingerprints[before]],
+                                 [self.latest, window_offsets[before]])
+        self.fingerprints, self.latest = merged.column("k").to_numpy(), merged.column("o_max").to_numpy()
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sorted fingerprints, sorted latest offsets)."""
+        if self.full_at is None:
+            self.merge()
+        return np.sort(self.fingerprints), np.sort(self.latest)
+
+
+def _latest_per_key(key_parts: list[np.ndarray], offset_parts: list[np.ndarray]) -> pa.Table:
+    """Arrow's hash aggregation over the parts as chunks (no copy into one array): columns k, o_max."""
+    table = pa.table({"k": pa.chunked_array(key_parts, pa.uint64()), "o": pa.chunked_array(offset_parts, pa.int64())})
+    return table.group_by("k", use_threads=False).aggregate([("o", "max")])
 
 
 def build_key_map(log: PartitionLog, first_dirty_offset: int, end_offset: int, *, max_entries: int,
@@ -200,11 +211,10 @@ def build_key_map(log: PartitionLog, first_dirty_offset: int, end_offset: int, *
                 break
         if builder.full_at is not None:
             break
-    if builder.full_at is None:
-        builder.merge()
+    key_fingerprints, latest = builder.finish()
     end = end_offset if builder.full_at is None else builder.full_at
-    stats.map_entries, stats.map_capacity, stats.map_full = len(builder.fingerprints), max_entries, end < end_offset
-    return KeyMap(builder.fingerprints, np.sort(builder.latest), first_dirty_offset, end, end < end_offset)
+    stats.map_entries, stats.map_capacity, stats.map_full = len(key_fingerprints), max_entries, end < end_offset
+    return KeyMap(key_fingerprints, latest, first_dirty_offset, end, end < end_offset)
 
 
 def _segments_between(log: PartitionLog, start: int, end: int) -> list[Segment]:

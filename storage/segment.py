@@ -261,6 +261,7 @@ class Segment:
                 index.path.rename(target)
             index.path = target
         target = _path(self.folder, self.base_offset, LOG_SUFFIX, temporary_suffix)
+        faults.crash_point("segment.before_log_rename")
         self.log_path.rename(target)
         self.log_path = target
         self.temporary_suffix = temporary_suffix
