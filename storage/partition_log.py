@@ -281,6 +281,7 @@ class PartitionLog:
     def flush(self) -> None:
         """fsync every segment at or above the recovery point and move the recovery point to the end offset."""
         with self.writer_lock:
+            self.refresh()  # another process may have replaced or deleted segments (cleaning, retention)
             for segment in self._segments_from(self.recovery_point):
                 segment.fsync()
             faults.crash_point("flush.before_checkpoint")
