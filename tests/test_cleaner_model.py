@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import hypothesis.strategies as st
+from hypothesis import event
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from storage import Store
@@ -68,6 +69,7 @@ class CleanedLogModel(RuleBasedStateMachine):
         if not passes:
             return
         [stats] = passes
+        event("a pass cleaned")
         end = stats.end_offset
         assert end <= self.open_store.partition_log("t", 0).active.base_offset  # the active segment is never cleaned
         latest = {key: offset for offset, key, _ in self.appended[:end]}
@@ -79,6 +81,7 @@ class CleanedLogModel(RuleBasedStateMachine):
             elif value is None:
                 first_kept = self.kept_since.setdefault(offset, self.clock.now_ms)
                 if self.clock.now_ms >= first_kept + DELETE_RETENTION_MS:
+                    event("an expired tombstone removed")
                     self.present.discard(offset)
 
     @rule(data=st.data())
