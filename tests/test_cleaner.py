@@ -25,10 +25,10 @@ import pytest
 from compactor import Compactor
 from readers import Reader
 from storage import Store
-from storage.cleaner import CleaningAbortedError, CleanerStats, clean_log
+from storage.cleaner import CleanerStats, CleaningAbortedError, clean_log
 from storage.cleaner_manager import CleanerConfig, CleanerStateError, CleaningState
 from storage.errors import CorruptSegmentError, KeylessMessageError
-from storage.files import CLEANER_OFFSET_CHECKPOINT, parse_segment_file, partition_folder
+from storage.files import CLEANER_OFFSET_CHECKPOINT, parse_segment_file
 from storage.maintenance import MaintenanceLoop
 from tests.conftest import ManualClock
 
@@ -249,7 +249,7 @@ def test_keyless_messages_are_dropped_and_counted(store: Store) -> None:
 
 def test_a_keyless_append_to_a_compact_only_topic_is_refused(store: Store) -> None:
     store.create_topic("t", config=COMPACT)
-    with pytest.raises(KeylessMessageError, match="row 1 has no key.*cleanup.policy=compact"):
+    with pytest.raises(KeylessMessageError, match=r"row 1 has no key.*cleanup\.policy=compact"):
         store.append("t", [(b"k", b"v"), (None, b"lost")])
     assert store.end_offset("t", 0) == 0
 

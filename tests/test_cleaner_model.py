@@ -16,7 +16,7 @@ from pathlib import Path
 
 import hypothesis.strategies as st
 from hypothesis import event
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from storage import Store
 from tests.conftest import ManualClock
@@ -35,7 +35,7 @@ class CleanedLogModel(RuleBasedStateMachine):
         super().__init__()
         self.folder = Path(tempfile.mkdtemp(prefix="ledgerview-cleaner-model-"))
         self.clock = ManualClock()
-        self.store: Store | None = Store.open(self.folder, clock=self.clock)
+        self.store = Store.open(self.folder, clock=self.clock)
         self.store.create_topic("t", config=CONFIG)
         self.appended: list[Row] = []
         self.present: set[int] = set()
@@ -44,15 +44,9 @@ class CleanedLogModel(RuleBasedStateMachine):
         """Tombstone offset -> the clock of the first pass that kept it."""
         self.log_start = 0
 
-    @property
-    def open_store(self) -> Store:
-        if self.store is None:
-            self.store = Store.open(self.folder, clock=self.clock)
-        return self.store
-
     @rule(batch=messages)
     def append(self, batch: list[tuple[bytes, bytes | None]]) -> None:
-        result = self.open_store.append("t", batch, partition=0)
+        result = self.store.append("t", batch, partition=0)
         for (_, offset), (key, value) in zip(result, batch, strict=True):
             assert offset == len(self.appended)
             self.appended.append((offset, key, value))
@@ -60,18 +54,18 @@ class CleanedLogModel(RuleBasedStateMachine):
 
     @rule()
     def roll(self) -> None:
-        self.open_store.roll("t", 0)
+        self.store.roll("t", 0)
 
     @rule(advance_ms=st.integers(0, 2 * DELETE_RETENTION_MS))
     def clean(self, advance_ms: int) -> None:
         self.clock.advance(advance_ms)
-        passes = self.open_store.clean("t")
+        passes = self.store.clean("t")
         if not passes:
             return
         [stats] = passes
         event("a pass cleaned")
         end = stats.end_offset
-        assert end <= self.open_store.partition_log("t", 0).active.base_offset  # the active segment is never cleaned
+        assert end <= self.store.partition_log("t", 0).active.base_offset  # the active segment is never cleaned
         latest = {key: offset for offset, key, _ in self.appended[:end]}
         for offset, key, value in self.appended[:end]:
             if offset not in self.present:
@@ -86,25 +80,23 @@ class CleanedLogModel(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def delete_records(self, data: st.DataObject) -> None:
-        store = self.open_store
+        store = self.store
         before = data.draw(st.integers(store.start_offset("t", 0), store.end_offset("t", 0)))
         store.delete_records("t", 0, before_offset=before)
         self.log_start = before
 
     @rule()
     def enforce_retention(self) -> None:
-        self.open_store.enforce_retention("t")  # retention.ms is a week: only what delete_records freed goes
+        self.store.enforce_retention("t")  # retention.ms is a week: only what delete_records freed goes
 
-    @precondition(lambda self: self.store is not None)
     @rule()
-    def close(self) -> None:
-        assert self.store is not None
+    def reopen(self) -> None:
         self.store.close()
-        self.store = None
+        self.store = Store.open(self.folder, clock=self.clock)
 
     @invariant()
     def raw_view_matches_the_model(self) -> None:
-        store = self.open_store
+        store = self.store
         assert store.start_offset("t", 0) == self.log_start
         assert store.end_offset("t", 0) == len(self.appended)
         table = store.read("t", 0)
@@ -113,8 +105,7 @@ class CleanedLogModel(RuleBasedStateMachine):
         assert seen == [row for row in self.appended if row[0] in self.present and row[0] >= self.log_start]
 
     def teardown(self) -> None:
-        if self.store is not None:
-            self.store.close()
+        self.store.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
