@@ -4,8 +4,9 @@ The log is a clean section (cleaned before: every key at most once), then a dirt
 offset (the cleaner checkpoint) to the first uncleanable offset (policy: storage/cleaner_manager.py). One pass:
 
 1. Key map (``build_key_map``): read the key and offset columns of the dirty range batch by batch, fingerprint the
-   keys (storage/fingerprint.py, 8 bytes a key whatever its length) and keep the latest offset per fingerprint,
-   merging windows of rows into the map with Arrow's hash aggregation. Keyless messages do not enter it. The map
+   keys (storage/fingerprint.py, 8 bytes a key whatever its length) and keep the latest offset per fingerprint:
+   each window of rows is aggregated with Arrow's hash aggregation (latest and first offset per key), then merged
+   into the map, two sorted numpy arrays, without hashing the map again. Keyless messages do not enter it. The map
    holds at most ``max_entries`` keys (the memory budget): when a window would pass that, the map takes only the
    keys first seen before the first key that does not fit, and the pass ends there: its end offset is that key's
    first offset (Kafka's partial clean, KAFKA-3894). The next pass starts from it.
@@ -52,11 +53,12 @@ from storage.schema import STORED_SCHEMA
 from storage.segment import Segment
 
 OUTPUT_BATCH_BYTES = TARGET_BATCH_BYTES
-MAP_ENTRY_BYTES = 24
-"""Memory per key-map entry: fingerprint and offset (16 bytes) plus the merge's temporaries; Kafka's is 24 too."""
-WINDOW_ROW_BYTES = 16
-"""Memory per dirty message waiting in a window to be merged into the map: its fingerprint and offset. (Arrow's
-hash table during a merge comes on top, transiently; the benchmark measures the peak.)"""
+MAP_ENTRY_BYTES = 32
+"""Memory per key-map entry: fingerprint and offset (16 bytes), twice while a merge builds the new arrays (Kafka's
+map takes 24 bytes an entry)."""
+WINDOW_ROW_BYTES = 80
+"""Memory per dirty message waiting in a window: its fingerprint and offset (16 bytes) and, at worst (every key
+distinct), its entry in Arrow's hash aggregation of the window (about 64 bytes, measured)."""
 ShouldAbort = Callable[[], bool]
 
 
@@ -136,7 +138,7 @@ def _members(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
 
 @dataclass
 class _MapBuilder:
-    """The key map being built: fingerprints and latest offsets, unsorted until ``finish``."""
+    """The key map being built: fingerprints (sorted) and the latest offset of each."""
 
     max_entries: int
     window_rows: int
@@ -154,40 +156,39 @@ class _MapBuilder:
             self.merge()
 
     def merge(self) -> None:
-        """Fold the window into the map with one hash aggregation over both (window offsets are all newer, so the
-        largest offset per key is its latest); on overflow, keep what fits and record where the map filled."""
+        """Fold the window into the map (window offsets are all newer, so a key's largest offset there is its
+        latest); on overflow, take only the messages before the first key that does not fit."""
         if not self.window:
             return
-        window, self.window, self.window_size = self.window, [], 0
-        merged = _latest_per_key([self.fingerprints, *(part[0] for part in window)],
-                                 [self.latest, *(part[1] for part in window)])
-        if merged.num_rows <= self.max_entries:
-            self.fingerprints, self.latest = merged.column("k").to_numpy(), merged.column("o_max").to_numpy()
-            return
-        del merged
-        window_fingerprints = np.concatenate([part[0] for part in window])
-        window_offsets = np.concatenate([part[1] for part in window])
-        first_seen = pa.table({"k": window_fingerprints, "o": window_offsets}).group_by(
-            "k", use_threads=False).aggregate([("o", "min")])
-        known = np.sort(self.fingerprints)
-        new = ~_members(first_seen.column("k").to_numpy(), known)
-        self.full_at = int(np.sort(first_seen.column("o_min").to_numpy()[new])[self.max_entries - len(known)])
-        before = window_offsets < self.full_at
-        merged = _latest_per_key([self.fingerprints, window_fingerprints[before]],
-                                 [self.latest, window_offsets[before]])
-        self.fingerprints, self.latest = merged.column("k").to_numpy(), merged.column("o_max").to_numpy()
+        keys = np.concatenate([part[0] for part in self.window])
+        offsets = np.concatenate([part[1] for part in self.window])
+        self.window, self.window_size = [], 0
+        grouped = pa.table({"k": keys, "o": offsets}).group_by("k", use_threads=False).aggregate(
+            [("o", "max"), ("o", "min")])
+        window_keys = grouped.column("k").to_numpy()
+        positions = np.searchsorted(self.fingerprints, window_keys)
+        new = ~_members(window_keys, self.fingerprints)
+        room = self.max_entries - len(self.fingerprints)
+        if int(new.sum()) > room:
+            self.full_at = int(np.sort(grouped.column("o_min").to_numpy()[new])[room])
+            before = offsets < self.full_at
+            grouped = pa.table({"k": keys[before], "o": offsets[before]}).group_by("k", use_threads=False).aggregate(
+                [("o", "max")])
+            window_keys = grouped.column("k").to_numpy()
+            positions = np.searchsorted(self.fingerprints, window_keys)
+            new = ~_members(window_keys, self.fingerprints)
+        del keys, offsets
+        latest = grouped.column("o_max").to_numpy()
+        self.latest[positions[~new]] = latest[~new]
+        order = np.argsort(window_keys[new])
+        self.fingerprints = np.insert(self.fingerprints, positions[new][order], window_keys[new][order])
+        self.latest = np.insert(self.latest, positions[new][order], latest[new][order])
 
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
         """(sorted fingerprints, sorted latest offsets)."""
         if self.full_at is None:
             self.merge()
-        return np.sort(self.fingerprints), np.sort(self.latest)
-
-
-def _latest_per_key(key_parts: list[np.ndarray], offset_parts: list[np.ndarray]) -> pa.Table:
-    """Arrow's hash aggregation over the parts as chunks (no copy into one array): columns k, o_max."""
-    table = pa.table({"k": pa.chunked_array(key_parts, pa.uint64()), "o": pa.chunked_array(offset_parts, pa.int64())})
-    return table.group_by("k", use_threads=False).aggregate([("o", "max")])
+        return self.fingerprints, np.sort(self.latest)
 
 
 def build_key_map(log: PartitionLog, first_dirty_offset: int, end_offset: int, *, max_entries: int,

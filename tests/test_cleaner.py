@@ -25,7 +25,7 @@ import pytest
 from compactor import Compactor
 from readers import Reader
 from storage import Store
-from storage.cleaner import CleanerStats, CleaningAbortedError, clean_log
+from storage.cleaner import MAP_ENTRY_BYTES, CleanerStats, CleaningAbortedError, clean_log
 from storage.cleaner_manager import CleanerConfig, CleanerStateError, CleaningState
 from storage.errors import CorruptSegmentError, KeylessMessageError
 from storage.files import CLEANER_OFFSET_CHECKPOINT, parse_segment_file
@@ -217,7 +217,7 @@ def test_a_tombstone_first_kept_later_gets_its_own_horizon(store: Store, clock: 
 
 # --------------------------------------------------------------------------------------------- the key map
 def test_a_full_key_map_cleans_part_and_the_next_pass_continues(data_dir: Path, clock: ManualClock) -> None:
-    budget = CleanerConfig(dedupe_buffer_bytes=2 * 24 * 10)  # a map of 10 keys
+    budget = CleanerConfig(dedupe_buffer_bytes=2 * MAP_ENTRY_BYTES * 10)  # a map of 10 keys
     assert budget.max_map_entries == 10
     with Store.open(data_dir, clock=clock, cleaner_config=budget) as store:
         store.create_topic("t", config=EAGER)
