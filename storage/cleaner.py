@@ -128,6 +128,38 @@ class KeyMap:
         return _members(key_fingerprints, self.fingerprints)
 
 
+def _sorted_per_key(keys: np.ndarray, offsets: np.ndarray, aggregate: str) -> tuple[np.ndarray, np.ndarray]:
+    """Arrow's hash aggregation of a window: its distinct keys sorted, with the max or min offset of each."""
+    grouped = pa.table({"k": keys, "o": offsets}).group_by("k", use_threads=False).aggregate([("o", aggregate)])
+    distinct = grouped.column("k").to_numpy()
+    order = np.argsort(distinct)
+    return distinct[order], grouped.column(f"o_{aggregate}").to_numpy()[order]
+
+
+def _inserted_slots(positions: np.ndarray, existing: int) -> np.ndarray:
+    """Which slots of the merged array the new values take, given their (non-decreasing) insert positions."""
+    slots = np.zeros(existing + len(positions), dtype=bool)
+    slots[positions + np.arange(len(positions))] = True
+    return slots
+
+
+def _fill(inserted: np.ndarray, old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    merged = np.empty(len(inserted), dtype=old.dtype)
+    merged[inserted] = new
+    merged[~inserted] = old
+    return merged
+
+
+def _locate(sorted_set: np.ndarray, sorted_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each value goes in the set, and whether it is there already (sorted queries: one cache-friendly
+    sweep rather than a random binary search each)."""
+    positions = np.searchsorted(sorted_set, sorted_values)
+    inside = positions < len(sorted_set)
+    found = np.zeros(len(sorted_values), dtype=bool)
+    found[inside] = sorted_set[positions[inside]] == sorted_values[inside]
+    return positions, found
+
+
 def _members(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
     if not len(sorted_set):
         return np.zeros(len(values), dtype=bool)
@@ -163,26 +195,20 @@ class _MapBuilder:
         keys = np.concatenate([part[0] for part in self.window])
         offsets = np.concatenate([part[1] for part in self.window])
         self.window, self.window_size = [], 0
-        grouped = pa.table({"k": keys, "o": offsets}).group_by("k", use_threads=False).aggregate(
-            [("o", "max"), ("o", "min")])
-        window_keys = grouped.column("k").to_numpy()
-        positions = np.searchsorted(self.fingerprints, window_keys)
-        new = ~_members(window_keys, self.fingerprints)
+        window_keys, latest = _sorted_per_key(keys, offsets, "max")
+        positions, known = _locate(self.fingerprints, window_keys)
         room = self.max_entries - len(self.fingerprints)
-        if int(new.sum()) > room:
-            self.full_at = int(np.sort(grouped.column("o_min").to_numpy()[new])[room])
+        if len(known) - int(known.sum()) > room:
+            _, first_seen = _sorted_per_key(keys, offsets, "min")  # the same keys, in the same order
+            self.full_at = int(np.sort(first_seen[~known])[room])
             before = offsets < self.full_at
-            grouped = pa.table({"k": keys[before], "o": offsets[before]}).group_by("k", use_threads=False).aggregate(
-                [("o", "max")])
-            window_keys = grouped.column("k").to_numpy()
-            positions = np.searchsorted(self.fingerprints, window_keys)
-            new = ~_members(window_keys, self.fingerprints)
+            window_keys, latest = _sorted_per_key(keys[before], offsets[before], "max")
+            positions, known = _locate(self.fingerprints, window_keys)
         del keys, offsets
-        latest = grouped.column("o_max").to_numpy()
-        self.latest[positions[~new]] = latest[~new]
-        order = np.argsort(window_keys[new])
-        self.fingerprints = np.insert(self.fingerprints, positions[new][order], window_keys[new][order])
-        self.latest = np.insert(self.latest, positions[new][order], latest[new][order])
+        self.latest[positions[known]] = latest[known]
+        inserted = _inserted_slots(positions[~known], len(self.fingerprints))
+        self.fingerprints = _fill(inserted, self.fingerprints, window_keys[~known])
+        self.latest = _fill(inserted, self.latest, latest[~known])
 
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
         """(sorted fingerprints, sorted latest offsets)."""
