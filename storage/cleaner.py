@@ -7,8 +7,7 @@ offset (the cleaner checkpoint) to the first uncleanable offset (policy: storage
    keys (storage/fingerprint.py, 8 bytes a key whatever its length) and keep the latest offset per fingerprint:
    each window of rows is aggregated with Arrow's hash aggregation (latest and first offset per key), then merged
    into the map, two sorted numpy arrays, without hashing the map again. Keyless messages do not enter it. The map
-   and the window share the memory budget (a window closes when the two would pass it); the map holds at most
-   ``max_entries`` keys (half the budget): when a window would pass that, the map takes only the
+   holds at most ``max_entries`` keys (the memory budget): when a window would pass that, the map takes only the
    keys first seen before the first key that does not fit, and the pass ends there: its end offset is that key's
    first offset (Kafka's partial clean, KAFKA-3894). The next pass starts from it.
 2. Groups (``group_segments``): the segments from the log's first through the one holding end - 1, in consecutive
@@ -174,7 +173,7 @@ class _MapBuilder:
     """The key map being built: fingerprints (sorted) and the latest offset of each."""
 
     max_entries: int
-    budget_bytes: int
+    window_rows: int
     fingerprints: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
     latest: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     window: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
@@ -185,8 +184,8 @@ class _MapBuilder:
     def add(self, key_fingerprints: np.ndarray, offsets: np.ndarray) -> None:
         self.window.append((key_fingerprints, offsets))
         self.window_size += len(offsets)
-        if self.window_size * WINDOW_ROW_BYTES + len(self.fingerprints) * MAP_ENTRY_BYTES >= self.budget_bytes:
-            self.merge()  # the window takes what the map leaves of the budget
+        if self.window_size >= self.window_rows:
+            self.merge()
 
     def merge(self) -> None:
         """Fold the window into the map (window offsets are all newer, so a key's largest offset there is its
@@ -219,9 +218,9 @@ class _MapBuilder:
 
 
 def build_key_map(log: PartitionLog, first_dirty_offset: int, end_offset: int, *, max_entries: int,
-                  budget_bytes: int, stats: CleanerStats, should_abort: ShouldAbort) -> KeyMap:
+                  window_rows: int, stats: CleanerStats, should_abort: ShouldAbort) -> KeyMap:
     """Step 1 of the module docstring over [first_dirty_offset, end_offset)."""
-    builder = _MapBuilder(max_entries=max_entries, budget_bytes=budget_bytes)
+    builder = _MapBuilder(max_entries=max_entries, window_rows=window_rows)
     for segment in _segments_between(log, first_dirty_offset, end_offset):
         for batch in segment.read_batches(first_dirty_offset, end_offset, verify=True):
             if should_abort():
@@ -465,13 +464,12 @@ def _raw(header: BatchHeader, buffer: pa.Buffer) -> EncodedBatch:
 
 # -------------------------------------------------------------------------------------------------------- pass
 def clean_log(log: PartitionLog, first_dirty_offset: int, first_uncleanable_offset: int, *, now_ms: int,
-              max_map_entries: int, budget_bytes: int, stats: CleanerStats, should_abort: ShouldAbort) -> (
-        CleanerStats):
+              max_map_entries: int, window_rows: int, stats: CleanerStats, should_abort: ShouldAbort) -> CleanerStats:
     """One pass (steps 1 to 4 of the module docstring); the caller holds the writer lock and moves the
     checkpoint to ``stats.end_offset`` afterwards."""
     started = time.perf_counter()
     key_map = build_key_map(log, first_dirty_offset, first_uncleanable_offset, max_entries=max_map_entries,
-                            budget_bytes=budget_bytes, stats=stats, should_abort=should_abort)
+                            window_rows=window_rows, stats=stats, should_abort=should_abort)
     stats.end_offset = key_map.end_offset
     mapped = time.perf_counter()
     stats.map_seconds = mapped - started

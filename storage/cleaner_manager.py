@@ -66,8 +66,13 @@ class CleanerConfig:
 
     @property
     def max_map_entries(self) -> int:
-        """The map may take half the budget; the window of messages being merged into it takes the rest."""
+        """Half the budget holds the map."""
         return self.dedupe_buffer_bytes // 2 // MAP_ENTRY_BYTES
+
+    @property
+    def window_rows(self) -> int:
+        """The other half holds the messages waiting to be merged into it."""
+        return self.dedupe_buffer_bytes // 2 // WINDOW_ROW_BYTES
 
 
 class CleaningState(enum.Enum):
@@ -313,8 +318,7 @@ class CleanerManager:
                 stats = CleanerStats(log.topic, log.partition, choice.first_dirty_offset,
                                      dirty_ratio=choice.dirty_ratio)
                 return clean_log(log, choice.first_dirty_offset, choice.first_uncleanable_offset, now_ms=now_ms,
-                                 max_map_entries=self.config.max_map_entries,
-                                 budget_bytes=self.config.dedupe_buffer_bytes,
+                                 max_map_entries=self.config.max_map_entries, window_rows=self.config.window_rows,
                                  stats=stats, should_abort=lambda: self.is_aborted(key))
 
         stats = None

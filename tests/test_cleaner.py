@@ -301,7 +301,7 @@ def test_abort_and_pause_stops_a_pass_and_leaves_the_checkpoint(store: Store, da
         time.sleep(0.001)
     log = store.partition_log("t", 0)
     with pytest.raises(CleaningAbortedError, match="aborted"), log.writer_lock:
-        clean_log(log, 0, 80, now_ms=0, max_map_entries=100, budget_bytes=10_000,
+        clean_log(log, 0, 80, now_ms=0, max_map_entries=100, window_rows=100,
                   stats=CleanerStats("t", 0, 0), should_abort=lambda: manager.is_aborted(key))
     manager.done(key, 80)
     aborter.join()
