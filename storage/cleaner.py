@@ -125,7 +125,7 @@ class KeyMap:
 
     def holds(self, key_fingerprints: np.ndarray) -> np.ndarray:
         """Whether each fingerprint is a key of the map."""
-        return _members(key_fingerprints, self.fingerprints)
+        return _locate(self.fingerprints, key_fingerprints)[1]
 
 
 def _sorted_per_key(keys: np.ndarray, offsets: np.ndarray, aggregate: str) -> tuple[np.ndarray, np.ndarray]:
@@ -151,21 +151,13 @@ def _fill(inserted: np.ndarray, old: np.ndarray, new: np.ndarray) -> np.ndarray:
 
 
 def _locate(sorted_set: np.ndarray, sorted_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Where each value goes in the set, and whether it is there already (sorted queries: one cache-friendly
-    sweep rather than a random binary search each)."""
+    """Where each value goes in the set, and whether it is there already (sorted values make the search one
+    cache-friendly sweep rather than a random binary search each)."""
     positions = np.searchsorted(sorted_set, sorted_values)
     inside = positions < len(sorted_set)
     found = np.zeros(len(sorted_values), dtype=bool)
     found[inside] = sorted_set[positions[inside]] == sorted_values[inside]
     return positions, found
-
-
-def _members(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
-    if not len(sorted_set):
-        return np.zeros(len(values), dtype=bool)
-    positions = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
-    found: np.ndarray = sorted_set[positions] == values
-    return found
 
 
 @dataclass
