@@ -38,7 +38,7 @@ from typing import TypeVar
 
 from storage.checkpoints import PartitionKey, read_checkpoint, update_checkpoint
 from storage.cleaner import MAP_ENTRY_BYTES, WINDOW_ROW_BYTES, CleanerStats, CleaningAbortedError, clean_log
-from storage.errors import LedgerviewError
+from storage.errors import LedgerviewError, PartitionLockedError
 from storage.locks import FileLock
 from storage.partition_log import PartitionLog
 from storage.retention import HoldReader, largest_timestamp_ms
@@ -294,10 +294,11 @@ class CleanerManager:
             return log_to_clean(log, first_dirty, hold=read_hold(), now_ms=now_ms)
 
     def _guarded(self, log: PartitionLog, work: Callable[[], T]) -> T | None:
-        """``work()``, or None when it was aborted or failed (the partition is then marked uncleanable)."""
+        """``work()``, or None when it was aborted, found the partition locked by another writer (a store opened
+        with lock_wait=False), or failed (the partition is then marked uncleanable)."""
         try:
             return work()
-        except CleaningAbortedError:
+        except (CleaningAbortedError, PartitionLockedError):  # stopped, or busy under another writer: next pass
             return None
         except Exception as error:  # one failing partition must not stop the cleaning of the others
             with self._condition:

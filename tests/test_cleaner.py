@@ -28,9 +28,10 @@ from storage import Store
 from storage.cleaner import MAP_ENTRY_BYTES, CleanerStats, CleaningAbortedError, clean_log
 from storage.cleaner_manager import CleanerConfig, CleanerStateError, CleaningState
 from storage.errors import CorruptSegmentError, KeylessMessageError
-from storage.files import CLEANER_OFFSET_CHECKPOINT, parse_segment_file
+from storage.files import CLEANER_OFFSET_CHECKPOINT, WRITER_LOCK, parse_segment_file, partition_folder
 from storage.maintenance import MaintenanceLoop
 from tests.conftest import ManualClock
+from tests.processes.children import Child
 
 HOUR_MS = 3_600_000
 COMPACT = {"cleanup.policy": "compact", "segment.bytes": "65536", "index.interval.bytes": "256"}
@@ -329,6 +330,21 @@ def test_a_failing_partition_is_marked_uncleanable_and_the_others_are_cleaned(st
         assert [stats.partition for stats in fresh.clean("t")] == [1]  # 0 is skipped until cleared
         fresh.cleaner.clear_uncleanable(key)
         assert fresh.clean("t") == [] and ("t", 0) in fresh.cleaner.uncleanable()
+
+
+def test_a_partition_busy_under_another_writer_is_left_for_the_next_pass(store: Store, data_dir: Path) -> None:
+    store.create_topic("t", config=EAGER)
+    appended = fill(store, "t", 2, 40)
+    with Store.open(data_dir, lock_wait=False) as impatient:
+        impatient.end_offset("t", 0)
+        with Child("holder.py", partition_folder(data_dir, "t", 0) / WRITER_LOCK) as holder:
+            holder.expect_line("locked")
+            assert impatient.clean("t") == []
+            assert impatient.cleaner.uncleanable() == {}
+            holder.send_line("release")
+            assert holder.finish()[0] == 0
+        assert rows(impatient) == appended
+        assert [stats.end_offset for stats in impatient.clean("t")] == [80]
 
 
 # ----------------------------------------------------------------------------------------------- readers
