@@ -21,7 +21,8 @@ CleanerStateError naming the current and the allowed states:
     IN_PROGRESS --abort_and_pause--> ABORTED --done--> PAUSED(1)      (the pass stops at its next batch)
     IDLE or PAUSED(n) --pause--> PAUSED(n + 1)    PAUSED(n) --resume--> PAUSED(n - 1) or IDLE
     any pass that fails with an error other than an abort: the partition is uncleanable (skipped, its error
-    kept) until ``clear_uncleanable``; the other partitions are still cleaned.
+    kept) until ``clear_uncleanable``; the other partitions are still cleaned. A partition whose writer lock
+    another process holds (with lock_wait=False) is only skipped until the next pass.
 
 The checkpoint moves only when a pass finishes: to its end offset.
 """
