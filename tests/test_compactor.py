@@ -239,6 +239,23 @@ def test_status_moves_from_not_run_to_success_and_reports_errors(data_dir: Path)
         assert status.state is CompactionState.ERROR and "Corrupt batch" in (status.last_error or "")
 
 
+def test_a_corrupt_batch_deep_in_the_log_fails_the_run_through_the_read_ahead(data_dir: Path) -> None:
+    """Phase one's first read runs on another thread; a CRC mismatch it finds there is the run's error, named."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t")
+        for start in range(0, 40):
+            store.append("t", [(b"k%d" % (i % 50), b"v%d" % i) for i in range(start * 100, start * 100 + 100)],
+                         partition=0)
+    log_file = sorted((data_dir / "t-0").glob("*.log"))[0]
+    damaged = bytearray(log_file.read_bytes())
+    damaged[len(damaged) * 3 // 4] ^= 0xFF
+    log_file.write_bytes(bytes(damaged))
+    with Store.open(data_dir) as store, pytest.raises(CorruptSegmentError, match="Corrupt batch"):
+        Compactor(store).compact("t")
+    assert CompactedLedgers(data_dir / "t-0").read_cursor() is None
+    assert not [path for path in (data_dir / "t-0" / "compacted").iterdir() if path.suffix in (".ledger", ".keys")]
+
+
 def test_the_scheduler_compacts_partitions_past_the_threshold(store: Store) -> None:
     store.create_topic("t", partitions=2, config={"compaction.threshold.bytes": "2000"})
     store.create_topic("manual")  # threshold 0: never compacted automatically
