@@ -151,10 +151,13 @@ def _write_ledger(writer: LedgerWriter, batches: Iterator[pa.RecordBatch], survi
     pending_rows = pending_bytes = 0
     for batch in batches:
         offsets = batch.column(0).to_numpy()
-        kept = survivors.within(int(offsets[0]), int(offsets[-1]))
+        first = int(offsets[0])
+        kept = survivors.within(first, int(offsets[-1]))
         if len(kept) == 0:
             continue
-        kept_rows = batch if len(kept) == batch.num_rows else _take(batch, np.searchsorted(offsets, kept))
+        contiguous = int(offsets[-1]) - first + 1 == len(offsets)  # raw batches are, ledger batches are not
+        rows = kept - first if contiguous else np.searchsorted(offsets, kept)
+        kept_rows = batch if len(kept) == batch.num_rows else _take(batch, rows)
         pending.append(kept_rows)
         pending_rows += len(kept)
         pending_bytes += kept_rows.get_total_buffer_size()
