@@ -377,15 +377,16 @@ class Store:
 
     def routed(self, topic: str, data: Input, *, keyless_partition: int) -> pa.Table:
         """``data`` validated as ``append`` validates it, with a ``partition`` column saying where ``append``
-        would put each message (keyless ones: ``keyless_partition``). For writers that must fix the partitions
-        before they append, such as the Spark sink's tasks, so that a replayed batch lands where it did."""
+        would put each message (keyless ones: ``keyless_partition``) and no timestamp column if none was given.
+        For writers that must fix the partitions before they append, such as the Spark sink's tasks, so that a
+        replayed batch lands where it did."""
         metadata = self.topic_metadata(topic)
         table = normalize_input(data)
         self._check_sizes(topic, estimated_message_bytes(table), metadata.config.max_message_bytes)
         targets = self._choose_partitions(metadata, table, None, keyless_partition=keyless_partition)
-        if "partition" in table.column_names:
-            table = table.drop_columns(["partition"])
-        return table.append_column("partition", pa.array(targets, pa.int32()))
+        unset = [name for name in ("partition", "timestamp") if name in table.column_names
+                 and (name == "partition" or table.column(name).null_count == table.num_rows)]
+        return table.drop_columns(unset).append_column("partition", pa.array(targets, pa.int32()))
 
     def _check_sizes(self, topic: str, sizes: np.ndarray, limit_bytes: int) -> None:
         too_big = np.flatnonzero(sizes > limit_bytes)
