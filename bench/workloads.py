@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench import compaction, systems
+from bench import compaction, spark_jobs, systems
 
 MEMORY_BUDGET_BYTES = 64 * compaction.MiB
 BUDGET_CONFIG = {"compaction.memory.bytes": MEMORY_BUDGET_BYTES}
@@ -146,6 +146,29 @@ WORKLOADS: dict[str, Workload] = {
             (
                 Case("ledgerview", reader=compaction.scan_compacted, preparer=compaction.ledgerview_store(compact=True),
                      note="CompactedLedgers(folder).open_current(), sum of num_rows over ledger.read_batches()"),
+            ),
+            whole_dataset=False,
+        ),
+        Workload(
+            "spark-sink",
+            f"a Structured Streaming query (availableNow, {spark_jobs.SINK_FILES} Parquet files, one per "
+            "micro-batch) into each sink, checkpoint and commit included",
+            (
+                Case("ledgerview sink", preparer=spark_jobs.sink_input, job=spark_jobs.ledgerview_sink,
+                     note="writeStream.format('ledgerview'), 1-partition topic, exactly-once commit"),
+                Case("parquet file sink", preparer=spark_jobs.sink_input, job=spark_jobs.parquet_sink,
+                     note="writeStream.format('parquet'), Spark's built-in file sink"),
+            ),
+        ),
+        Workload(
+            "spark-sql",
+            "Spark SQL over the compacted view: a full scan and a point query, beside a Parquet copy of the view",
+            tuple(
+                Case(f"{source} {name}", preparer=spark_jobs.compacted_parquet_copy,
+                     job=spark_jobs.sql_job(source, query), note=note)
+                for name, query in (("full scan", spark_jobs.FULL_SCAN), ("point query", spark_jobs.POINT_QUERY))
+                for source, note in (("ledgerview", "spark.read.format('ledgerview') compacted view"),
+                                     ("parquet", "spark.read.parquet of the compacted view's copy"))
             ),
             whole_dataset=False,
         ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -21,6 +22,8 @@ def local_session(app_name: str = "ledgerview", *, master: str = "local[2]",
     Spark reads conf/ (spark-defaults.conf, log4j2.properties) when its JVM starts, so this must run before any
     other SparkSession in the process; ``PYSPARK_PYTHON`` is set to this interpreter, or the workers would run
     a system Python without the project's packages."""
+    # pyspark warns that pandas 3 is not fully supported; ledgerview never hands pandas to Spark.
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if (CONF_FOLDER / "spark-defaults.conf").exists():
