@@ -12,6 +12,7 @@ key index instead of a scan. Batches stay Arrow from the segment to Spark.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,7 @@ from storage.schema import with_partition_column
 VIEWS = ("compacted", "raw")
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
 
-_STORES: dict[str, Store] = {}
+_STORES: dict[str, tuple[int, Store]] = {}
 
 
 class InvalidScanOptionError(LedgerviewError):
@@ -40,10 +41,19 @@ class InvalidScanOptionError(LedgerviewError):
 
 def cached_store(path: str) -> Store:
     """One Store per data folder per Python worker: workers are reused across tasks, and a Store follows other
-    processes' appends and compactions by itself (PartitionLog.refresh)."""
-    store = _STORES.get(path)
-    if store is None:
-        store = _STORES[path] = Store.open(path)
+    processes' appends and compactions by itself (PartitionLog.refresh). A folder removed and created again at
+    the same path (a new inode) gets a new Store."""
+    try:
+        identity = os.stat(path).st_ino
+    except FileNotFoundError:
+        identity = -1
+    cached = _STORES.get(path)
+    if cached is not None and cached[0] == identity:
+        return cached[1]
+    if cached is not None:
+        cached[1].close()
+    store = Store.open(path)
+    _STORES[path] = (os.stat(path).st_ino, store)
     return store
 
 
