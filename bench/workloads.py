@@ -162,17 +162,20 @@ WORKLOADS: dict[str, Workload] = {
                      note="writeStream.format('parquet'), Spark's built-in file sink"),
             ),
         ),
-        Workload(
-            "spark-sql",
-            "Spark SQL over the compacted view: a full scan and a point query, beside a Parquet copy of the view",
-            tuple(
-                Case(f"{source} {name}", preparer=spark_jobs.compacted_parquet_copy,
-                     job=spark_jobs.sql_job(source, query), note=note)
-                for name, query in (("full scan", spark_jobs.FULL_SCAN), ("point query", spark_jobs.POINT_QUERY))
-                for source, note in (("ledgerview", "spark.read.format('ledgerview') compacted view"),
-                                     ("parquet", "spark.read.parquet of the compacted view's copy"))
-            ),
-            whole_dataset=False,
+        *(
+            Workload(
+                f"spark-sql-{name}",
+                f"Spark SQL {what} over the compacted view, beside the same query over a Parquet copy of the view",
+                tuple(
+                    Case(source, preparer=spark_jobs.compacted_parquet_copy, job=spark_jobs.sql_job(source, query),
+                         note=note)
+                    for source, note in (("ledgerview", "spark.read.format('ledgerview') compacted view"),
+                                         ("parquet", "spark.read.parquet of the compacted view's copy"))
+                ),
+                whole_dataset=False,
+            )
+            for name, what, query in (("scan", "full scan", spark_jobs.FULL_SCAN),
+                                      ("point", "point query", spark_jobs.POINT_QUERY))
         ),
         Workload(
             "get",

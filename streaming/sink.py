@@ -90,7 +90,6 @@ class StagedFiles(WriterCommitMessage):
     sink_id: str
     batch_id: int
     files: list[str]
-    rows: int
 
 
 def stage_task_rows(options: SinkOptions, sink_id: str, batch_id: int,
@@ -118,7 +117,7 @@ def stage_task_rows(options: SinkOptions, sink_id: str, batch_id: int,
             os.fsync(sink.fileno())
     if rows == 0:
         (staging / name).unlink()
-    return StagedFiles(sink_id, batch_id, [name] if rows else [], rows)
+    return StagedFiles(sink_id, batch_id, [name] if rows else [])
 
 
 def commit_messages(options: SinkOptions, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
