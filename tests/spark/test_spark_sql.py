@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from compactor import Compactor
@@ -115,3 +116,20 @@ def test_batch_write_appends_partitioned_like_kafka(spark: SparkSession, tmp_pat
     assert sorted(zip(written["partition"].to_pylist(), written["key"].to_pylist(), strict=True)) == sorted(
         zip(appended["partition"].to_pylist(), appended["key"].to_pylist(), strict=True))
     assert not (folder / "__sinks" / "copy").exists() or not any((folder / "__sinks" / "copy").iterdir())
+
+
+def test_bad_writes_and_reads_fail_with_what_is_allowed(spark: SparkSession, tmp_path: Path) -> None:
+    folder = tmp_path / "data"
+    with Store.open(folder) as store:
+        store.create_topic("copy")
+    frame = spark.createDataFrame([("k", "v", 1.5)], "key string, value string, price double")
+    writer = frame.write.format("ledgerview").option("path", str(folder)).option("topic", "copy")
+    with pytest.raises(PySparkException, match=r"unknown column 'price'.*Columns allowed: key and value"):
+        writer.mode("append").save()
+    with pytest.raises(PySparkException, match="append-only log"):
+        frame.select("key", "value").write.format("ledgerview").option("path", str(folder)) \
+            .option("topic", "copy").mode("overwrite").save()
+    with pytest.raises(PySparkException, match="Option view='latest' is not valid; allowed: compacted or raw"):
+        spark.read.format("ledgerview").option("topic", "copy").option("view", "latest").load(str(folder)).count()
+    with Store.open(folder) as store:
+        assert store.end_offset("copy", 0) == 0
