@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -74,7 +75,10 @@ def _write_batches(changelog: pa.Table, folder: Path, batches: int) -> None:
     folder.mkdir(parents=True)
     size = -(-changelog.num_rows // batches)
     for index in range(batches):
-        pq.write_table(changelog.slice(index * size, size), folder / f"ticks-{index:03d}.parquet")
+        path = folder / f"ticks-{index:03d}.parquet"
+        pq.write_table(changelog.slice(index * size, size), path)
+        moment = time.time() - batches + index  # the file source takes files in modification-time order
+        os.utime(path, (moment, moment))
 
 
 def _cursors(store: Store) -> list[CompactionCursor | None]:
