@@ -17,7 +17,8 @@ Steps:
    WATCHED_SHARE of the budget (the hash table may grow once more) it stops. Most inputs repeat their keys
    enough to finish here.
 4. A stopped pass is split by key hash (hash mod m = r becomes hash mod m * k = r + m * j for j < k, so passes
-   already done stay valid). The hashes are computed once, into a memory-mapped file; k comes from an estimate
+   already done stay valid). The hashes (and fixed-width codes) are spilled once to memory-mapped files
+   (compactor/spill.py), which later passes read instead of the input; k comes from an estimate
    of the distinct keys made from them (the first split), or from the distinct keys the pass would have held had
    its growth gone on as it went (a pass that still overflows). Every key falls in exactly one finished pass.
 5. The survivors of a pass are the latest messages that are not tombstones. Their keys and offsets go to
@@ -46,8 +47,10 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.acero as acero
 
-from compactor.key_codes import KeyCoding, code_matrix
+from compactor.key_codes import KeyCoding
+from compactor.passes import CodingChanged, Part, Pieces, Scan, from_batches, keyed_numbers
 from compactor.prefetch import prefetched
+from compactor.spill import Spill, distinct_keys, from_spill, write_spill
 
 InputBatches = Callable[[], Iterable[pa.RecordBatch]]
 MAX_PASSES: Final = 4096
@@ -64,8 +67,6 @@ AGGREGATE_BATCH_MESSAGES: Final = 1 << 15
 log's (often small) ones; larger ones gain little and make the aggregation's read-ahead queue hold more."""
 MIN_WATCHED_BATCH_MESSAGES: Final = 256
 PREFETCH_BATCHES: Final = 16
-SAMPLED_HASHES: Final = 1 << 17
-"""Hashed messages the estimate of distinct keys samples, about."""
 _CODE_TYPE: Final = pa.int64()
 
 
@@ -117,17 +118,6 @@ class Survivors:
             self.spill_folder.cleanup()
 
 
-@dataclass(frozen=True)
-class Part:
-    """The keys of one pass: those whose hash mod ``modulus`` is ``residue``."""
-
-    modulus: int
-    residue: int
-
-    def split(self, ways: int) -> list[Part]:
-        return [Part(self.modulus * ways, self.residue + self.modulus * j) for j in range(ways)]
-
-
 class _Overflow(Exception):
     """A watched pass stopped: its hash table would outgrow the budget."""
 
@@ -136,20 +126,17 @@ class _Overflow(Exception):
         self.scanned = scanned
 
 
-class _CodingChanged(Exception):
-    """A batch's keys do not fit the coding chosen from the first batch."""
-
-
 def find_survivors(input_batches: InputBatches, *, messages_bound: int, memory_budget_bytes: int,
                    retain_null_key: bool, on_pass: Callable[[LiveKeys], None] | None = None) -> Survivors:
     """``messages_bound``: at least the number of messages ``input_batches`` yields."""
-    first_keys = next((keys for keys, _ in map(_keyed, input_batches()) if len(keys)), pa.array([], pa.binary()))
+    keyed = (keys for keys, _ in map(keyed_numbers, input_batches()) if len(keys))
+    first_keys = next(keyed, pa.array([], pa.binary()))
     coding = KeyCoding.for_keys(first_keys)
     while True:
         try:
             return _find(input_batches, coding, first_keys, messages_bound=messages_bound,
                          memory_budget_bytes=memory_budget_bytes, retain_null_key=retain_null_key, on_pass=on_pass)
-        except _CodingChanged:
+        except CodingChanged:
             coding = KeyCoding(0)
 
 
@@ -160,7 +147,7 @@ def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, 
     threaded = messages_bound * per_key * max(1, pa.cpu_count()) <= memory_budget_bytes
     limit = None if threaded else int(memory_budget_bytes * WATCHED_SHARE)
     survivors = Survivors()
-    spill: _Spill | None = None
+    spill: Spill | None = None
     distinct = 0
     todo = [Part(1, 0)]
     try:
@@ -171,20 +158,21 @@ def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, 
             try:
                 if spill is not None and spill.codes is not None:
                     live, survivors.messages_read = _latest_live(
-                        functools.partial(_from_spill, spill, coding, part, rows), coding, limit=watched,
+                        functools.partial(from_spill, spill, coding, part, rows), coding, limit=watched,
                         chunk_rows=rows, threaded=threaded)
                 else:
                     with _reading(input_batches, ahead=spill is None) as batches:
+                        hashes = spill.hashes if spill is not None else None
                         live, survivors.messages_read = _latest_live(
-                            functools.partial(_from_batches, batches, coding, part, spill), coding, limit=watched,
+                            functools.partial(from_batches, batches, coding, part, hashes), coding, limit=watched,
                             chunk_rows=rows, threaded=threaded)
             except _Overflow as overflow:
                 assert watched is not None  # only a watched pass overflows
                 if survivors.spill_folder is None:
                     survivors.spill_folder = tempfile.TemporaryDirectory(prefix="ledgerview-compaction-")
                 if spill is None:
-                    spill = _spill(input_batches(), coding, Path(survivors.spill_folder.name))
-                    distinct = _distinct_keys(spill.hashes)
+                    spill = write_spill(input_batches(), coding, Path(survivors.spill_folder.name))
+                    distinct = distinct_keys(spill.hashes)
                 ways = math.ceil(SPLIT_MARGIN * len(spill.hashes) / max(1, overflow.scanned))
                 if part.modulus == 1:  # the estimate of distinct keys is sharper than the growth so far
                     ways = min(ways, math.ceil(SPLIT_MARGIN * distinct * per_key / watched))
@@ -225,110 +213,6 @@ def _reading(input_batches: InputBatches, *, ahead: bool) -> Iterator[Iterable[p
         batches.close()
 
 
-def _distinct_keys(hashes: np.ndarray) -> int:
-    """How many distinct keys there are, within about 1%: the distinct hashes among those that start with
-    ``shift`` zero bits (a sample of the keys, not of the messages, so repeated messages do not bias it), times
-    2**shift."""
-    shift = max(0, math.ceil(math.log2(max(1, len(hashes)) / SAMPLED_HASHES)))
-    sample = hashes if shift == 0 else hashes[(hashes >> np.uint64(64 - shift)) == 0]
-    return len(np.unique(sample)) << shift
-
-
-def _spill(batches: Iterable[pa.RecordBatch], coding: KeyCoding, folder: Path) -> _Spill:
-    """Hash every keyed message's key once, into a memory-mapped file (8 bytes a message), so that later passes
-    only compare; with fixed-width codes also write the codes and numbers, so that they read nothing else."""
-    columns = ["hashes"] + (["codes", "numbers"] if coding.width else [])
-    files = {name: (folder / f"{name}.bin").open("wb") for name in columns}
-    messages = 0
-    try:
-        for batch in batches:
-            messages += batch.num_rows
-            keys, numbers = _keyed(batch)
-            if not coding.accepts(keys):
-                raise _CodingChanged()
-            codes = coding.encode(keys)
-            files["hashes"].write(coding.hashes(codes).tobytes())
-            if coding.width:
-                files["codes"].write(code_matrix(codes).tobytes())
-                files["numbers"].write(numbers.astype(np.int64).tobytes())
-    finally:
-        for file in files.values():
-            file.close()
-
-    def mapped(name: str, dtype: type[np.generic], width: int = 1) -> np.ndarray:
-        size = (folder / f"{name}.bin").stat().st_size
-        if size == 0:
-            return np.empty((0, width) if width > 1 else 0, dtype)
-        array = np.memmap(folder / f"{name}.bin", dtype=dtype, mode="r")
-        return array.reshape(-1, width) if width > 1 else array
-
-    if not coding.width:
-        return _Spill(mapped("hashes", np.uint64), None, None, messages)
-    return _Spill(mapped("hashes", np.uint64), mapped("codes", np.uint8, coding.width), mapped("numbers", np.int64),
-                  messages)
-
-
-def _keyed(batch: pa.RecordBatch) -> tuple[pa.Array, npt.NDArray[np.int64]]:
-    """The keys of the keyed messages of a batch and their numbers 2 * offset + (1 if the value is not null)."""
-    keys = batch.column(2)
-    codes = batch.column(0).to_numpy() * 2 + batch.column(3).is_valid().to_numpy(zero_copy_only=False)
-    if keys.null_count:
-        keyed = keys.is_valid()
-        return keys.filter(keyed), codes[keyed.to_numpy(zero_copy_only=False)]
-    return keys, codes
-
-
-@dataclass
-class _Scan:
-    """How far a pass has read: messages, and keyed messages (all of them, not only the pass's own)."""
-
-    messages: int = 0
-    keyed: int = 0
-
-
-@dataclass(frozen=True)
-class _Spill:
-    """What passes after a split read instead of the input: each keyed message's key hash, and for fixed-width
-    codes also its code and number (2 * offset + live bit), in input order, in memory-mapped files."""
-
-    hashes: np.ndarray
-    codes: np.ndarray | None
-    numbers: np.ndarray | None
-    messages: int
-
-
-Pieces = Iterator[tuple[pa.Array, np.ndarray]]
-
-
-def _from_batches(batches: Iterable[pa.RecordBatch], coding: KeyCoding, part: Part, spill: _Spill | None,
-                  scan: _Scan) -> Pieces:
-    """(codes, numbers) of the pass's keyed messages, batch by batch from the input."""
-    for batch in batches:
-        scan.messages += batch.num_rows
-        keys, numbers = _keyed(batch)
-        if not coding.accepts(keys):
-            raise _CodingChanged()
-        codes = coding.encode(keys)
-        if spill is not None and part.modulus > 1:
-            mine = spill.hashes[scan.keyed : scan.keyed + len(keys)] % np.uint64(part.modulus) == part.residue
-            codes, numbers = codes.filter(pa.array(mine)), numbers[mine]
-        scan.keyed += len(keys)
-        yield codes, numbers
-
-
-def _from_spill(spill: _Spill, coding: KeyCoding, part: Part, rows: int, scan: _Scan) -> Pieces:
-    """(codes, numbers) of the pass's keyed messages, about ``rows`` at a time from the spill files."""
-    assert spill.codes is not None and spill.numbers is not None
-    scan.messages = spill.messages
-    step = rows * part.modulus
-    for start in range(0, len(spill.hashes), step):
-        mine = np.flatnonzero(spill.hashes[start : start + step] % np.uint64(part.modulus) == part.residue) + start
-        scan.keyed = min(len(spill.hashes), start + step)
-        codes = np.ascontiguousarray(spill.codes[mine])
-        yield (pa.FixedSizeBinaryArray.from_buffers(coding.arrow_type, len(mine), [None, pa.py_buffer(codes)]),
-               np.asarray(spill.numbers[mine]))
-
-
 def _chunk_rows(limit: int | None, per_key: int) -> int:
     """Messages handed to the aggregation at a time; watched, few enough for the readings between batches to
     catch the growth."""
@@ -337,14 +221,14 @@ def _chunk_rows(limit: int | None, per_key: int) -> int:
     return min(AGGREGATE_BATCH_MESSAGES, max(MIN_WATCHED_BATCH_MESSAGES, limit // (4 * per_key)))
 
 
-def _latest_live(read: Callable[[_Scan], Pieces], coding: KeyCoding, *, limit: int | None, chunk_rows: int,
+def _latest_live(read: Callable[[Scan], Pieces], coding: KeyCoding, *, limit: int | None, chunk_rows: int,
                  threaded: bool) -> tuple[LiveKeys, int]:
     """Steps 2 to 5 for one pass over what ``read(scan)`` yields, and the messages read; raises _Overflow when
     watched (``limit``) and the pool outgrows the limit."""
     schema = pa.schema([("key", coding.arrow_type), ("code", _CODE_TYPE)])
     pool = pa.default_memory_pool()
     start_bytes = pool.bytes_allocated()
-    scan = _Scan()
+    scan = Scan()
 
     def pieces() -> Iterator[pa.RecordBatch]:
         held = 0
