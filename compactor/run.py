@@ -62,7 +62,9 @@ class CompactionResult:
 
     @property
     def messages_removed(self) -> int:
-        return self.messages_read - self.messages_kept
+        """Messages this run left out; a skipped run read nothing and removed nothing (its ``messages_kept`` is
+        what the ledger it leaves in place holds)."""
+        return 0 if self.skipped else self.messages_read - self.messages_kept
 
 
 def compact_partition(log: PartitionLog, *, clock: Clock) -> CompactionResult:
