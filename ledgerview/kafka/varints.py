@@ -11,7 +11,6 @@ import numpy as np
 
 INT_VARINT_BYTES_MAX = 5
 LONG_VARINT_BYTES_MAX = 10
-_SHIFTS = np.arange(LONG_VARINT_BYTES_MAX, dtype=np.uint64) * np.uint64(7)
 _SIZE_LIMITS = np.array([1 << (7 * size) for size in range(1, LONG_VARINT_BYTES_MAX)], dtype=np.uint64)
 
 
@@ -22,26 +21,26 @@ class VarintError(ValueError):
 def read_varints(data: np.ndarray, positions: np.ndarray, width: int = INT_VARINT_BYTES_MAX
                  ) -> tuple[np.ndarray, np.ndarray]:
     """The signed values (int64) and byte sizes (int64) of the varints starting at ``positions`` of ``data``
-    (uint8); ``width``: the most bytes one may take (5 for Kafka's varint, 10 for its varlong)."""
-    if len(positions) == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    if int(positions.min()) < 0 or int(positions.max()) >= len(data):
-        raise VarintError("a varint starts outside the records")
-    window = positions[:, None] + np.arange(width)
-    np.minimum(window, len(data) - 1, out=window)
-    raw = data[window]
-    ends = raw < 0x80
-    last = ends.argmax(axis=1)
-    if not ends[np.arange(len(positions)), last].all():
-        raise VarintError(f"a varint is longer than {width} bytes or runs past the records")
-    sizes = last.astype(np.int64) + 1
-    past_end = positions + sizes > len(data)
-    if past_end.any():
-        raise VarintError("a varint runs past the records")
-    digits = (raw & 0x7F).astype(np.uint64) << _SHIFTS[:width]
-    digits[np.arange(width) >= sizes[:, None]] = 0
-    zigzag = np.bitwise_or.reduce(digits, axis=1)
-    values = (zigzag >> np.uint64(1)).astype(np.int64) ^ -(zigzag & np.uint64(1)).astype(np.int64)
+    (uint8); ``width``: the most bytes one may take (5 for Kafka's varint, 10 for its varlong).
+
+    One pass per byte position, over only the varints still running: most take one or two bytes."""
+    zigzagged = np.zeros(len(positions), dtype=np.uint64)
+    sizes = np.zeros(len(positions), dtype=np.int64)
+    running = np.arange(len(positions))
+    for byte_index in range(width):
+        at = positions[running] + byte_index
+        if len(at) and (int(at.min()) < 0 or int(at.max()) >= len(data)):
+            raise VarintError("a varint runs past the records")
+        digits = data[at]
+        zigzagged[running] |= (digits & 0x7F).astype(np.uint64) << np.uint64(7 * byte_index)
+        ended = digits < 0x80
+        sizes[running[ended]] = byte_index + 1
+        running = running[~ended]
+        if len(running) == 0:
+            break
+    else:
+        raise VarintError(f"a varint is longer than {width} bytes")
+    values = (zigzagged >> np.uint64(1)).astype(np.int64) ^ -(zigzagged & np.uint64(1)).astype(np.int64)
     return values, sizes
 
 
