@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ledgerview.kafka.protocol import ErrorCode
+
+
+log = logging.getLogger(__name__)
 
 
 class GroupState(enum.Enum):
@@ -95,6 +99,9 @@ class GroupCoordinator:
             member = group.members.get(request.member_id)
             if member is None:
                 return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=request.member_id)
+            if self._rejoins_unchanged(group, member, request):
+                member.last_seen = self.clock()
+                return self._current_generation(group, member)
             member.request = request
         else:
             member_id = f"member-{uuid.uuid4()}"
@@ -188,7 +195,27 @@ class GroupCoordinator:
             member.last_seen = self.clock()
         return group, member, ErrorCode.UNKNOWN_MEMBER_ID
 
+    def _rejoins_unchanged(self, group: Group, member: Member, request: JoinRequest) -> bool:
+        """Kafka's rule: a member that joins again with the same protocols while the group is stable (and it is
+        not the leader) or completing the rebalance gets the current generation back instead of a new rebalance,
+        e.g. a client that gave up waiting for its last response. Rebalancing instead can loop for ever."""
+        if member.request.protocols != request.protocols:
+            return False
+        if group.state is GroupState.STABLE:
+            return member.member_id != group.leader
+        return group.state is GroupState.COMPLETING_REBALANCE
+
+    def _current_generation(self, group: Group, member: Member) -> JoinResult:
+        assert group.protocol is not None and group.leader is not None
+        return JoinResult(ErrorCode.NONE, group.generation, group.protocol, group.leader, member.member_id,
+                          self._listing(group) if member.member_id == group.leader else [])
+
+    def _listing(self, group: Group) -> list[tuple[str, bytes]]:
+        assert group.protocol is not None
+        return [(m.member_id, dict(m.request.protocols)[group.protocol]) for m in group.members.values()]
+
     def _prepare_rebalance(self, group: Group) -> None:
+        log.debug("group %s: rebalance from %s (generation %d)", group.group_id, group.state.value, group.generation)
         group.state = GroupState.PREPARING_REBALANCE
         timeout_ms = max((m.request.rebalance_timeout_ms for m in group.members.values()), default=0)
         group.rebalance_deadline = self.clock() + timeout_ms / 1000
@@ -198,6 +225,7 @@ class GroupCoordinator:
             member.syncing = None
 
     def _remove(self, group: Group, member: Member) -> None:
+        log.debug("group %s: member %s leaves or expires", group.group_id, member.member_id)
         del group.members[member.member_id]
         if member.joining is not None and not member.joining.done():
             member.joining.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID))
@@ -224,11 +252,9 @@ class GroupCoordinator:
         supported = [{name for name, _ in m.request.protocols} for m in group.members.values()]
         group.protocol = next(name for name, _ in leader.request.protocols if all(name in s for s in supported))
         group.state = GroupState.COMPLETING_REBALANCE
-        listing = [(m.member_id, dict(m.request.protocols)[group.protocol]) for m in group.members.values()]
         for member in group.members.values():
             assert member.joining is not None
-            result = JoinResult(ErrorCode.NONE, group.generation, group.protocol, group.leader, member.member_id,
-                                listing if member.member_id == group.leader else [])
+            member.last_seen = self.clock()  # the session restarts when the join is answered
             if not member.joining.done():
-                member.joining.set_result(result)
+                member.joining.set_result(self._current_generation(group, member))
             member.joining = None
