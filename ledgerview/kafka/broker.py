@@ -4,6 +4,7 @@ long-polling fetches."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 
 from ledgerview.kafka.batch_cache import EncodedBatchCache
@@ -42,10 +43,8 @@ class AppendSignal:
         self._event = asyncio.Event()
 
     async def wait(self, timeout_seconds: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._event.wait(), max(timeout_seconds, 0.0))
-        except TimeoutError:
-            pass
 
 
 @dataclass

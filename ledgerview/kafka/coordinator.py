@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 from ledgerview.kafka.protocol import ErrorCode
 
-
 log = logging.getLogger(__name__)
 
 

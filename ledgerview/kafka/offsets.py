@@ -54,7 +54,8 @@ def handle_list_offsets(broker: Broker, request: Any, version: int) -> Any:
 
 
 def _list_offset(broker: Broker, view: TopicView, partition: int, timestamp: int) -> tuple[int, int]:
-    position: Position = {LATEST_TIMESTAMP: LATEST, EARLIEST_TIMESTAMP: EARLIEST}.get(timestamp, Timestamp(timestamp))
+    named: dict[int, Position] = {LATEST_TIMESTAMP: LATEST, EARLIEST_TIMESTAMP: EARLIEST}
+    position = named.get(timestamp, Timestamp(timestamp))
     read = open_partition_read(broker.store, view.topic, partition, position, read_compacted=view.compacted)
     try:
         if not isinstance(position, Timestamp):

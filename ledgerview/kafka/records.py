@@ -295,7 +295,7 @@ def encode_empty_batch(base_offset: int, last_offset: int) -> bytes:
 def _frame(records: np.ndarray, base_offset: int, last_delta: int, base_timestamp: int, max_timestamp: int,
            count: int) -> bytes:
     after_crc = _AFTER_CRC.pack(0, last_delta, base_timestamp, max_timestamp, NO_PRODUCER_ID, -1, -1, count)
-    crc = crc32c.crc32c(records, crc32c.crc32c(after_crc))
+    crc = crc32c.crc32c(records.data, crc32c.crc32c(after_crc))
     length = BATCH_HEADER_BYTES - LENGTH_FIELD_END + len(records)
     return b"".join((_BEFORE_CRC.pack(base_offset, length, 0, MAGIC, crc), after_crc, records.tobytes()))
 
