@@ -170,8 +170,8 @@ def _record_bounds(body: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
             raise CorruptBatchError(f"a record of {length} bytes")
         guesses = position + stride * np.arange(count - done, dtype=np.int64)
         guesses = guesses[guesses < len(body)]
-        lengths, sizes = read_varints(data, guesses)
-        matching = lengths + sizes == stride
+        lengths, sizes = read_varints(data, guesses, strict=False)
+        matching = (sizes > 0) & (lengths + sizes == stride)
         run = len(matching) if matching.all() else int(matching.argmin())
         if run < MIN_RUN_RECORDS:
             starts.append(_walk_records(body, position, count - done))

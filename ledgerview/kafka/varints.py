@@ -18,10 +18,11 @@ class VarintError(ValueError):
     """Bytes that do not hold a complete varint where one is expected."""
 
 
-def read_varints(data: np.ndarray, positions: np.ndarray, width: int = INT_VARINT_BYTES_MAX
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def read_varints(data: np.ndarray, positions: np.ndarray, width: int = INT_VARINT_BYTES_MAX, *,
+                 strict: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The signed values (int64) and byte sizes (int64) of the varints starting at ``positions`` of ``data``
-    (uint8); ``width``: the most bytes one may take (5 for Kafka's varint, 10 for its varlong).
+    (uint8); ``width``: the most bytes one may take (5 for Kafka's varint, 10 for its varlong). ``strict=False``:
+    bytes that hold no varint get size 0 instead of raising VarintError (for guessed positions).
 
     One pass per byte position, over only the varints still running: most take one or two bytes."""
     zigzagged = np.zeros(len(positions), dtype=np.uint64)
@@ -29,8 +30,11 @@ def read_varints(data: np.ndarray, positions: np.ndarray, width: int = INT_VARIN
     running = np.arange(len(positions))
     for byte_index in range(width):
         at = positions[running] + byte_index
-        if len(at) and (int(at.min()) < 0 or int(at.max()) >= len(data)):
-            raise VarintError("a varint runs past the records")
+        outside = (at < 0) | (at >= len(data))
+        if outside.any():
+            if strict:
+                raise VarintError("a varint runs past the records")
+            running, at = running[~outside], at[~outside]
         digits = data[at]
         zigzagged[running] |= (digits & 0x7F).astype(np.uint64) << np.uint64(7 * byte_index)
         ended = digits < 0x80
@@ -39,7 +43,9 @@ def read_varints(data: np.ndarray, positions: np.ndarray, width: int = INT_VARIN
         if len(running) == 0:
             break
     else:
-        raise VarintError(f"a varint is longer than {width} bytes")
+        if strict:
+            raise VarintError(f"a varint is longer than {width} bytes")
+        sizes[running] = 0
     values = (zigzagged >> np.uint64(1)).astype(np.int64) ^ -(zigzagged & np.uint64(1)).astype(np.int64)
     return values, sizes
 
