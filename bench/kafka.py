@@ -24,6 +24,7 @@ from ledgerview.changelog import ChangelogSpec
 from storage import Store
 
 MESSAGES_FILE = "messages.arrow"
+Pair = tuple[bytes | None, bytes | None]
 CHUNK_MESSAGES = 10_000
 """Messages per produce_batch call (confluent-kafka) and per check of the consumed count."""
 CONFLUENT_PRODUCER = {"linger.ms": 20, "batch.size": 1_000_000, "queue.buffering.max.messages": 2_000_000,
@@ -59,7 +60,7 @@ def endpoint(data: Path) -> Iterator[str]:
         process.wait(timeout=60)
 
 
-def _messages(target: Path) -> list[tuple[bytes | None, bytes | None]]:
+def _messages(target: Path) -> list[Pair]:
     table = pa.ipc.open_file(pa.memory_map(str(target / MESSAGES_FILE))).read_all()
     return list(zip(table["key"].to_pylist(), table["value"].to_pylist(), strict=True))
 
@@ -147,6 +148,6 @@ def _stored_messages(target: Path) -> int:
         return store.end_offset(TOPIC, 0)
 
 
-def _chunks(items: list[tuple[bytes | None, bytes | None]], size: int) -> Iterator[list[tuple[bytes | None, bytes | None]]]:
+def _chunks(items: list[Pair], size: int) -> Iterator[list[Pair]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
