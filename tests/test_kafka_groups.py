@@ -9,7 +9,7 @@ import logging
 
 import pytest
 from confluent_kafka import Consumer
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer
 
 from ledgerview.kafka.coordinator import GroupCoordinator, GroupState, JoinRequest
 from ledgerview.kafka.protocol import ErrorCode
