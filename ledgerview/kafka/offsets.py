@@ -37,20 +37,20 @@ def resolve_partition(broker: Broker, name: str, partition: int) -> TopicView | 
 
 
 def handle_list_offsets(broker: Broker, request: Any, version: int) -> Any:
-    topics = []
-    for topic in request.topics:
-        partitions = []
-        for wanted in topic.partitions:
-            view = resolve_partition(broker, topic.name, wanted.partition_index)
-            if view is None:
-                partitions.append(ListedPartition(partition_index=wanted.partition_index, timestamp=-1, offset=-1,
-                                                  error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.value))
-                continue
-            offset, timestamp = _list_offset(broker, view, wanted.partition_index, wanted.timestamp)
-            partitions.append(ListedPartition(partition_index=wanted.partition_index, error_code=0,
-                                              timestamp=timestamp, offset=offset, leader_epoch=0))
-        topics.append(ListedTopic(name=topic.name, partitions=partitions))
+    topics = [ListedTopic(name=topic.name,
+                          partitions=[_listed(broker, topic.name, wanted) for wanted in topic.partitions])
+              for topic in request.topics]
     return ListOffsetsResponse(version=version, throttle_time_ms=0, topics=topics)
+
+
+def _listed(broker: Broker, name: str, wanted: Any) -> Any:
+    view = resolve_partition(broker, name, wanted.partition_index)
+    if view is None:
+        return ListedPartition(partition_index=wanted.partition_index, timestamp=-1, offset=-1,
+                               error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.value)
+    offset, timestamp = _list_offset(broker, view, wanted.partition_index, wanted.timestamp)
+    return ListedPartition(partition_index=wanted.partition_index, error_code=0, timestamp=timestamp, offset=offset,
+                           leader_epoch=0)
 
 
 def _list_offset(broker: Broker, view: TopicView, partition: int, timestamp: int) -> tuple[int, int]:
@@ -69,17 +69,16 @@ def _list_offset(broker: Broker, view: TopicView, partition: int, timestamp: int
 
 def handle_offset_for_leader_epoch(broker: Broker, request: Any, version: int) -> Any:
     """The epoch is 0 forever, so its end offset is the end offset of the partition."""
-    topics = []
-    for topic in request.topics:
-        partitions = []
-        for wanted in topic.partitions:
-            view = resolve_partition(broker, topic.topic, wanted.partition)
-            if view is None:
-                partitions.append(EpochPartition(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.value,
-                                                 partition=wanted.partition, leader_epoch=-1, end_offset=-1))
-            else:
-                end = broker.store.end_offset(view.topic, wanted.partition)
-                partitions.append(EpochPartition(error_code=0, partition=wanted.partition, leader_epoch=0,
-                                                 end_offset=end))
-        topics.append(EpochTopic(topic=topic.topic, partitions=partitions))
+    topics = [EpochTopic(topic=topic.topic, partitions=[_epoch_end(broker, topic.topic, wanted.partition)
+                                                        for wanted in topic.partitions])
+              for topic in request.topics]
     return OffsetForLeaderEpochResponse(version=version, throttle_time_ms=0, topics=topics)
+
+
+def _epoch_end(broker: Broker, name: str, partition: int) -> Any:
+    view = resolve_partition(broker, name, partition)
+    if view is None:
+        return EpochPartition(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.value, partition=partition,
+                              leader_epoch=-1, end_offset=-1)
+    return EpochPartition(error_code=0, partition=partition, leader_epoch=0,
+                          end_offset=broker.store.end_offset(view.topic, partition))
