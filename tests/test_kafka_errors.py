@@ -1,6 +1,6 @@
 """Bad requests get Kafka's error codes, never a silent drop or a lost message (DESIGN.md invariant 10): unknown
 topic, invalid topic name, offset out of range, message too large, corrupt batches, a read-only compacted name, an
-ApiVersions version the endpoint does not speak."""
+ApiVersions version the endpoint does not speak; a corrupt segment is a storage error (invariant 1: never skipped)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,17 @@ def _produce(client: RawClient, topic: str, records: bytes, partition: int = 0) 
     return answer.error_code, answer.base_offset
 
 
+def _fetch(client: RawClient, topic: str, offset: int) -> Any:
+    """Fetch v11 of partition 0 from ``offset``, without waiting; the partition's answer."""
+    wanted = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=offset, log_start_offset=-1,
+                                                    partition_max_bytes=1 << 20)
+    request = FetchRequest(version=11, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                           isolation_level=0, session_id=0, session_epoch=-1,
+                           topics=[FetchRequest.FetchTopic(topic=topic, partitions=[wanted])],
+                           forgotten_topics_data=[], rack_id="")
+    return client.request(request, FetchResponse, 11).responses[0].partitions[0]
+
+
 def test_produce_errors(kafka: Running, client: RawClient) -> None:
     assert _produce(client, "small", _batch([b"ok"])) == (ErrorCode.NONE, 0)
     assert _produce(client, "missing", _batch([b"x"]))[0] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -62,13 +73,7 @@ def test_fetch_and_list_offsets_errors(kafka: Running, client: RawClient) -> Non
     kafka.store.append("small", [(None, b"a"), (None, b"b")], partition=0)
 
     def fetch(topic: str, offset: int) -> Any:
-        wanted = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=offset, log_start_offset=-1,
-                                                        partition_max_bytes=1 << 20)
-        request = FetchRequest(version=11, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
-                               isolation_level=0, session_id=0, session_epoch=-1,
-                               topics=[FetchRequest.FetchTopic(topic=topic, partitions=[wanted])],
-                               forgotten_topics_data=[], rack_id="")
-        return client.request(request, FetchResponse, 11).responses[0].partitions[0]
+        return _fetch(client, topic, offset)
 
     out_of_range = fetch("small", 5)
     assert (out_of_range.error_code, out_of_range.high_watermark) == (ErrorCode.OFFSET_OUT_OF_RANGE, 2)
@@ -108,3 +113,18 @@ def test_an_unknown_api_versions_version_gets_a_v0_error_listing_the_range(clien
     supported = client.request(ApiVersionsRequest(version=2), ApiVersionsResponse, 2)  # the connection lives on
     produce = next(k for k in supported.api_keys if k.api_key == ApiKey.PRODUCE)
     assert produce.min_version == 0  # librdkafka < 2.11.1 needs Produce to advertise version 0 (KAFKA-18659)
+
+
+def test_a_corrupt_sealed_segment_is_a_storage_error_not_a_closed_connection(kafka: Running,
+                                                                              client: RawClient) -> None:
+    kafka.store.create_topic("fragile", partitions=1)
+    kafka.store.append("fragile", [(None, b"x" * 100) for _ in range(20)], partition=0)
+    kafka.store.roll("fragile", 0)
+    kafka.store.append("fragile", [(None, b"after")], partition=0)
+    segment = kafka.data / "fragile-0" / ("0" * 20 + ".log")
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    answer = _fetch(client, "fragile", 0)
+    assert answer.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert _produce(client, "small", _batch([b"still served"]))[0] == ErrorCode.NONE

@@ -16,6 +16,7 @@ every POLL_INTERVAL_SECONDS for appends made by other processes, until max_wait_
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,7 +31,9 @@ from ledgerview.kafka.protocol import ErrorCode
 from ledgerview.kafka.records import encode_batch, encode_empty_batch
 from ledgerview.kafka.topics import TopicView, resolve_topic
 from readers.partition_read import open_partition_read
-from storage.errors import InvalidTopicNameError, OffsetOutOfRangeError, UnknownTopicError
+from storage.errors import InvalidTopicNameError, LedgerviewError, OffsetOutOfRangeError, UnknownTopicError
+
+log = logging.getLogger(__name__)
 
 POLL_INTERVAL_SECONDS = 0.1
 RECORD_OVERHEAD_BYTES = 16
@@ -99,6 +102,9 @@ def read_partition(broker: Broker, name: str, partition: int, offset: int, max_b
         records = b"".join(_encoded(broker, view, partition, read.batches(), offset, end, max_bytes,
                                     at_least_one=first))
         return FetchedPartition(ErrorCode.NONE, end, log_start, records)
+    except LedgerviewError:  # a corrupt sealed segment, say: the client sees a storage error, not a reconnect storm
+        log.exception("reading %s-%d from offset %d failed", name, partition, offset)
+        return FetchedPartition(ErrorCode.KAFKA_STORAGE_ERROR)
     finally:
         read.close()
 

@@ -15,6 +15,7 @@ acks=0 gets no response at all, as Kafka clients expect.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pyarrow as pa
@@ -34,7 +35,15 @@ from ledgerview.kafka.records import (
     decode_batches,
 )
 from ledgerview.kafka.topics import resolve_topic
-from storage.errors import InvalidTopicNameError, MessageTooLargeError, UnknownTopicError
+from storage.errors import (
+    InvalidMessagesError,
+    InvalidTopicNameError,
+    LedgerviewError,
+    MessageTooLargeError,
+    UnknownTopicError,
+)
+
+log = logging.getLogger(__name__)
 
 STORE_CODECS = {3: "lz4", 4: "zstd"}
 ATTRIBUTES_POSITION = 21
@@ -93,6 +102,11 @@ def _produce_partition(broker: Broker, name: str, partition: int, records: bytes
         result = broker.store.append(view.topic, table, partition, compression=STORE_CODECS.get(codec))
     except MessageTooLargeError:
         return ErrorCode.MESSAGE_TOO_LARGE, -1
+    except InvalidMessagesError:
+        return ErrorCode.INVALID_RECORD, -1
+    except LedgerviewError:
+        log.exception("appending to %s-%d failed", view.topic, partition)
+        return ErrorCode.KAFKA_STORAGE_ERROR, -1
     first_offset = int(result.offsets[0])
     position = first_offset
     for batch in fresh:
