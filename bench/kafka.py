@@ -58,6 +58,8 @@ def endpoint(data: Path) -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=60)
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def _messages(target: Path) -> list[Pair]:
