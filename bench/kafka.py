@@ -9,6 +9,7 @@ use; on this machine they share its two cores.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -45,8 +46,8 @@ consume_input = ledgerview_store()
 
 
 @contextmanager
-def endpoint(data: Path) -> Iterator[str]:
-    """The endpoint in its own process on a free loopback port; yields the bootstrap address."""
+def endpoint(data: Path) -> Iterator[tuple[str, int]]:
+    """The endpoint in its own process on a free loopback port; yields the bootstrap address and its pid."""
     process = subprocess.Popen([sys.executable, "-m", "ledgerview.kafka", str(data), "--port", "0"],
                                stdout=subprocess.PIPE, text=True)
     try:
@@ -54,7 +55,7 @@ def endpoint(data: Path) -> Iterator[str]:
         line = process.stdout.readline()
         if not line.startswith("listening on "):
             raise RuntimeError(f"the endpoint did not start: {line!r}")
-        yield line.removeprefix("listening on ").strip()
+        yield line.removeprefix("listening on ").strip(), process.pid
     finally:
         process.terminate()
         process.wait(timeout=60)
@@ -68,10 +69,22 @@ def _messages(target: Path) -> list[Pair]:
 
 
 def _timed(target: Path, run: Callable[[str], int]) -> Outcome:
-    with endpoint(target) as bootstrap:
-        start = time.perf_counter()
+    """Time ``run``; the notes give the CPU seconds the endpoint and the client spent, which say what each side
+    would sustain on a core of its own when the machine is shared."""
+    with endpoint(target) as (bootstrap, pid):
+        endpoint_cpu, client_cpu, start = _cpu_seconds(pid), time.process_time(), time.perf_counter()
         messages = run(bootstrap)
-        return Outcome(messages, seconds=time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        endpoint_cpu, client_cpu = _cpu_seconds(pid) - endpoint_cpu, time.process_time() - client_cpu
+        notes = (f"CPU: endpoint {endpoint_cpu:.2f} s ({endpoint_cpu / messages * 1e6:.1f} us/message), "
+                 f"client {client_cpu:.2f} s")
+        return Outcome(messages, seconds=seconds, notes=notes)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def confluent_produce(target: Path, output: Path) -> Outcome:
