@@ -17,7 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run the main job on built-in sample data in a local folder")
-    demo.add_argument("--data", type=Path, default=Path("demo-data"), help="data folder (emptied first)")
+    demo.add_argument("--data", type=Path, default=Path("demo-data"),
+                      help="data folder: new, empty, or made by an earlier demo (emptied first)")
     demo.add_argument("--ticks", type=int, default=200_000, help="number of price ticks to append")
     return parser
 
