@@ -19,6 +19,8 @@ from tests.kafka_support import Running, kafka, wait_for
 
 __all__ = ["kafka"]
 
+pytestmark = pytest.mark.slow  # real clients: a few seconds each
+
 logging.getLogger("kafka").setLevel(logging.WARNING)
 
 FAST_CONSUMER = {"fetch_max_wait_ms": 100, "consumer_timeout_ms": 5000, "request_timeout_ms": 20000}

@@ -16,7 +16,8 @@ from tests.kafka_support import Running, kafka
 __all__ = ["kafka"]
 
 KCAT = shutil.which("kcat")
-pytestmark = pytest.mark.skipif(KCAT is None, reason="kcat is not installed (make test installs it with apt-get)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(KCAT is None, reason="kcat is not installed (make test installs it with apt-get)")]
 
 
 def _kcat(running: Running, *arguments: str, stdin: str | None = None) -> str:
