@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast bench lint clean
+.PHONY: demo test test-fast bench lint clean kcat
 
 $(BIN)/.installed: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,15 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: lint
+test: lint kcat
 	$(BIN)/python -m pytest
+
+# kcat, Debian's package, for the Kafka endpoint tests; where apt-get cannot install it those tests skip, saying so.
+kcat:
+	@command -v kcat >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get install -y -qq kcat >/dev/null 2>&1 || \
+		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq kcat >/dev/null 2>&1; }; }; } || \
+		echo "kcat could not be installed with apt-get: the kcat tests will skip"
 
 test-fast: $(BIN)/.installed
 	$(BIN)/python -m pytest -m "not spark and not fault and not slow"

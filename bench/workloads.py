@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench import cleaning, compaction, spark_jobs, systems
+from bench import cleaning, compaction, kafka, spark_jobs, systems
 
 MEMORY_BUDGET_BYTES = 64 * compaction.MiB
 BUDGET_CONFIG = {"compaction.memory.bytes": MEMORY_BUDGET_BYTES}
@@ -201,6 +201,27 @@ WORKLOADS: dict[str, Workload] = {
                 for path in compaction.GET_PATHS
             ),
             whole_dataset=False,
+        ),
+        Workload(
+            "kafka-produce",
+            "produce through the Kafka endpoint (its own process, loopback), one partition, until every message "
+            "is acknowledged (acks=all)",
+            (
+                Case("confluent-kafka", preparer=kafka.produce_input, job=kafka.confluent_produce,
+                     note="Producer.produce_batch of 10k messages, linger.ms 20, batch.size 1 MB, then flush"),
+                Case("kafka-python", preparer=kafka.produce_input, job=kafka.kafka_python_produce,
+                     note="KafkaProducer.send per message (idempotent), linger_ms 20, batch_size 1 MB, then flush"),
+            ),
+        ),
+        Workload(
+            "kafka-consume",
+            "consume one partition from offset 0 through the Kafka endpoint (its own process, loopback)",
+            (
+                Case("confluent-kafka", preparer=kafka.consume_input, job=kafka.confluent_consume,
+                     note="Consumer.assign at offset 0, consume(10k) until every message; default fetch sizes"),
+                Case("kafka-python", preparer=kafka.consume_input, job=kafka.kafka_python_consume,
+                     note="KafkaConsumer.assign + seek 0, poll(max_records=10k) until every message"),
+            ),
         ),
     )
 }

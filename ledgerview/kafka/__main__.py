@@ -1,0 +1,40 @@
+"""``python -m ledgerview.kafka DATA [--host H] [--port P] [--compacted-suffix S]``: run the Kafka endpoint alone
+in this process until SIGTERM or SIGINT. Prints ``listening on HOST:PORT`` once clients may connect (with
+``--port 0`` that names the port picked), so tests and benchmarks can start it as a real process."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from types import FrameType
+
+from ledgerview.kafka.broker import EndpointOptions
+from ledgerview.kafka.server import KafkaEndpoint
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m ledgerview.kafka", description=__doc__)
+    parser.add_argument("data", help="the store's data folder")
+    parser.add_argument("--host", default=EndpointOptions.host)
+    parser.add_argument("--port", type=int, default=EndpointOptions.port)
+    parser.add_argument("--compacted-suffix", default=EndpointOptions.compacted_suffix)
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+
+    def on_signal(number: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    options = EndpointOptions(host=args.host, port=args.port, compacted_suffix=args.compacted_suffix)
+    with KafkaEndpoint(args.data, options=options) as endpoint:
+        print(f"listening on {options.host}:{endpoint.port}", flush=True)
+        while not stop.wait(1.0):
+            pass
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

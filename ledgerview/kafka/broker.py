@@ -1,0 +1,67 @@
+"""What every request handler of the endpoint shares: its options, the store, and the signal that wakes
+long-polling fetches."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+from ledgerview.kafka.batch_cache import EncodedBatchCache
+from ledgerview.kafka.coordinator import GroupCoordinator
+from ledgerview.kafka.sequences import ProducerSequences
+from storage import Store
+
+NODE_ID = 0
+CLUSTER_ID = "ledgerview"
+
+
+@dataclass(frozen=True)
+class EndpointOptions:
+    """How the endpoint listens and names views."""
+
+    host: str = "127.0.0.1"
+    """Address to listen on; loopback by default."""
+    port: int = 9092
+    """TCP port; 0 picks a free one (see KafkaEndpoint.port)."""
+    compacted_suffix: str = ".compacted"
+    """``<topic><suffix>`` serves the topic's compacted view; empty disables the compacted names."""
+    advertised_host: str | None = None
+    """Host clients are told to connect to (Metadata, FindCoordinator); default ``host``."""
+    fetch_cache_bytes: int = 64 * 1024 * 1024
+    """Memory for encoded fetch batches, so consumers reading the same offsets share one encoding."""
+
+
+class AppendSignal:
+    """Wakes fetches waiting for data when this endpoint appends; other writers are seen by polling."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait(self, timeout_seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), max(timeout_seconds, 0.0))
+
+
+@dataclass
+class Broker:
+    """The single broker the endpoint pretends to be: node 0, leader of every partition, group coordinator."""
+
+    store: Store
+    options: EndpointOptions
+    port: int
+    appended: AppendSignal = field(default_factory=AppendSignal)
+    fetch_cache: EncodedBatchCache = field(init=False)
+    coordinator: GroupCoordinator = field(default_factory=GroupCoordinator)
+    sequences: ProducerSequences = field(default_factory=ProducerSequences)
+
+    def __post_init__(self) -> None:
+        self.fetch_cache = EncodedBatchCache(self.options.fetch_cache_bytes)
+
+    @property
+    def advertised_host(self) -> str:
+        return self.options.advertised_host or self.options.host

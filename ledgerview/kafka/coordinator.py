@@ -1,0 +1,259 @@
+"""The classic consumer-group protocol's coordinator: membership, generations and the rebalance barrier.
+
+A group moves through Kafka's states (GroupMetadata.scala):
+
+1. EMPTY: no members. A JoinGroup moves it to PREPARING_REBALANCE.
+2. PREPARING_REBALANCE: the barrier. Every known member must send JoinGroup again (members learn of the
+   rebalance from Heartbeat's REBALANCE_IN_PROGRESS); the barrier closes when all have, or at the rebalance
+   deadline (the largest rebalance timeout of the members), dropping those that did not. Closing bumps the
+   generation, picks the protocol every member supports and a leader (the previous one if it rejoined), and
+   answers every pending JoinGroup; only the leader gets the member list. Then COMPLETING_REBALANCE.
+3. COMPLETING_REBALANCE: followers' SyncGroup waits for the leader's, which carries every assignment. Then STABLE.
+4. STABLE: heartbeats keep members alive; a join, a leave or a member whose session times out (no request
+   within session.timeout.ms) starts a new rebalance.
+
+Everything runs on the endpoint's event loop: no locks, and a waiting member is a pending future.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ledgerview.kafka.protocol import ErrorCode
+
+log = logging.getLogger(__name__)
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    error: ErrorCode
+    generation: int = -1
+    protocol: str = ""
+    leader: str = ""
+    member_id: str = ""
+    members: list[tuple[str, bytes]] = field(default_factory=list)
+    """(member id, protocol metadata) of every member; only the leader's result has them."""
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    member_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    """(assignor name, member metadata), in the member's order of preference."""
+
+
+@dataclass
+class Member:
+    member_id: str
+    request: JoinRequest
+    last_seen: float
+    joining: asyncio.Future[JoinResult] | None = None
+    syncing: asyncio.Future[tuple[ErrorCode, bytes]] | None = None
+    assignment: bytes = b""
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    leader: str | None = None
+    protocol: str | None = None
+    protocol_type: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    rebalance_deadline: float = 0.0
+
+
+class GroupCoordinator:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.groups: dict[str, Group] = {}
+
+    # ---------------------------------------------------------------------------------------------- requests
+    async def join(self, group_id: str, request: JoinRequest) -> JoinResult:
+        group = self.groups.setdefault(group_id, Group(group_id))
+        if group.members and request.protocol_type != group.protocol_type:
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        names = {name for name, _ in request.protocols}
+        others = [m for m in group.members.values() if m.member_id != request.member_id]
+        if not names or any(not names & {name for name, _ in m.request.protocols} for m in others):
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if request.member_id:
+            member = group.members.get(request.member_id)
+            if member is None:
+                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=request.member_id)
+            if self._rejoins_unchanged(group, member, request):
+                member.last_seen = self.clock()
+                return self._current_generation(group, member)
+            member.request = request
+        else:
+            member_id = f"member-{uuid.uuid4()}"
+            member = group.members[member_id] = Member(member_id, request, self.clock())
+        group.protocol_type = request.protocol_type
+        member.last_seen = self.clock()
+        if member.joining is not None and not member.joining.done():
+            member.joining.set_result(JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id))
+        member.joining = asyncio.get_running_loop().create_future()
+        joining = member.joining
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(group)
+        if all(m.joining is not None for m in group.members.values()):
+            self._complete_join(group)
+        return await joining
+
+    async def sync(self, group_id: str, generation: int, member_id: str,
+                   assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes]:
+        group, member, error = self._member(group_id, member_id)
+        if member is None:
+            return error, b""
+        if generation != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION, b""
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS, b""
+        if group.state is GroupState.STABLE:
+            return ErrorCode.NONE, member.assignment
+        if member_id == group.leader:
+            for each in group.members.values():
+                each.assignment = assignments.get(each.member_id, b"")
+            group.state = GroupState.STABLE
+            for each in group.members.values():
+                if each.syncing is not None and not each.syncing.done():
+                    each.syncing.set_result((ErrorCode.NONE, each.assignment))
+                each.syncing = None
+            return ErrorCode.NONE, member.assignment
+        member.syncing = asyncio.get_running_loop().create_future()
+        return await member.syncing
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str) -> ErrorCode:
+        group, member, error = self._member(group_id, member_id)
+        if member is None:
+            return error
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        if generation != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
+    def leave(self, group_id: str, member_ids: list[str]) -> list[ErrorCode]:
+        errors = []
+        for member_id in member_ids:
+            group, member, error = self._member(group_id, member_id)
+            if member is None:
+                errors.append(error)
+                continue
+            self._remove(group, member)
+            errors.append(ErrorCode.NONE)
+        return errors
+
+    def check_commit(self, group_id: str, generation: int, member_id: str) -> ErrorCode:
+        """Whether an offset commit may be stored: from a current member of the current generation, or a
+        commit outside any generation (-1, no member id) as assign-only consumers make."""
+        if generation < 0 and not member_id:
+            return ErrorCode.NONE
+        group, member, error = self._member(group_id, member_id)
+        if member is None:
+            return error
+        if generation != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
+    # ------------------------------------------------------------------------------------------------ timers
+    def expire(self) -> None:
+        """Drop members whose session timed out and close barriers whose deadline passed; called every
+        fraction of a second by the endpoint."""
+        now = self.clock()
+        for group in list(self.groups.values()):
+            for member in list(group.members.values()):
+                waiting = member.joining is not None
+                if not waiting and now - member.last_seen > member.request.session_timeout_ms / 1000:
+                    self._remove(group, member)
+            if group.state is GroupState.PREPARING_REBALANCE and now >= group.rebalance_deadline:
+                self._complete_join(group)
+
+    # ------------------------------------------------------------------------------------------- transitions
+    def _member(self, group_id: str, member_id: str) -> tuple[Group, Member | None, ErrorCode]:
+        group = self.groups.setdefault(group_id, Group(group_id))
+        member = group.members.get(member_id)
+        if member is not None:
+            member.last_seen = self.clock()
+        return group, member, ErrorCode.UNKNOWN_MEMBER_ID
+
+    def _rejoins_unchanged(self, group: Group, member: Member, request: JoinRequest) -> bool:
+        """Kafka's rule: a member that joins again with the same protocols while the group is stable (and it is
+        not the leader) or completing the rebalance gets the current generation back instead of a new rebalance,
+        e.g. a client that gave up waiting for its last response. Rebalancing instead can loop for ever."""
+        if member.request.protocols != request.protocols:
+            return False
+        if group.state is GroupState.STABLE:
+            return member.member_id != group.leader
+        return group.state is GroupState.COMPLETING_REBALANCE
+
+    def _current_generation(self, group: Group, member: Member) -> JoinResult:
+        assert group.protocol is not None and group.leader is not None
+        return JoinResult(ErrorCode.NONE, group.generation, group.protocol, group.leader, member.member_id,
+                          self._listing(group) if member.member_id == group.leader else [])
+
+    def _listing(self, group: Group) -> list[tuple[str, bytes]]:
+        assert group.protocol is not None
+        return [(m.member_id, dict(m.request.protocols)[group.protocol]) for m in group.members.values()]
+
+    def _prepare_rebalance(self, group: Group) -> None:
+        log.debug("group %s: rebalance from %s (generation %d)", group.group_id, group.state.value, group.generation)
+        group.state = GroupState.PREPARING_REBALANCE
+        timeout_ms = max((m.request.rebalance_timeout_ms for m in group.members.values()), default=0)
+        group.rebalance_deadline = self.clock() + timeout_ms / 1000
+        for member in group.members.values():
+            if member.syncing is not None and not member.syncing.done():
+                member.syncing.set_result((ErrorCode.REBALANCE_IN_PROGRESS, b""))
+            member.syncing = None
+
+    def _remove(self, group: Group, member: Member) -> None:
+        log.debug("group %s: member %s leaves or expires", group.group_id, member.member_id)
+        del group.members[member.member_id]
+        if member.joining is not None and not member.joining.done():
+            member.joining.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID))
+        if member.syncing is not None and not member.syncing.done():
+            member.syncing.set_result((ErrorCode.UNKNOWN_MEMBER_ID, b""))
+        if not group.members:
+            group.state, group.leader, group.protocol = GroupState.EMPTY, None, None
+            group.generation += 1
+        elif group.state is not GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(group)
+        elif all(m.joining is not None for m in group.members.values()):
+            self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        for member in [m for m in group.members.values() if m.joining is None]:
+            del group.members[member.member_id]  # did not rejoin before the deadline
+        group.generation += 1
+        if not group.members:
+            group.state, group.leader, group.protocol = GroupState.EMPTY, None, None
+            return
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        leader = group.members[group.leader]
+        supported = [{name for name, _ in m.request.protocols} for m in group.members.values()]
+        group.protocol = next(name for name, _ in leader.request.protocols if all(name in s for s in supported))
+        group.state = GroupState.COMPLETING_REBALANCE
+        for member in group.members.values():
+            assert member.joining is not None
+            member.last_seen = self.clock()  # the session restarts when the join is answered
+            if not member.joining.done():
+                member.joining.set_result(self._current_generation(group, member))
+            member.joining = None

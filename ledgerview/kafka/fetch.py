@@ -1,0 +1,161 @@
+"""Fetch: stored Arrow batches encoded as Kafka record batches, long-polling until data arrives.
+
+Per partition, a bounded read of the raw log or of the compacted view (readers.partition_read: the ledger with
+its original offsets, then the raw tail) from the fetch offset, sliced to the partition's byte budget (the first
+batch is always sent whole enough to hold one message, as KIP-74 asks). Encoded batches are cached by offset
+range (ledgerview/kafka/batch_cache.py).
+
+Reaching the high-water mark: the compacted view (and a cleaned raw log) has gaps in its offsets. Clients move to
+the last batch's ``lastOffsetDelta + 1``, so when a read reaches the end offset its last batch is widened to end
+at the end offset - 1; when nothing is left to send below the end offset, an empty batch spans the gap. Otherwise
+a consumer would stop short of the high-water mark for good and never see its lag reach 0.
+
+Long polling: while the response holds fewer than min_bytes, wait for this endpoint's next append, or re-check
+every POLL_INTERVAL_SECONDS for appends made by other processes, until max_wait_ms passes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from kafka.protocol.consumer import FetchResponse
+
+from ledgerview.kafka.broker import Broker
+from ledgerview.kafka.protocol import ErrorCode
+from ledgerview.kafka.records import encode_batch, encode_empty_batch
+from ledgerview.kafka.topics import TopicView, resolve_topic
+from readers.partition_read import open_partition_read
+from storage.errors import InvalidTopicNameError, LedgerviewError, OffsetOutOfRangeError, UnknownTopicError
+
+log = logging.getLogger(__name__)
+
+POLL_INTERVAL_SECONDS = 0.1
+RECORD_OVERHEAD_BYTES = 16
+"""Rough bytes a record adds beyond its key and value (varints, attributes), for the byte budget."""
+
+TopicResponse = FetchResponse.FetchableTopicResponse
+PartitionData = TopicResponse.PartitionData
+
+
+@dataclass
+class FetchedPartition:
+    error: ErrorCode
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+
+
+async def handle_fetch(broker: Broker, request: Any, version: int) -> Any:
+    deadline = time.monotonic() + request.max_wait_ms / 1000
+    while True:
+        responses, total_bytes, errors = _read_all(broker, request)
+        remaining = deadline - time.monotonic()
+        if total_bytes >= max(request.min_bytes, 1) or errors or remaining <= 0:
+            return FetchResponse(version=version, throttle_time_ms=0, error_code=0, session_id=0,
+                                 responses=responses)
+        await broker.appended.wait(min(remaining, POLL_INTERVAL_SECONDS))
+
+
+def _read_all(broker: Broker, request: Any) -> tuple[list[Any], int, bool]:
+    budget = request.max_bytes if request.max_bytes > 0 else 2**31 - 1
+    responses, total, errors = [], 0, False
+    for topic in request.topics:
+        partitions = []
+        for wanted in topic.partitions:
+            limit = min(wanted.partition_max_bytes, max(budget - total, 0))
+            fetched = read_partition(broker, topic.topic, wanted.partition, wanted.fetch_offset, limit,
+                                     first=total == 0)
+            total += len(fetched.records)
+            errors |= fetched.error is not ErrorCode.NONE
+            partitions.append(PartitionData(
+                partition_index=wanted.partition, error_code=fetched.error.value,
+                high_watermark=fetched.high_watermark, last_stable_offset=fetched.high_watermark,
+                log_start_offset=fetched.log_start_offset, aborted_transactions=None, preferred_read_replica=-1,
+                records=fetched.records))
+        responses.append(TopicResponse(topic=topic.topic, partitions=partitions))
+    return responses, total, errors
+
+
+def read_partition(broker: Broker, name: str, partition: int, offset: int, max_bytes: int, *,
+                   first: bool) -> FetchedPartition:
+    """The encoded batches of one partition from ``offset``, within ``max_bytes`` unless this is the first
+    partition of the response with data (then at least one message)."""
+    try:
+        view = resolve_topic(broker.store, name, broker.options.compacted_suffix)
+    except (InvalidTopicNameError, UnknownTopicError):
+        return FetchedPartition(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if not 0 <= partition < view.partitions:
+        return FetchedPartition(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    try:
+        read = open_partition_read(broker.store, view.topic, partition, offset, read_compacted=view.compacted)
+    except OffsetOutOfRangeError as error:
+        return FetchedPartition(ErrorCode.OFFSET_OUT_OF_RANGE, error.end, error.start)
+    try:
+        log_start = 0 if read.ledger is not None else broker.store.start_offset(view.topic, partition)
+        end = read.end_offset
+        records = b"".join(_encoded(broker, view, partition, read.batches(), offset, end, max_bytes,
+                                    at_least_one=first))
+        return FetchedPartition(ErrorCode.NONE, end, log_start, records)
+    except LedgerviewError:  # a corrupt sealed segment, say: the client sees a storage error, not a reconnect storm
+        log.exception("reading %s-%d from offset %d failed", name, partition, offset)
+        return FetchedPartition(ErrorCode.KAFKA_STORAGE_ERROR)
+    finally:
+        read.close()
+
+
+def _encoded(broker: Broker, view: TopicView, partition: int, batches: Iterator[pa.RecordBatch], offset: int,
+             end: int, max_bytes: int, *, at_least_one: bool) -> Iterator[bytes]:
+    """Encode batches within the byte budget; the last one reaches end - 1 when the read reached the end."""
+    pending: pa.RecordBatch | None = None
+    spent = 0
+    for batch in batches:
+        rows = _rows_within(batch, max_bytes - spent, at_least_one=at_least_one and pending is None)
+        if rows == 0:
+            break
+        if pending is not None:
+            yield _cached(broker, view, partition, pending, None)
+        pending = batch.slice(0, rows)
+        spent += _estimated_bytes(pending)
+        if rows < batch.num_rows:
+            break
+    else:
+        if pending is not None:
+            yield _cached(broker, view, partition, pending, end - 1)
+        elif offset < end:
+            yield encode_empty_batch(offset, end - 1)
+        return
+    if pending is not None:
+        yield _cached(broker, view, partition, pending, None)
+
+
+def _cached(broker: Broker, view: TopicView, partition: int, batch: pa.RecordBatch, last_offset: int | None
+            ) -> bytes:
+    offsets = batch.column("offset")
+    last = offsets[-1].as_py() if last_offset is None else last_offset
+    key = (view.topic, view.compacted, partition, offsets[0].as_py(), last, batch.num_rows)
+    return broker.fetch_cache.get_or_encode(key, lambda: encode_batch(batch, last_offset=last))
+
+
+def _message_bytes(batch: pa.RecordBatch) -> np.ndarray:
+    sizes = np.full(batch.num_rows, RECORD_OVERHEAD_BYTES, dtype=np.int64)
+    for name in ("key", "value"):
+        column = batch.column(name)
+        offsets = np.frombuffer(column.buffers()[1], dtype=np.int32, count=len(column) + 1, offset=column.offset * 4)
+        sizes += np.diff(offsets)
+    return sizes
+
+
+def _estimated_bytes(batch: pa.RecordBatch) -> int:
+    return int(_message_bytes(batch).sum())
+
+
+def _rows_within(batch: pa.RecordBatch, budget: int, *, at_least_one: bool) -> int:
+    """How many leading messages of ``batch`` fit ``budget`` bytes (one at least when ``at_least_one``)."""
+    fitting = int(np.searchsorted(np.cumsum(_message_bytes(batch)), budget, side="right"))
+    return max(fitting, 1) if at_least_one else fitting

@@ -1,0 +1,90 @@
+"""OffsetCommit and OffsetFetch: a group's committed offsets are durable subscription cursor records.
+
+A commit of offset o on partition p of a topic name writes the cursor record of subscription ``<group id>`` on
+that partition (storage/cursors.py: write, fsync, rename, fsync the folder) with acked_offset o, so it survives
+a restart of the endpoint and a ledgerview Consumer of that subscription continues from the same place. The raw
+and compacted names of a topic share the record; it notes which view was committed. Kafka lets a commit move a
+position back, and so does this; a negative offset is not stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import OffsetCommitResponse, OffsetFetchResponse
+
+from ledgerview.kafka.broker import Broker
+from ledgerview.kafka.groups import valid_group_id
+from ledgerview.kafka.offsets import resolve_partition
+from ledgerview.kafka.protocol import ErrorCode
+from ledgerview.kafka.topics import TopicView, all_topic_views
+from storage.cursors import SubscriptionCursor, read_subscription_cursor, write_subscription_cursor
+
+CommittedTopic = OffsetCommitResponse.OffsetCommitResponseTopic
+CommittedPartition = CommittedTopic.OffsetCommitResponsePartition
+FetchedTopic = OffsetFetchResponse.OffsetFetchResponseTopic
+FetchedPartition = FetchedTopic.OffsetFetchResponsePartition
+NO_OFFSET = -1
+
+
+def handle_offset_commit(broker: Broker, request: Any, version: int) -> Any:
+    group_id = request.group_id
+    if not valid_group_id(group_id):
+        group_error = ErrorCode.INVALID_GROUP_ID
+    else:
+        group_error = broker.coordinator.check_commit(group_id, request.generation_id_or_member_epoch,
+                                                      request.member_id)
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for wanted in topic.partitions:
+            error = group_error
+            if error is ErrorCode.NONE:
+                error = _commit(broker, group_id, topic.name, wanted.partition_index, wanted.committed_offset)
+            partitions.append(CommittedPartition(partition_index=wanted.partition_index, error_code=error.value))
+        topics.append(CommittedTopic(name=topic.name, partitions=partitions))
+    return OffsetCommitResponse(version=version, throttle_time_ms=0, topics=topics)
+
+
+def _commit(broker: Broker, group_id: str, name: str, partition: int, offset: int) -> ErrorCode:
+    view = resolve_partition(broker, name, partition)
+    if view is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if offset >= 0:
+        cursor = SubscriptionCursor(group_id, partition, offset, view.compacted, None, broker.store.clock())
+        write_subscription_cursor(_folder(broker, view, partition), cursor)
+    return ErrorCode.NONE
+
+
+def handle_offset_fetch(broker: Broker, request: Any, version: int) -> Any:
+    group_id = request.group_id
+    if not valid_group_id(group_id):
+        return OffsetFetchResponse(version=version, throttle_time_ms=0, topics=[],
+                                   error_code=ErrorCode.INVALID_GROUP_ID.value)
+    if request.topics is None:
+        wanted = [(view.name, list(range(view.partitions))) for view in all_topic_views(broker.store, "")]
+    else:
+        wanted = [(topic.name, list(topic.partition_indexes)) for topic in request.topics]
+    topics = []
+    for name, partitions in wanted:
+        answered = [_committed(broker, group_id, name, partition) for partition in partitions]
+        if request.topics is None:
+            answered = [entry for entry in answered if entry.committed_offset != NO_OFFSET]
+        if answered:
+            topics.append(FetchedTopic(name=name, partitions=answered))
+    return OffsetFetchResponse(version=version, throttle_time_ms=0, topics=topics, error_code=0)
+
+
+def _committed(broker: Broker, group_id: str, name: str, partition: int) -> Any:
+    view = resolve_partition(broker, name, partition)
+    if view is None:
+        return FetchedPartition(partition_index=partition, committed_offset=NO_OFFSET, committed_leader_epoch=-1,
+                                metadata="", error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.value)
+    cursor = read_subscription_cursor(_folder(broker, view, partition), group_id, partition)
+    offset = NO_OFFSET if cursor is None else cursor.acked_offset
+    return FetchedPartition(partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
+                            metadata="", error_code=0)
+
+
+def _folder(broker: Broker, view: TopicView, partition: int) -> Any:
+    return broker.store.partition_log(view.topic, partition).folder

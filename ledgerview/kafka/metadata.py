@@ -1,0 +1,84 @@
+"""ApiVersions, Metadata, FindCoordinator and InitProducerId: what a client asks before producing or consuming.
+
+One broker, node 0, leads every partition with leader epoch 0 forever (clients then never validate positions with
+OffsetForLeaderEpoch), is every group's coordinator, and lists each topic under its raw and its compacted name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
+from kafka.protocol.producer import InitProducerIdResponse
+
+from ledgerview.kafka.broker import CLUSTER_ID, NODE_ID, Broker
+from ledgerview.kafka.protocol import VERSIONS, ApiKey, ErrorCode
+from ledgerview.kafka.topics import TopicView, all_topic_views, resolve_topic
+from storage.errors import InvalidTopicNameError, UnknownTopicError
+
+COORDINATOR_KEY_TYPE_GROUP = 0
+
+
+def api_versions_response(version: int, error: ErrorCode = ErrorCode.NONE) -> Any:
+    """The advertised ranges; for a version we do not speak, the v0-format error reply Kafka gives (KIP-511),
+    which every client retries with the ApiVersions range it lists."""
+    entry = ApiVersionsResponse.ApiVersion
+    keys = [entry(api_key=key.value, min_version=versions.advertised_min, max_version=versions.maximum)
+            for key, versions in VERSIONS.items() if error is ErrorCode.NONE or key is ApiKey.API_VERSIONS]
+    return ApiVersionsResponse(version=version, error_code=error.value, api_keys=keys, throttle_time_ms=0)
+
+
+def handle_api_versions(broker: Broker, request: Any, version: int) -> Any:
+    return api_versions_response(version)
+
+
+def handle_metadata(broker: Broker, request: Any, version: int) -> Any:
+    listed_all = request.topics is None or (version == 0 and not request.topics)
+    if listed_all:
+        topics = [_topic_metadata(view) for view in all_topic_views(broker.store, broker.options.compacted_suffix)]
+    else:
+        topics = [_requested_topic(broker, topic.name) for topic in request.topics]
+    broker_entry = MetadataResponse.MetadataResponseBroker(node_id=NODE_ID, host=broker.advertised_host,
+                                                           port=broker.port, rack=None)
+    return MetadataResponse(version=version, throttle_time_ms=0, brokers=[broker_entry], cluster_id=CLUSTER_ID,
+                            controller_id=NODE_ID, topics=topics)
+
+
+def _requested_topic(broker: Broker, name: str) -> Any:
+    try:
+        return _topic_metadata(resolve_topic(broker.store, name, broker.options.compacted_suffix))
+    except InvalidTopicNameError:
+        return _topic_error(name, ErrorCode.INVALID_TOPIC_EXCEPTION)
+    except UnknownTopicError:
+        return _topic_error(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+def _topic_metadata(view: TopicView) -> Any:
+    partition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
+    partitions = [partition(error_code=0, partition_index=index, leader_id=NODE_ID, leader_epoch=0,
+                            replica_nodes=[NODE_ID], isr_nodes=[NODE_ID], offline_replicas=[])
+                  for index in range(view.partitions)]
+    return MetadataResponse.MetadataResponseTopic(error_code=0, name=view.name, is_internal=False,
+                                                  partitions=partitions)
+
+
+def _topic_error(name: str, error: ErrorCode) -> Any:
+    return MetadataResponse.MetadataResponseTopic(error_code=error.value, name=name, is_internal=False,
+                                                  partitions=[])
+
+
+def handle_find_coordinator(broker: Broker, request: Any, version: int) -> Any:
+    if version >= 1 and request.key_type != COORDINATOR_KEY_TYPE_GROUP:
+        return FindCoordinatorResponse(version=version, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE.value,
+                                       error_message="transactions are not supported", node_id=-1, host="",
+                                       port=-1)
+    return FindCoordinatorResponse(version=version, throttle_time_ms=0, error_code=0, error_message=None,
+                                   node_id=NODE_ID, host=broker.advertised_host, port=broker.port)
+
+
+def handle_init_producer_id(broker: Broker, request: Any, version: int) -> Any:
+    if request.transactional_id is not None:
+        return InitProducerIdResponse(version=version, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE.value,
+                                      producer_id=-1, producer_epoch=-1)
+    return InitProducerIdResponse(version=version, throttle_time_ms=0, error_code=0,
+                                  producer_id=broker.sequences.new_producer_id(), producer_epoch=0)

@@ -1,0 +1,335 @@
+"""Kafka's RecordBatch v2 (magic 2) to Arrow columns and back, a whole batch at a time.
+
+Layout (DefaultRecordBatch.java): a 61-byte big-endian header ``baseOffset, batchLength, partitionLeaderEpoch,
+magic, crc, attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence,
+recordsCount``, the CRC-32C covering attributes to the end; then the records (compressed as one blob when the
+attributes name a codec), each ``length attributes timestampDelta offsetDelta keyLength key valueLength value
+headersCount headers`` with zigzag varints.
+
+Decoding finds the record starts with one short loop over the length varints (the only per-record Python work),
+then reads every other field of every record in numpy passes (ledgerview/kafka/varints.py) and gathers keys and
+values into Arrow binary columns with one boolean mask each. Encoding computes every varint and position with
+numpy and scatters keys and values into one buffer. Headers, rare in practice, take a per-record path.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+import crc32c
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ledgerview.kafka.compression import decompress
+from ledgerview.kafka.varints import (
+    LONG_VARINT_BYTES_MAX,
+    VarintError,
+    encode_varint,
+    read_varint,
+    read_varints,
+    varint_sizes,
+    write_varints,
+    zigzag,
+)
+from storage.schema import HEADER_TYPE
+
+BATCH_HEADER: Final = struct.Struct(">qiibIhiqqqhii")
+BATCH_HEADER_BYTES: Final = BATCH_HEADER.size
+_AFTER_CRC: Final = struct.Struct(">hiqqqhii")
+_BEFORE_CRC: Final = struct.Struct(">qiibI")
+CRC_START: Final = 21
+MAGIC: Final = 2
+LENGTH_FIELD_END: Final = 12
+CODEC_MASK: Final = 0b111
+TRANSACTIONAL_FLAG: Final = 0b1_0000
+CONTROL_FLAG: Final = 0b10_0000
+NO_PRODUCER_ID: Final = -1
+
+assert BATCH_HEADER_BYTES == 61
+
+
+class RecordBatchError(ValueError):
+    """Produced bytes that are not a batch ledgerview can store; ``reason`` says which check failed."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class CorruptBatchError(RecordBatchError):
+    """A truncated batch, a CRC mismatch, or records that do not parse."""
+
+
+class UnsupportedBatchError(RecordBatchError):
+    """A valid batch of a kind ledgerview does not store: old magic, transactional or control batches."""
+
+
+class InvalidRecordsError(RecordBatchError):
+    """Records whose inner offsets are not 0, 1, 2, ... as a producer must send them."""
+
+
+@dataclass(frozen=True)
+class ProducedBatch:
+    """One decoded batch of a Produce request."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records: pa.Table
+    """Columns key, value, timestamp, headers (storage.schema's append input)."""
+
+
+def decode_batches(data: bytes | memoryview) -> list[ProducedBatch]:
+    """Every batch of a Produce request's records field, checked (magic, length, CRC-32C, offsets)."""
+    view = memoryview(data)
+    batches = []
+    position = 0
+    while position < len(view):
+        if len(view) - position < BATCH_HEADER_BYTES:
+            raise CorruptBatchError(f"{len(view) - position} bytes left, less than a batch header")
+        (_, length, _, magic, crc, attributes, last_delta, base_timestamp, _, producer_id, producer_epoch,
+         base_sequence, count) = BATCH_HEADER.unpack_from(view, position)
+        if magic != MAGIC:
+            raise UnsupportedBatchError(f"magic {magic}: only record batches v2 (magic 2) are accepted")
+        end = position + LENGTH_FIELD_END + length
+        if length < BATCH_HEADER_BYTES - LENGTH_FIELD_END or end > len(view):
+            raise CorruptBatchError(f"batch length {length} does not fit the {len(view) - position} bytes left")
+        if crc32c.crc32c(view[position + CRC_START : end]) != crc:
+            raise CorruptBatchError("CRC-32C mismatch")
+        if attributes & (TRANSACTIONAL_FLAG | CONTROL_FLAG):
+            raise UnsupportedBatchError("transactional and control batches are not supported")
+        if count != last_delta + 1:
+            raise InvalidRecordsError(f"{count} records but lastOffsetDelta {last_delta}")
+        body = decompress(attributes & CODEC_MASK, view[position + BATCH_HEADER_BYTES : end])
+        batches.append(ProducedBatch(producer_id, producer_epoch, base_sequence,
+                                     decode_records(body, count, base_timestamp)))
+        position = end
+    return batches
+
+
+def decode_records(body: bytes, count: int, base_timestamp: int) -> pa.Table:
+    """The ``count`` uncompressed records of one batch as columns key, value, timestamp, headers."""
+    try:
+        return _decode_records(body, count, base_timestamp)
+    except (VarintError, IndexError) as error:
+        raise CorruptBatchError(f"records do not parse: {error}") from error
+
+
+def _decode_records(body: bytes, count: int, base_timestamp: int) -> pa.Table:
+    data = np.frombuffer(body, dtype=np.uint8)
+    starts, ends = _record_bounds(body, count)
+    position = starts + 1  # the record's attributes byte, unused
+    timestamp_deltas, sizes = read_varints(data, position, LONG_VARINT_BYTES_MAX)
+    position += sizes
+    offset_deltas, sizes = read_varints(data, position)
+    if not np.array_equal(offset_deltas, np.arange(count)):
+        raise InvalidRecordsError("inner offset deltas are not 0, 1, 2, ...")
+    position += sizes
+    key_lengths, sizes = read_varints(data, position)
+    key_starts = position + sizes
+    position = key_starts + np.maximum(key_lengths, 0)
+    value_lengths, sizes = read_varints(data, position)
+    value_starts = position + sizes
+    position = value_starts + np.maximum(value_lengths, 0)
+    header_counts, sizes = read_varints(data, position)
+    position += sizes
+    if (key_lengths < -1).any() or (value_lengths < -1).any() or (header_counts < 0).any():
+        raise CorruptBatchError("negative lengths in records")
+    if header_counts.any():
+        headers = _decode_headers(body, position, ends, header_counts)
+    elif not np.array_equal(position, ends):
+        raise CorruptBatchError("record lengths do not match their fields")
+    else:
+        headers = pa.nulls(count, HEADER_TYPE)
+    return pa.table({
+        "key": _gather_binary(data, key_starts, key_lengths),
+        "value": _gather_binary(data, value_starts, value_lengths),
+        "timestamp": pa.array(timestamp_deltas + base_timestamp, pa.int64()),
+        "headers": headers,
+    })
+
+
+def _record_bounds(body: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where each record's fields start (after its length varint) and where it ends.
+
+    Records of one batch often have the same length for long runs (same-sized values; lengths change only when
+    a delta's varint grows a byte). So: guess that every remaining record has the length of the next one, check
+    the guess for all of them in one numpy pass, keep the run that matches, and repeat; when runs get short,
+    walk the rest one record at a time.
+    """
+    data = np.frombuffer(body, dtype=np.uint8)
+    starts: list[np.ndarray] = []
+    position, done = 0, 0
+    while done < count:
+        length, fields_start = read_varint(body, position)
+        stride = fields_start - position + length
+        if stride <= 0:
+            raise CorruptBatchError(f"a record of {length} bytes")
+        guesses = position + stride * np.arange(count - done, dtype=np.int64)
+        guesses = guesses[guesses < len(body)]
+        lengths, sizes = read_varints(data, guesses, strict=False)
+        matching = (sizes > 0) & (lengths + sizes == stride)
+        run = len(matching) if matching.all() else int(matching.argmin())
+        if run < MIN_RUN_RECORDS:
+            starts.append(_walk_records(body, position, count - done))
+            break
+        starts.append(guesses[:run])
+        position += stride * run
+        done += run
+    record_starts = np.concatenate(starts) if starts else np.empty(0, np.int64)
+    ends = np.append(record_starts[1:], len(body)) if count else record_starts
+    lengths, sizes = read_varints(data, record_starts)
+    if len(record_starts) != count or not np.array_equal(record_starts + sizes + lengths, ends):
+        raise CorruptBatchError(f"{count} records do not fill the {len(body)} bytes of the batch")
+    return record_starts + sizes, ends
+
+
+MIN_RUN_RECORDS = 32
+
+
+def _walk_records(body: bytes, position: int, count: int) -> np.ndarray:
+    """The start of each of ``count`` records from ``position``, one length varint at a time."""
+    starts = [0] * count
+    for index in range(count):
+        starts[index] = position
+        byte = body[position]
+        if byte < 0x80:
+            position += 1 + ((byte >> 1) ^ -(byte & 1))
+        elif body[position + 1] < 0x80:  # records of 64 to 8191 bytes: the common case gets no call
+            raw = (byte & 0x7F) | (body[position + 1] << 7)
+            position += 2 + ((raw >> 1) ^ -(raw & 1))
+        else:
+            length, position = read_varint(body, position)
+            position += length
+    return np.array(starts, dtype=np.int64)
+
+
+def _region_mask(size: int, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """A boolean mask of ``size`` bytes, true inside the non-overlapping regions [start, start + length)."""
+    runs = np.empty(2 * len(starts) + 1, dtype=np.int64)
+    runs[1:-1:2] = lengths
+    runs[0:-1:2] = np.diff(starts, prepend=0)
+    runs[2:-1:2] -= lengths[:-1]
+    runs[-1] = size - starts[-1] - lengths[-1] if len(starts) else size
+    inside = np.zeros(len(runs), dtype=np.bool_)
+    inside[1::2] = True
+    return np.repeat(inside, runs)
+
+
+def _gather_binary(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """A binary array of the regions of ``data``; a length of -1 is a null."""
+    valid = lengths >= 0
+    sizes = np.where(valid, lengths, 0)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(sizes, out=offsets[1:])
+    gathered = data[_region_mask(len(data), starts, sizes)]
+    bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.binary(), len(lengths), [bitmap, pa.py_buffer(offsets), pa.py_buffer(gathered)],
+                                 null_count=int(len(lengths) - valid.sum()))
+
+
+def _decode_headers(body: bytes, positions: np.ndarray, ends: np.ndarray, counts: np.ndarray) -> pa.Array:
+    rows: list[list[dict[str, object]] | None] = []
+    for position, end, count in zip(positions.tolist(), ends.tolist(), counts.tolist(), strict=True):
+        pairs: list[dict[str, object]] = []
+        for _ in range(count):
+            key_length, position = read_varint(body, position)
+            key = body[position : position + key_length].decode()
+            position += key_length
+            value_length, position = read_varint(body, position)
+            value = None if value_length < 0 else body[position : position + value_length]
+            position += max(value_length, 0)
+            pairs.append({"key": key, "value": value})
+        if position != end:
+            raise CorruptBatchError("record lengths do not match their headers")
+        rows.append(pairs or None)
+    return pa.array(rows, HEADER_TYPE)
+
+
+# ------------------------------------------------------------------------------------------------------- encode
+def encode_batch(batch: pa.RecordBatch, *, last_offset: int | None = None) -> bytes:
+    """One uncompressed RecordBatch v2 of the messages of ``batch`` (columns offset, timestamp, key, value,
+    headers; offsets increasing, gaps allowed). ``last_offset``: the batch's last offset when it must reach past
+    its last message (a compacted view's removed tail); default the last message's offset."""
+    offsets = batch.column("offset").to_numpy()
+    timestamps = batch.column("timestamp").to_numpy()
+    base_offset, base_timestamp = int(offsets[0]), int(timestamps.min())
+    keys, values = batch.column("key"), batch.column("value")
+    key_lengths, value_lengths = _binary_lengths(keys), _binary_lengths(values)
+    headers = _encode_headers(batch.column("headers"))
+    header_bytes = np.ones(batch.num_rows, np.int64) if headers is None else _binary_lengths(headers)
+    fields = [zigzag(timestamps - base_timestamp), zigzag(offsets - base_offset), zigzag(key_lengths),
+              zigzag(value_lengths)]
+    sizes = [varint_sizes(field) for field in fields]
+    body_lengths = (1 + sizes[0] + sizes[1] + sizes[2] + np.maximum(key_lengths, 0) + sizes[3]
+                    + np.maximum(value_lengths, 0) + header_bytes)
+    length_field = zigzag(body_lengths)
+    length_sizes = varint_sizes(length_field)
+    ends = np.cumsum(length_sizes + body_lengths)
+    starts = ends - length_sizes - body_lengths
+    out = np.zeros(int(ends[-1]), dtype=np.uint8)  # zeros: every attributes byte, and headerCount 0
+    write_varints(out, starts, length_field, length_sizes)
+    position = starts + length_sizes + 1
+    for field, size in zip(fields[:3], sizes[:3], strict=True):
+        write_varints(out, position, field, size)
+        position = position + size
+    _scatter_binary(out, position, keys, key_lengths)
+    position = position + np.maximum(key_lengths, 0)
+    write_varints(out, position, fields[3], sizes[3])
+    position = position + sizes[3]
+    _scatter_binary(out, position, values, value_lengths)
+    if headers is not None:
+        _scatter_binary(out, position + np.maximum(value_lengths, 0), headers, header_bytes)
+    last = int(offsets[-1]) if last_offset is None else last_offset
+    return _frame(out, base_offset, last - base_offset, base_timestamp, int(timestamps.max()), batch.num_rows)
+
+
+def encode_empty_batch(base_offset: int, last_offset: int) -> bytes:
+    """A batch with no records spanning [base_offset, last_offset]: moves a consumer past removed offsets."""
+    return _frame(np.empty(0, np.uint8), base_offset, last_offset - base_offset, -1, -1, 0)
+
+
+def _frame(records: np.ndarray, base_offset: int, last_delta: int, base_timestamp: int, max_timestamp: int,
+           count: int) -> bytes:
+    after_crc = _AFTER_CRC.pack(0, last_delta, base_timestamp, max_timestamp, NO_PRODUCER_ID, -1, -1, count)
+    crc = crc32c.crc32c(records.data, crc32c.crc32c(after_crc))
+    length = BATCH_HEADER_BYTES - LENGTH_FIELD_END + len(records)
+    return b"".join((_BEFORE_CRC.pack(base_offset, length, 0, MAGIC, crc), after_crc, records.tobytes()))
+
+
+def _binary_lengths(array: pa.Array) -> np.ndarray:
+    """Length of each value, -1 for a null (Kafka's null key or value)."""
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(array) + 1, offset=array.offset * 4)
+    lengths = np.diff(offsets).astype(np.int64)
+    if array.null_count:
+        lengths[~np.asarray(array.is_valid())] = -1
+    return lengths
+
+
+def _scatter_binary(out: np.ndarray, positions: np.ndarray, array: pa.Array, lengths: np.ndarray) -> None:
+    """Copy each value of the binary ``array`` to ``out`` at its position, in one masked assignment."""
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(array) + 1, offset=array.offset * 4)
+    first, last = int(offsets[0]), int(offsets[-1])
+    if last == first:
+        return
+    data = np.frombuffer(array.buffers()[2], dtype=np.uint8, count=last - first, offset=first)
+    out[_region_mask(len(out), positions, np.maximum(lengths, 0))] = data
+
+
+def _encode_headers(headers: pa.Array) -> pa.Array | None:
+    """Each message's header section (count, then pairs) as a binary array; None when no message has headers."""
+    if headers.null_count == len(headers) or not pc.list_value_length(headers).fill_null(0).to_numpy().any():
+        return None
+    sections = []
+    for pairs in headers.to_pylist():
+        section = bytearray(encode_varint(len(pairs or ())))
+        for pair in pairs or ():
+            key = pair["key"].encode()
+            section += encode_varint(len(key)) + key
+            value = pair["value"]
+            section += encode_varint(-1) if value is None else encode_varint(len(value)) + value
+        sections.append(bytes(section))
+    return pa.array(sections, pa.binary())

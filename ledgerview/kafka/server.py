@@ -1,0 +1,197 @@
+"""The Kafka-protocol endpoint: an asyncio server on its own thread, framing requests and dispatching them.
+
+Per connection, requests are read (4-byte size, then the frame) and answered one after another, so responses
+leave in request order as the protocol requires; a long-polling Fetch holds its connection, as Kafka's does.
+Connections run concurrently on one event loop, which owns the store: no locks.
+
+Version handling follows Kafka: an ApiVersions request of a version we do not speak gets the v0-format error
+reply listing our ApiVersions range (closing instead would stop every client's bootstrap); any other request of
+an unknown key or version closes the connection. A handler failure is logged and closes the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import struct
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from ledgerview.kafka.broker import Broker, EndpointOptions
+from ledgerview.kafka.fetch import handle_fetch
+from ledgerview.kafka.group_offsets import handle_offset_commit, handle_offset_fetch
+from ledgerview.kafka.groups import handle_heartbeat, handle_join_group, handle_leave_group, handle_sync_group
+from ledgerview.kafka.metadata import (
+    api_versions_response,
+    handle_api_versions,
+    handle_find_coordinator,
+    handle_init_producer_id,
+    handle_metadata,
+)
+from ledgerview.kafka.offsets import handle_list_offsets, handle_offset_for_leader_epoch
+from ledgerview.kafka.produce import handle_produce
+from ledgerview.kafka.protocol import (
+    REQUEST_CLASSES,
+    ApiKey,
+    ErrorCode,
+    MalformedRequestError,
+    encode_response,
+    read_request_header,
+    supported,
+)
+from storage import Store
+from storage.errors import LedgerviewError
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Broker, Any, int], Any]
+HANDLERS: dict[ApiKey, Handler] = {
+    ApiKey.PRODUCE: handle_produce,
+    ApiKey.FETCH: handle_fetch,
+    ApiKey.LIST_OFFSETS: handle_list_offsets,
+    ApiKey.METADATA: handle_metadata,
+    ApiKey.OFFSET_COMMIT: handle_offset_commit,
+    ApiKey.OFFSET_FETCH: handle_offset_fetch,
+    ApiKey.FIND_COORDINATOR: handle_find_coordinator,
+    ApiKey.JOIN_GROUP: handle_join_group,
+    ApiKey.HEARTBEAT: handle_heartbeat,
+    ApiKey.LEAVE_GROUP: handle_leave_group,
+    ApiKey.SYNC_GROUP: handle_sync_group,
+    ApiKey.API_VERSIONS: handle_api_versions,
+    ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
+}
+FRAME_BYTES_MAX = 100 * 1024 * 1024
+WRITE_BUFFER_BYTES_MAX = 4 * 1024 * 1024
+GROUP_TIMER_SECONDS = 0.25
+
+
+class EndpointStartError(LedgerviewError):
+    def __init__(self, host: str, port: int, reason: str) -> None:
+        super().__init__(f"The Kafka endpoint could not listen on {host}:{port}: {reason}. Choose another port "
+                         "(0 picks a free one) or stop what holds it.")
+
+
+class _Close(Exception):
+    """The connection must be closed (Kafka's answer to a request it cannot parse)."""
+
+
+async def dispatch(broker: Broker, frame: bytes) -> bytes:
+    """The framed response to one request frame; b"" when none is due (acks=0). Raises _Close."""
+    try:
+        header = read_request_header(frame)
+    except MalformedRequestError as error:
+        raise _Close(str(error)) from error
+    if not supported(header.api_key, header.api_version):
+        if header.api_key == ApiKey.API_VERSIONS:
+            return encode_response(api_versions_response(0, ErrorCode.UNSUPPORTED_VERSION), header.correlation_id)
+        raise _Close(f"unsupported request: key {header.api_key} version {header.api_version}")
+    key = ApiKey(header.api_key)
+    body = memoryview(frame)[header.body_start :]
+    try:
+        request = REQUEST_CLASSES[key].decode(body, version=header.api_version)
+    except (ValueError, struct.error, IndexError, UnicodeDecodeError) as error:
+        raise _Close(f"request {key.name} v{header.api_version} does not parse: {error}") from error
+    response = HANDLERS[key](broker, request, header.api_version)
+    if inspect.isawaitable(response):
+        response = await response
+    return b"" if response is None else encode_response(response, header.correlation_id)
+
+
+class KafkaEndpoint:
+    """Serves the data folder at ``store_path`` to Kafka clients until ``stop``; ``start`` returns once it
+    listens (``port`` then holds the real port when 0 was asked for)."""
+
+    def __init__(self, store_path: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 9092,
+                 compacted_suffix: str = ".compacted", *, options: EndpointOptions | None = None) -> None:
+        self.store_path = store_path
+        self.options = options or EndpointOptions(host=host, port=port, compacted_suffix=compacted_suffix)
+        self.port = self.options.port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._failure: BaseException | None = None
+
+    def start(self) -> KafkaEndpoint:
+        self._thread = threading.Thread(target=self._run, name="kafka-endpoint", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        if self._failure is not None:
+            self._thread.join()
+            raise EndpointStartError(self.options.host, self.options.port, str(self._failure)) from self._failure
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stopping is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._stopping.set)
+            self._thread.join()
+            self._loop = None
+
+    def __enter__(self) -> KafkaEndpoint:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        try:
+            store = Store.open(self.store_path)
+            broker = Broker(store, self.options, self.options.port)
+            server = await asyncio.start_server(lambda r, w: self._connection(broker, r, w), self.options.host,
+                                                self.options.port)
+        except (OSError, LedgerviewError) as error:
+            self._failure = error
+            self._started.set()
+            return
+        self.port = broker.port = server.sockets[0].getsockname()[1]
+        timer = asyncio.create_task(self._group_timer(broker))
+        self._started.set()
+        try:
+            await self._stopping.wait()
+        finally:
+            timer.cancel()
+            server.close()
+            await server.wait_closed()
+            store.close()
+
+    async def _group_timer(self, broker: Broker) -> None:
+        while True:
+            await asyncio.sleep(GROUP_TIMER_SECONDS)
+            broker.coordinator.expire()
+
+    async def _connection(self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                if not 0 < size <= FRAME_BYTES_MAX:
+                    raise _Close(f"frame of {size} bytes")
+                response = await dispatch(broker, await reader.readexactly(size))
+                if response:
+                    writer.write(response)
+                    if writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_MAX:
+                        await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # the client left, or the endpoint is stopping
+        except _Close as reason:
+            log.info("closing a Kafka connection: %s", reason)
+        except Exception:
+            log.exception("a Kafka request failed; closing its connection")
+        finally:
+            writer.close()
+
+
+def serve(store_path: str | os.PathLike[str], options: EndpointOptions, stop: threading.Event) -> None:
+    """Run the endpoint until ``stop`` is set: the call the service makes for its Kafka config section."""
+    with KafkaEndpoint(store_path, options=options):
+        stop.wait()

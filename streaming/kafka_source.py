@@ -1,0 +1,271 @@
+"""A Spark streaming source that reads topics from any Kafka cluster with kafka-python: no JVM connector jar.
+
+    spark.dataSource.register(KafkaSource)
+    spark.readStream.format("ledgerview-kafka")
+        .option("kafka.bootstrap.servers", "host:9092")   # or "bootstrap.servers"
+        .option("subscribe", "orders,payments")           # one topic or several, comma-separated
+        .option("startingOffsets", "earliest")            # "latest", or JSON {"orders": {"0": 42, "1": -2}}
+        .option("maxOffsetsPerTrigger", "100000")         # optional: messages per micro-batch, over all partitions
+        .load()
+
+Rows have Spark's Kafka-source columns: key, value, topic, partition, offset, timestamp, timestampType, headers;
+the timestamp is milliseconds since the epoch (a long), as in ledgerview's message model.
+In startingOffsets JSON, -2 means earliest and -1 latest, as in Spark's Kafka source.
+
+Offsets live in the Spark checkpoint: a micro-batch's end offsets are JSON ``{topic: {partition: next offset}}``,
+written by Spark before the batch runs, so a restarted query reads exactly the same ranges again and then goes on
+from their end. Together with an idempotent sink (ledgerview's, by batch id) a topic is mirrored exactly once.
+Ranges may contain gaps (compacted topics, transaction markers): a partition's read ends when the consumer's
+position reaches the range's end, not after a count of messages. ``trigger(availableNow=True)`` reads up to the
+end offsets at the start, in micro-batches of at most maxOffsetsPerTrigger messages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from kafka import KafkaConsumer, TopicPartition
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from storage.errors import LedgerviewError
+
+SCHEMA = StructType([
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+    StructField("timestamp", LongType()),
+    StructField("timestampType", IntegerType()),
+    StructField("headers", ArrayType(StructType([StructField("key", StringType()),
+                                                 StructField("value", BinaryType())]))),
+])
+ARROW_SCHEMA = to_arrow_schema(SCHEMA)
+EARLIEST, LATEST = -2, -1
+POLL_TIMEOUT_MS = 500
+READ_TIMEOUT_POLLS = 120
+"""Empty polls in a row after which a read gives up on reaching its range's end (a minute)."""
+Offsets = dict[str, dict[str, int]]
+"""{topic: {partition (a string, for JSON): offset}}: the next offset to read per partition."""
+
+
+class KafkaSourceOptionError(LedgerviewError):
+    def __init__(self, option: str, value: object, allowed: str) -> None:
+        super().__init__(f"Option {option}={value!r} of the ledgerview-kafka source is invalid; allowed: {allowed}.")
+
+
+class KafkaReadError(LedgerviewError):
+    def __init__(self, topic: str, partition: int, position: int, end: int) -> None:
+        super().__init__(f"Reading {topic}-{partition} stopped at offset {position} before the end of its range "
+                         f"{end}: the cluster returned nothing for a minute. Check the cluster and restart the query "
+                         "(its checkpoint makes it read the same range again).")
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The source's options, checked once when the query starts."""
+
+    bootstrap_servers: str
+    topics: tuple[str, ...]
+    starting_offsets: str | Mapping[str, Mapping[str, int]]
+    max_offsets_per_trigger: int | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        servers = options.get("kafka.bootstrap.servers") or options.get("bootstrap.servers")
+        if not servers:
+            raise KafkaSourceOptionError("kafka.bootstrap.servers", servers, "host:port[,host:port...]")
+        topics = tuple(t.strip() for t in (options.get("subscribe") or "").split(",") if t.strip())
+        if not topics:
+            raise KafkaSourceOptionError("subscribe", options.get("subscribe"), "one topic or several, comma-separated")
+        starting: str | Mapping[str, Mapping[str, int]] = options.get("startingOffsets", "latest")
+        if starting not in ("earliest", "latest"):
+            try:
+                starting = {topic: {str(p): int(o) for p, o in parts.items()}
+                            for topic, parts in json.loads(str(starting)).items()}
+            except (ValueError, AttributeError, TypeError) as error:
+                raise KafkaSourceOptionError("startingOffsets", starting,
+                                             'earliest, latest, or JSON {"topic": {"0": offset}}') from error
+        limit = options.get("maxOffsetsPerTrigger")
+        if limit is not None and (not limit.isdigit() or int(limit) < 1):
+            raise KafkaSourceOptionError("maxOffsetsPerTrigger", limit, "an integer >= 1")
+        return cls(servers, topics, starting, int(limit) if limit else None)
+
+
+class KafkaSource(DataSource):
+    """``format("ledgerview-kafka")``: Kafka topics as a Spark stream (see the module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "ledgerview-kafka"
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(SourceOptions.parse(self.options))
+
+
+@dataclass(frozen=True)
+class KafkaRange(InputPartition):
+    """One partition's offsets [start, end) of one micro-batch: one Spark task."""
+
+    bootstrap_servers: str
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._consumer: KafkaConsumer | None = None
+        self._target: Offsets | None = None
+
+    # ------------------------------------------------------------------------------------- offsets (driver)
+    def initialOffset(self) -> Offsets:
+        latest = self._end_offsets()
+        earliest = self._beginning_offsets()
+        starting = self.options.starting_offsets
+        offsets: Offsets = {}
+        for topic, partitions in latest.items():
+            offsets[topic] = {}
+            for partition, end in partitions.items():
+                if isinstance(starting, str):
+                    code = EARLIEST if starting == "earliest" else LATEST
+                else:
+                    code = starting.get(topic, {}).get(partition, LATEST)
+                offsets[topic][partition] = (earliest[topic][partition] if code == EARLIEST
+                                             else end if code == LATEST else code)
+        return offsets
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._end_offsets()
+
+    def reportLatestOffset(self) -> Offsets:
+        return self._end_offsets()
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        """The end of the next micro-batch: every partition's end (or the availableNow target), then at most
+        ``max_rows`` messages over all partitions, shared in proportion to what each has waiting."""
+        ends = self._target if self._target is not None else self._end_offsets()
+        earliest = self._beginning_offsets()
+        current = {topic: {p: start.get(topic, {}).get(p, earliest[topic][p]) for p in parts}
+                   for topic, parts in ends.items()}
+        waiting = {(t, p): max(ends[t][p] - current[t][p], 0) for t in ends for p in ends[t]}
+        total = sum(waiting.values())
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else total
+        if total <= budget:
+            return {t: {p: current[t][p] + waiting[(t, p)] for p in ends[t]} for t in ends}
+        taken = {key: count * budget // total for key, count in waiting.items()}
+        leftover = budget - sum(taken.values())
+        for key in sorted(waiting, key=lambda k: waiting[k] - taken[k], reverse=True)[:leftover]:
+            taken[key] += 1
+        return {t: {p: current[t][p] + taken[(t, p)] for p in ends[t]} for t in ends}
+
+    def partitions(self, start: Offsets, end: Offsets) -> list[KafkaRange]:
+        ranges = []
+        for topic, parts in end.items():
+            for partition, stop in parts.items():
+                first = start.get(topic, {}).get(partition, stop)
+                if first < stop:
+                    ranges.append(KafkaRange(self.options.bootstrap_servers, topic, int(partition), first, stop))
+        return ranges
+
+    def commit(self, end: Offsets) -> None:
+        """Nothing to do: the offsets are in Spark's checkpoint, and Kafka keeps the data."""
+
+    def _client(self) -> KafkaConsumer:
+        if self._consumer is None:
+            self._consumer = KafkaConsumer(bootstrap_servers=self.options.bootstrap_servers, group_id=None,
+                                           enable_auto_commit=False)
+        return self._consumer
+
+    def _topic_partitions(self) -> list[TopicPartition]:
+        client = self._client()
+        found = []
+        for topic in self.options.topics:
+            partitions = client.partitions_for_topic(topic)
+            if not partitions:
+                raise KafkaSourceOptionError("subscribe", topic, "topics that exist on the cluster")
+            found += [TopicPartition(topic, p) for p in sorted(partitions)]
+        return found
+
+    def _end_offsets(self) -> Offsets:
+        return _by_topic(self._client().end_offsets(self._topic_partitions()))
+
+    def _beginning_offsets(self) -> Offsets:
+        return _by_topic(self._client().beginning_offsets(self._topic_partitions()))
+
+    # ------------------------------------------------------------------------------------ reading (executors)
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaRange)
+        return read_range(partition)
+
+
+def _by_topic(offsets: Mapping[TopicPartition, int]) -> Offsets:
+    result: Offsets = {}
+    for tp, offset in offsets.items():
+        result.setdefault(tp.topic, {})[str(tp.partition)] = int(offset)
+    return result
+
+
+def read_range(kafka_range: KafkaRange) -> Iterator[pa.RecordBatch]:
+    """The messages of [start, end) of one partition, one record batch per poll."""
+    consumer = KafkaConsumer(bootstrap_servers=kafka_range.bootstrap_servers, group_id=None,
+                             enable_auto_commit=False)
+    try:
+        target = TopicPartition(kafka_range.topic, kafka_range.partition)
+        consumer.assign([target])
+        consumer.seek(target, kafka_range.start)
+        empty_polls = 0
+        while consumer.position(target) < kafka_range.end:
+            polled = consumer.poll(timeout_ms=POLL_TIMEOUT_MS).get(target, [])
+            records = [record for record in polled if record.offset < kafka_range.end]
+            if not records:
+                empty_polls += 1
+                if empty_polls >= READ_TIMEOUT_POLLS:
+                    raise KafkaReadError(kafka_range.topic, kafka_range.partition, consumer.position(target),
+                                         kafka_range.end)
+                continue
+            empty_polls = 0
+            yield _record_batch(kafka_range.topic, kafka_range.partition, records)
+            if records[-1].offset + 1 >= kafka_range.end:
+                break
+    finally:
+        consumer.close()
+
+
+def _record_batch(topic: str, partition: int, records: list[Any]) -> pa.RecordBatch:
+    count = len(records)
+    return pa.RecordBatch.from_arrays([
+        pa.array([r.key for r in records], pa.binary()),
+        pa.array([r.value for r in records], pa.binary()),
+        pa.array([topic] * count, pa.string()),
+        pa.array([partition] * count, pa.int32()),
+        pa.array([r.offset for r in records], pa.int64()),
+        pa.array([r.timestamp for r in records], pa.int64()),
+        pa.array([r.timestamp_type for r in records], pa.int32()),
+        pa.array([[{"key": k, "value": v} for k, v in r.headers] for r in records],
+                 ARROW_SCHEMA.field("headers").type),
+    ], schema=ARROW_SCHEMA)

@@ -1,0 +1,154 @@
+"""Consumer groups through the endpoint: two kafka-python members rebalance the partitions between them, commit,
+and a new member resumes from the commits, which are the subscription cursor records a ledgerview Consumer of
+the same name reads; confluent-kafka's subscribe and commit too. Also the coordinator's state machine alone."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from confluent_kafka import Consumer
+from kafka import KafkaConsumer
+
+from ledgerview.kafka.coordinator import GroupCoordinator, GroupState, JoinRequest
+from ledgerview.kafka.protocol import ErrorCode
+from readers import Consumer as LedgerviewConsumer
+from tests.kafka_support import Running, kafka, wait_for
+
+__all__ = ["kafka"]
+
+logging.getLogger("kafka").setLevel(logging.ERROR)
+
+GROUP_CONFIG = {"heartbeat_interval_ms": 200, "session_timeout_ms": 6000, "fetch_max_wait_ms": 100,
+                "auto_offset_reset": "earliest", "enable_auto_commit": False, "request_timeout_ms": 20000}
+
+
+def _member(running: Running, group: str) -> KafkaConsumer:
+    consumer = KafkaConsumer(bootstrap_servers=running.bootstrap, group_id=group, **GROUP_CONFIG)
+    consumer.subscribe(["jobs"])
+    return consumer
+
+
+def _poll_into(consumer: KafkaConsumer, seen: dict[tuple[int, int], bytes]) -> None:
+    for partition, records in consumer.poll(timeout_ms=100).items():
+        for record in records:
+            seen[(partition.partition, record.offset)] = record.value
+
+
+@pytest.mark.slow
+def test_two_kafka_python_members_split_partitions_commit_and_resume(kafka: Running) -> None:
+    kafka.store.create_topic("jobs", partitions=4)
+    for partition in range(4):
+        kafka.store.append("jobs", [(None, b"%d-%d" % (partition, i)) for i in range(25)], partition=partition)
+    first, seen = _member(kafka, "workers"), {}
+    wait_for(lambda: _poll_into(first, seen) or len(first.assignment()) == 4, "the first member to own 4 partitions")
+    second = _member(kafka, "workers")
+
+    def split() -> bool:
+        _poll_into(first, seen)
+        _poll_into(second, seen)
+        mine, theirs = first.assignment(), second.assignment()
+        return len(mine) == 2 and len(theirs) == 2 and not mine & theirs
+
+    wait_for(split, "a rebalance giving each member 2 of the 4 partitions")
+    wait_for(lambda: _poll_into(first, seen) or _poll_into(second, seen) or len(seen) == 100,
+             "the two members to consume all 100 messages")
+    assert sorted(seen.values()) == sorted(b"%d-%d" % (p, i) for p in range(4) for i in range(25))
+    first.commit()
+    second.commit()
+    first.close()
+    second.close()
+    with LedgerviewConsumer(kafka.store, "jobs", "workers") as subscription:
+        assert subscription.acknowledged == {0: 25, 1: 25, 2: 25, 3: 25}
+    kafka.store.append("jobs", [(None, b"new")], partition=2)
+    resumed, later = _member(kafka, "workers"), {}
+    wait_for(lambda: _poll_into(resumed, later) or later, "the resumed member to receive the new message")
+    resumed.close()
+    assert later == {(2, 25): b"new"}
+
+
+@pytest.mark.slow
+def test_confluent_subscribe_commit_and_resume(kafka: Running) -> None:
+    kafka.store.create_topic("jobs", partitions=2)
+    for partition in range(2):
+        kafka.store.append("jobs", [(None, b"%d" % i) for i in range(10)], partition=partition)
+    config = {"bootstrap.servers": kafka.bootstrap, "group.id": "cgroup", "auto.offset.reset": "earliest",
+              "enable.auto.commit": False}
+    consumer = Consumer(config)
+    consumer.subscribe(["jobs"])
+    received: list[object] = []
+    wait_for(lambda: received.extend(m for m in consumer.consume(100, timeout=0.5) if m.error() is None)
+             or len(received) == 20, "confluent-kafka to consume 20 messages")
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    with LedgerviewConsumer(kafka.store, "jobs", "cgroup") as subscription:
+        assert subscription.acknowledged == {0: 10, 1: 10}
+    kafka.store.append("jobs", [(None, b"later")], partition=1)
+    consumer = Consumer(config)
+    consumer.subscribe(["jobs"])
+    again: list[object] = []
+    wait_for(lambda: again.extend(m for m in consumer.consume(100, timeout=0.5) if m.error() is None) or again,
+             "the resumed confluent consumer to receive the new message")
+    consumer.close()
+    assert [(m.partition(), m.offset(), m.value()) for m in again] == [(1, 10, b"later")]  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------------- the state machine alone
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _join(member_id: str = "", rebalance_timeout_ms: int = 10_000) -> JoinRequest:
+    return JoinRequest(member_id, 3000, rebalance_timeout_ms, "consumer", [("range", b"meta")])
+
+
+def test_coordinator_barrier_waits_for_every_member_then_drops_the_silent_at_the_deadline() -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        coordinator = GroupCoordinator(clock)
+        first = await coordinator.join("g", _join())
+        assert (first.error, first.generation, first.leader) == (ErrorCode.NONE, 1, first.member_id)
+        assert await coordinator.sync("g", 1, first.member_id, {first.member_id: b"all"}) == (ErrorCode.NONE, b"all")
+        second_join = asyncio.ensure_future(coordinator.join("g", _join()))
+        await asyncio.sleep(0)
+        assert not second_join.done()  # the barrier waits for the first member to rejoin
+        assert coordinator.heartbeat("g", 1, first.member_id) is ErrorCode.REBALANCE_IN_PROGRESS
+        rejoined = await asyncio.gather(coordinator.join("g", _join(first.member_id)), second_join)
+        assert {r.generation for r in rejoined} == {2}
+        assert rejoined[0].members and not rejoined[1].members  # only the leader gets the member list
+        follower = asyncio.ensure_future(coordinator.sync("g", 2, rejoined[1].member_id, {}))
+        await asyncio.sleep(0)
+        assert not follower.done()  # followers wait for the leader's assignments
+        leader_answer = await coordinator.sync("g", 2, first.member_id,
+                                               {first.member_id: b"a", rejoined[1].member_id: b"b"})
+        assert leader_answer == (ErrorCode.NONE, b"a") and await follower == (ErrorCode.NONE, b"b")
+        assert coordinator.groups["g"].state is GroupState.STABLE
+        third = asyncio.ensure_future(coordinator.join("g", _join(rebalance_timeout_ms=5000)))
+        await asyncio.sleep(0)
+        clock.now = 11.0  # nobody else rejoins; past the largest rebalance timeout the barrier closes
+        coordinator.expire()
+        alone = await third
+        assert (alone.error, alone.generation, len(alone.members)) == (ErrorCode.NONE, 3, 1)
+        assert coordinator.heartbeat("g", 3, first.member_id) is ErrorCode.UNKNOWN_MEMBER_ID
+        assert coordinator.check_commit("g", 2, alone.member_id) is ErrorCode.ILLEGAL_GENERATION
+
+    asyncio.run(scenario())
+
+
+def test_coordinator_expires_a_member_whose_session_times_out() -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        coordinator = GroupCoordinator(clock)
+        member = await coordinator.join("g", _join())
+        await coordinator.sync("g", 1, member.member_id, {})
+        clock.now = 3.5
+        coordinator.expire()
+        assert coordinator.groups["g"].state is GroupState.EMPTY
+        assert coordinator.heartbeat("g", 1, member.member_id) is ErrorCode.UNKNOWN_MEMBER_ID
+
+    asyncio.run(scenario())
