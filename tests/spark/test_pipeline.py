@@ -4,7 +4,9 @@ changelog (DESIGN.md invariants 4 and 7)."""
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,7 +18,7 @@ from compactor.scheduler import CompactionScheduler
 from ledgerview.changelog import price_ticks
 from readers import read_table
 from storage import Store
-from storage.compacted import CompactedLedgers
+from storage.compacted import CompactedLedgers, CompactionCursor
 from streaming import register_views
 from tests.spark.inputs import write_input_files
 
@@ -34,10 +36,29 @@ def latest_live(changelog: pa.Table) -> dict[bytes, bytes]:
     return {key: value for key, value in model.items() if value is not None}
 
 
+def feed(source: Path, staging: Path, table: pa.Table, files: int, *, first: int) -> None:
+    """Add input files to the watched folder, each whole when it appears (written aside, then renamed in)."""
+    for path in sorted(write_input_files(staging, table, files, first=first).iterdir()):
+        os.replace(path, source / path.name)
+
+
+def cursor(store: Store, partition: int) -> CompactionCursor | None:
+    return CompactedLedgers(store.partition_log(TOPIC, partition).folder).read_cursor()
+
+
+def wait_until(condition: Callable[[], bool], what: str, *, deadline_s: float = 120) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} within {deadline_s} s"
+        time.sleep(0.05)
+
+
 def test_stream_sink_compaction_and_sql_agree_with_the_model(spark: SparkSession, tmp_path: Path) -> None:
-    data = tmp_path / "data"
+    data, source, staging = tmp_path / "data", tmp_path / "input", tmp_path / "staging"
     changelog = price_ticks(200, 6_000)
-    source = write_input_files(tmp_path / "input", changelog, BATCHES)
+    rows_per_file = -(-changelog.num_rows // BATCHES)
+    half = BATCHES // 2
+    source.mkdir()
     with Store.open(data) as store:
         store.create_topic(TOPIC, partitions=3, config={"compaction.threshold.bytes": "20000",
                                                        "segment.bytes": "65536"})
@@ -47,14 +68,20 @@ def test_stream_sink_compaction_and_sql_agree_with_the_model(spark: SparkSession
             query = (spark.readStream.schema("key binary, value binary, timestamp long")
                      .option("maxFilesPerTrigger", 1).parquet(str(source))
                      .writeStream.format("ledgerview").option("path", str(data)).option("topic", TOPIC)
-                     .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
-            query.awaitTermination()
-            query_ended_ms = time.time() * 1000
+                     .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                     .trigger(processingTime="200 milliseconds").start())
+            try:
+                feed(source, staging, changelog.slice(0, half * rows_per_file), half, first=0)
+                query.processAllAvailable()
+                # The first half crossed the threshold: the scheduler compacts while the query keeps running.
+                wait_until(lambda: any(cursor(store, p) is not None for p in range(3)), "a scheduled compaction")
+                assert query.isActive
+                feed(source, staging, changelog.slice(half * rows_per_file), BATCHES - half, first=half)
+                query.processAllAvailable()
+            finally:
+                query.stop()
         finally:
             scheduler.stop()
-        cursors = [CompactedLedgers(store.partition_log(TOPIC, p).folder).read_cursor() for p in range(3)]
-        assert any(cursor is not None and cursor.published_ms <= query_ended_ms for cursor in cursors), \
-            "the scheduler compacted nothing while the query ran"
         assert len([p for p in query.recentProgress if p["numInputRows"]]) == BATCHES
         Compactor(store).compact(TOPIC)
 
