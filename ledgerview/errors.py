@@ -1,0 +1,27 @@
+"""Errors of the command line and the service, under the package's error root; each message says what was wrong,
+what is allowed and what to do."""
+
+from __future__ import annotations
+
+from storage.errors import LedgerviewError
+
+
+class UsageError(LedgerviewError):
+    """A combination of command-line options that does not make sense."""
+
+
+class MalformedInputError(LedgerviewError):
+    """A line given to ``produce`` (or read by a file source) that is not a message in the chosen format."""
+
+    def __init__(self, source: str, line_number: int, line: bytes, reason: str, *, consequence: str) -> None:
+        self.source, self.line_number = source, line_number
+        shown = line[:80].decode("utf-8", "backslashreplace") + ("..." if len(line) > 80 else "")
+        super().__init__(f"{source} line {line_number}: {reason}: {shown!r}. {consequence}")
+
+
+class ServiceConfigError(LedgerviewError):
+    """A service config file that cannot be used; the service did not start."""
+
+    def __init__(self, path: str, where: str, reason: str) -> None:
+        self.path, self.where = path, where
+        super().__init__(f"Service config {path}: {where}: {reason}. See conf/ledgerview.toml for every key.")
