@@ -14,13 +14,14 @@ from ledgerview.commands import (
     dump_log,
     produce,
     retention,
+    serve,
     topics,
     verify,
 )
 from ledgerview.exit_codes import EXIT_CODES_HELP, ExitCode, exit_code_for
 from storage.errors import LedgerviewError
 
-COMMAND_GROUPS = (topics, produce, consume, compaction, retention, dump_log, verify, demo)
+COMMAND_GROUPS = (topics, produce, consume, compaction, retention, dump_log, verify, serve, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

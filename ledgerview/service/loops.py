@@ -1,0 +1,65 @@
+"""Periodic work on threads of its own: compaction checks, retention passes, cleaning. Each loop calls one
+library function every ``interval_s`` seconds, logs what it did and keeps counts for the status endpoint; a
+failing pass is logged and counted, and the next one runs as usual."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ledgerview.service.logs import log_event
+
+logger = logging.getLogger("ledgerview.loops")
+
+
+@dataclass
+class LoopStats:
+    runs: int = 0
+    errors: int = 0
+    last_run_ms: int | None = None
+    last_duration_s: float | None = None
+    last_error: str | None = None
+
+
+class PeriodicTask:
+    """``run_once`` every ``interval_s``; ``close`` is called on the loop's thread when it stops (to close the
+    Store the task opened there or for it)."""
+
+    def __init__(self, name: str, interval_s: float, run_once: Callable[[], None],
+                 close: Callable[[], None] = lambda: None) -> None:
+        self.name = name
+        self.interval_s = interval_s
+        self._run_once = run_once
+        self._close = close
+        self.stats = LoopStats()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name=f"ledgerview-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop after the pass in progress."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(self.interval_s):
+                started = time.monotonic()
+                try:
+                    self._run_once()
+                except Exception as error:  # logged and counted; the next pass tries again
+                    self.stats.errors += 1
+                    self.stats.last_error = f"{type(error).__name__}: {error}"
+                    log_event(logger, logging.ERROR, f"{self.name}.failed", error=self.stats.last_error)
+                self.stats.runs += 1
+                self.stats.last_run_ms = time.time_ns() // 1_000_000
+                self.stats.last_duration_s = time.monotonic() - started
+        finally:
+            self._close()

@@ -1,0 +1,156 @@
+"""The service process: wires the store, the ingest sources, the periodic loops and the HTTP endpoint together.
+
+Start:
+
+1. Read and check the config (nothing starts on a bad one); open the store (which recovers every partition it
+   touches: torn tails cut, indexes rebuilt) and create the configured topics that are missing.
+2. Start the HTTP endpoint, then the loops (compaction scheduler, retention, cleaner when the store has one), then
+   the ingest workers, each of which first recovers its source (ledgerview/service/ingest.py).
+3. Log ``service.started`` with the HTTP address.
+
+Stop, on SIGTERM or SIGINT:
+
+1. Stop the ingest workers: each finishes its append, flushes the topic and writes its final checkpoint.
+2. Stop the loops after the pass in progress.
+3. Stop the HTTP endpoint, flush and close the store, log ``service.stopped``.
+
+After ``kill -9`` nothing needs cleaning by hand: the next start recovers the partitions, the compactor removes
+orphan ledgers of an interrupted run, and each worker replays what its checkpoint does not cover.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import asdict
+from types import FrameType
+from typing import Any, Protocol
+
+from compactor.scheduler import CompactionScheduler
+from ledgerview.service.config import ServiceConfig
+from ledgerview.service.http import StatusServer
+from ledgerview.service.ingest import IngestWorker
+from ledgerview.service.logs import configure_logging, log_event
+from ledgerview.service.loops import PeriodicTask
+from ledgerview.service.sources import open_source
+from ledgerview.service.status import service_status
+from storage import Store
+from storage.retention import RetentionLoop
+
+logger = logging.getLogger("ledgerview.service")
+
+
+class Component(Protocol):
+    """A part the service starts and stops: a loop, an ingest worker, the HTTP endpoint; the Kafka-protocol
+    endpoint (issue 7, config section [kafka]) plugs in here."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class Service:
+    def __init__(self, config: ServiceConfig) -> None:
+        self.config = config
+        self.started_ms = time.time_ns() // 1_000_000
+        self.workers: list[IngestWorker] = []
+        self.loops: list[PeriodicTask] = []
+        self.http: StatusServer | None = None
+        self._stopping = threading.Event()
+
+    # -------------------------------------------------------------------------------------------- lifecycle
+    def run(self) -> int:
+        """Start, wait for SIGTERM or SIGINT, stop; returns the exit status."""
+        for signal_number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signal_number, self._on_signal)
+        self.start()
+        while not self._stopping.wait(0.5):
+            pass
+        self.stop()
+        return 0
+
+    def start(self) -> None:
+        config = self.config
+        with Store.open(config.data) as store:
+            for topic in config.topics:
+                if topic.name not in store.list_topics():
+                    store.create_topic(topic.name, partitions=topic.partitions, config=topic.config)
+                    log_event(logger, logging.INFO, "topic.created", topic=topic.name, partitions=topic.partitions)
+        if config.http.enabled:
+            self.http = StatusServer(config.http.host, config.http.port, config.data, self.status)
+        self.loops = self._loops()
+        self.workers = [IngestWorker(open_source(section), config.data, interval_s=section.interval_s,
+                                     flush_interval_s=config.service.flush_interval_s, kind=section.type)
+                        for section in config.sources]
+        for component in self._components():
+            component.start()
+        log_event(logger, logging.INFO, "service.started", data=str(config.data.resolve()),
+                  http=self.http.address if self.http else None, sources=[w.source.name for w in self.workers],
+                  loops=[loop.name for loop in self.loops], config=config.path)
+
+    def stop(self) -> None:
+        log_event(logger, logging.INFO, "service.stopping")
+        for component in reversed(self._components()):
+            component.stop()
+        log_event(logger, logging.INFO, "service.stopped",
+                  messages={worker.source.name: worker.stats.messages for worker in self.workers})
+
+    def _components(self) -> list[Component]:
+        http: list[Component] = [self.http] if self.http else []
+        return [*http, *self.loops, *self.workers]
+
+    def _on_signal(self, signal_number: int, frame: FrameType | None) -> None:
+        log_event(logger, logging.INFO, "service.signal", signal=signal.Signals(signal_number).name)
+        self._stopping.set()
+
+    # ------------------------------------------------------------------------------------------------ loops
+    def _loops(self) -> list[PeriodicTask]:
+        config, loops = self.config, []
+        if config.compaction.enabled:
+            loops.append(_compaction_loop(Store.open(config.data), config.compaction.interval_s))
+        if config.retention.enabled:
+            loops.append(_retention_loop(Store.open(config.data), config.retention.interval_s))
+        return loops
+
+    # ----------------------------------------------------------------------------------------------- status
+    def status(self, store: Store) -> dict[str, Any]:
+        sources = [{"name": worker.source.name, "topic": worker.source.topic, "type": worker.kind,
+                    **asdict(worker.stats)} for worker in self.workers]
+        loops = {loop.name: {"interval_s": loop.interval_s, **asdict(loop.stats)} for loop in self.loops}
+        return service_status(store, started_ms=self.started_ms, now_ms=time.time_ns() // 1_000_000,
+                              sources=sources, loops=loops)
+
+
+def _compaction_loop(store: Store, interval_s: float) -> PeriodicTask:
+    scheduler = CompactionScheduler(store, interval_s=interval_s)
+    store.close()
+
+    def check() -> None:
+        for topic, result in scheduler.check_once():
+            log_event(logger, logging.INFO, "compaction.done", topic=topic, partition=result.partition,
+                      ledger=result.ledger_id, horizon=result.horizon, read=result.messages_read,
+                      kept=result.messages_kept, removed=result.messages_removed)
+
+    return PeriodicTask("compaction", interval_s, check, close=scheduler.stop)
+
+
+def _retention_loop(store: Store, interval_s: float) -> PeriodicTask:
+    retention = RetentionLoop(store, interval_s=interval_s)
+    store.close()
+
+    def run_once() -> None:
+        for segment in retention.run_once():
+            log_event(logger, logging.INFO, "retention.deleted", topic=segment.topic, partition=segment.partition,
+                      base_offset=segment.base_offset, next_offset=segment.next_offset,
+                      size_bytes=segment.size_bytes, reason=segment.reason.value)
+        for topic, error in retention.failures.items():
+            log_event(logger, logging.ERROR, "retention.failed", topic=topic, error=error)
+
+    return PeriodicTask("retention", interval_s, run_once, close=retention.stop)
+
+
+def serve(config: ServiceConfig) -> int:
+    configure_logging(config.service.log_level)
+    return Service(config).run()
