@@ -100,6 +100,8 @@ WORKLOADS: dict[str, Workload] = {
             "read the whole partition back as Arrow, page cache warm",
             (
                 Case("ledgerview", systems.ledgerview_write, systems.ledgerview_read, note="store.read(topic, 0)"),
+                Case("ledgerview unverified", systems.ledgerview_write, systems.ledgerview_read_unverified,
+                     note="Store.open(verify_reads=False), store.read(topic, 0): no CRC-32C check"),
                 Case("ledgerview batches", systems.ledgerview_write, systems.ledgerview_read_batches,
                      note="sum of num_rows over store.read_batches"),
                 Case("arrow ipc file", systems.ipc_write, systems.ipc_read,
