@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ import pyarrow.compute as pc
 
 from ledgerview.service.logs import log_event
 from ledgerview.service.sources import Position, Source
+from ledgerview.service.threads import BackgroundThread
 from storage import Store, faults
 from storage.fileio import write_atomically
 from storage.schema import HEADER_TYPE
@@ -120,11 +120,14 @@ def read_sequences(store: Store, topic: str, source_name: str, from_offsets: lis
     return np.sort(np.concatenate(found)) if found else np.empty(0, np.int64)
 
 
-class IngestWorker:
-    """One source feeding one topic on a thread of its own (with a Store of its own)."""
+class IngestWorker(BackgroundThread):
+    """One source feeding one topic on a thread of its own (with a Store of its own). Stopping finishes the append
+    in progress, flushes and writes the final checkpoint."""
 
     def __init__(self, source: Source, data: Path, *, interval_s: float, flush_interval_s: float,
                  kind: str) -> None:
+        super().__init__()
+        self.thread_name = f"ledgerview-source-{source.name}"
         self.source = source
         self.data = data
         self.interval_s = interval_s
@@ -132,28 +135,16 @@ class IngestWorker:
         self.kind = kind
         self.stats = IngestStats()
         self._checkpoint_path = checkpoint_path(data, source.name)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._position: Position = source.initial_position()
         self._next_sequence = 0
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=f"ledgerview-source-{self.source.name}", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Finish the append in progress, flush and write the final checkpoint."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _run(self) -> None:
+    def run(self) -> None:
         try:
             with Store.open(self.data) as store:
                 self._recover(store)
                 self.stats.state = "running"
                 last_flush = time.monotonic()
-                while not self._stop.is_set():
+                while not self.stopping.is_set():
                     batch = self.source.read(self._position)
                     if batch is not None and batch.messages.num_rows:
                         self._append(store, batch.messages)
@@ -163,7 +154,7 @@ class IngestWorker:
                         self._flush(store)
                         last_flush = time.monotonic()
                     if batch is None or not batch.more:
-                        self._stop.wait(self.interval_s if batch is not None else max(self.interval_s, IDLE_WAIT_S))
+                        self.stopping.wait(self.interval_s if batch is not None else max(self.interval_s, IDLE_WAIT_S))
                 self._flush(store)
                 self.stats.state = "stopped"
         except Exception as error:  # the source stops; the service and the other sources go on

@@ -5,12 +5,12 @@ failing pass is logged and counted, and the next one runs as usual."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ledgerview.service.logs import log_event
+from ledgerview.service.threads import BackgroundThread
 
 logger = logging.getLogger("ledgerview.loops")
 
@@ -24,33 +24,23 @@ class LoopStats:
     last_error: str | None = None
 
 
-class PeriodicTask:
+class PeriodicTask(BackgroundThread):
     """``run_once`` every ``interval_s``; ``close`` is called on the loop's thread when it stops (to close the
     Store the task opened there or for it)."""
 
     def __init__(self, name: str, interval_s: float, run_once: Callable[[], None],
                  close: Callable[[], None] = lambda: None) -> None:
+        super().__init__()
+        self.thread_name = f"ledgerview-{name}"
         self.name = name
         self.interval_s = interval_s
         self._run_once = run_once
         self._close = close
         self.stats = LoopStats()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name=f"ledgerview-{self.name}", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop after the pass in progress."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _loop(self) -> None:
+    def run(self) -> None:
         try:
-            while not self._stop.wait(self.interval_s):
+            while not self.stopping.wait(self.interval_s):
                 started = time.monotonic()
                 try:
                     self._run_once()
