@@ -25,3 +25,11 @@ class ServiceConfigError(LedgerviewError):
     def __init__(self, path: str, where: str, reason: str) -> None:
         self.path, self.where = path, where
         super().__init__(f"Service config {path}: {where}: {reason}. See conf/ledgerview.toml for every key.")
+
+
+class ServiceRunningError(LedgerviewError):
+    """A second service on one data folder would ingest every source twice."""
+
+    def __init__(self, data: str, lock: str) -> None:
+        super().__init__(f"Another ledgerview service runs on the data folder {data} (it holds {lock}); stop it "
+                         "first, or give this one another data folder.")

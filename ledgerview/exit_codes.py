@@ -4,7 +4,7 @@
     1  a check failed: verify found damage, a command met a corrupt file, compaction-status saw ERROR
     2  usage: bad option, bad topic config, malformed input, an offset or position out of range
     3  not found: unknown topic, partition or file
-    4  conflict: the topic exists, a compaction is already running, a partition is locked
+    4  conflict: the topic exists, a compaction is already running, a partition is locked, a service runs
     5  any other failure (I/O errors included)
   130  interrupted (Ctrl-C)
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 
 from compactor import CompactionInProgressError
-from ledgerview.errors import MalformedInputError, ServiceConfigError, UsageError
+from ledgerview.errors import MalformedInputError, ServiceConfigError, ServiceRunningError, UsageError
 from readers.errors import InvalidPositionError
 from storage.config import ConfigError
 from storage.cursors import InvalidSubscriptionNameError
@@ -49,7 +49,7 @@ _BY_ERROR: tuple[tuple[tuple[type[BaseException], ...], ExitCode], ...] = (
     ((CorruptSegmentError,), ExitCode.CHECK_FAILED),
     ((UnknownTopicError, UnknownPartitionError, FileNotFoundError), ExitCode.NOT_FOUND),
     ((TopicExistsError, CompactionInProgressError, PartitionLockedError, RetentionHoldError,
-      RecordDeletionNotAllowedError), ExitCode.CONFLICT),
+      RecordDeletionNotAllowedError, ServiceRunningError), ExitCode.CONFLICT),
     ((UsageError, ConfigError, MalformedInputError, InvalidMessagesError, InvalidTopicNameError,
       InvalidSubscriptionNameError, InvalidPositionError, OffsetOutOfRangeError, DeleteRecordsOutOfRangeError,
       ServiceConfigError), ExitCode.USAGE),

@@ -151,6 +151,8 @@ def test_consume_from_an_offset_and_through_a_durable_subscription(data_dir: Pat
     assert lines(second.out) == ["v4", "v5", "v6", "v7"]
     latest = run_cli(data_dir, "consume", "events", "--until-end")
     assert latest.out == ""
+    waited = run_cli(data_dir, "consume", "events", "--from-beginning", "--timeout-ms", "300", "--no-key")
+    assert lines(waited.out) == [f"v{i}" for i in range(10)]
 
 
 @pytest.mark.slow

@@ -88,6 +88,11 @@ def test_ingest_compact_report_then_stop_and_restart(tmp_path: Path) -> None:
     assert sum(ends.values()) == 3000
     assert service.get("/health")[2].startswith('{"status": "ok"')
 
+    config_file = str(tmp_path / "ledgerview.toml")
+    second = subprocess.run([sys.executable, "-m", "ledgerview", "serve", "--config", config_file],
+                            capture_output=True, timeout=60)
+    assert second.returncode == 4 and b"Another ledgerview service runs on the data folder" in second.stderr
+
     assert service.terminate() == 0
     assert service.events[-1]["event"] == "service.stopped"
     assert service.events[-1]["messages"] == {"ticks": 3000}

@@ -2,7 +2,8 @@
 
 Start:
 
-1. Read and check the config (nothing starts on a bad one); open the store (which recovers every partition it
+1. Read and check the config (nothing starts on a bad one); take the service lock of the data folder (a second
+   service there is refused: it would ingest every source twice); open the store (which recovers every partition it
    touches: torn tails cut, indexes rebuilt) and create the configured topics that are missing.
 2. Start the HTTP endpoint, then the loops (compaction scheduler, retention, cleaner when the store has one), then
    the ingest workers, each of which first recovers its source (ledgerview/service/ingest.py).
@@ -29,17 +30,21 @@ from types import FrameType
 from typing import Any, Protocol
 
 from compactor.scheduler import CompactionScheduler
+from ledgerview.errors import ServiceRunningError
 from ledgerview.service.config import ServiceConfig
 from ledgerview.service.http import StatusServer
-from ledgerview.service.ingest import IngestWorker
+from ledgerview.service.ingest import SERVICE_FOLDER, IngestWorker
 from ledgerview.service.logs import configure_logging, log_event
 from ledgerview.service.loops import PeriodicTask
 from ledgerview.service.sources import open_source
 from ledgerview.service.status import service_status
 from storage import Store
+from storage.errors import PartitionLockedError
+from storage.locks import FileLock
 from storage.retention import RetentionLoop
 
 logger = logging.getLogger("ledgerview.service")
+SERVICE_LOCK = ".service.lock"
 
 
 class Component(Protocol):
@@ -59,6 +64,7 @@ class Service:
         self.loops: list[PeriodicTask] = []
         self.http: StatusServer | None = None
         self._stopping = threading.Event()
+        self._lock = FileLock(config.data / SERVICE_FOLDER / SERVICE_LOCK, wait=False)
 
     # -------------------------------------------------------------------------------------------- lifecycle
     def run(self) -> int:
@@ -73,6 +79,11 @@ class Service:
 
     def start(self) -> None:
         config = self.config
+        (config.data / SERVICE_FOLDER).mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.acquire(wait=False)
+        except PartitionLockedError:
+            raise ServiceRunningError(str(config.data), str(self._lock.path)) from None
         with Store.open(config.data) as store:
             for topic in config.topics:
                 if topic.name not in store.list_topics():
@@ -94,6 +105,7 @@ class Service:
         log_event(logger, logging.INFO, "service.stopping")
         for component in reversed(self._components()):
             component.stop()
+        self._lock.__exit__(None, None, None)
         log_event(logger, logging.INFO, "service.stopped",
                   messages={worker.source.name: worker.stats.messages for worker in self.workers})
 
