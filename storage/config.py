@@ -34,10 +34,10 @@ class ConfigError(LedgerviewError):
 
 
 class UnknownConfigError(ConfigError):
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: object) -> None:
         self.key = key
         names = [config_key.name for config_key in CONFIG_KEYS]
-        close = difflib.get_close_matches(key.lower(), names, n=1)
+        close = difflib.get_close_matches(key.lower(), names, n=1) if isinstance(key, str) else []
         hint = f" Did you mean {close[0]!r}?" if close else ""
         super().__init__(f"Unknown topic config {key!r}.{hint} Valid keys: {', '.join(names)}.")
 
@@ -222,7 +222,7 @@ class TopicConfig:
         """The defaults with ``overrides`` applied; raises UnknownConfigError or InvalidConfigError."""
         values: dict[str, Any] = {key.attribute: key.default for key in CONFIG_KEYS}
         for name, raw in overrides.items():
-            key = _KEYS_BY_NAME.get(name)
+            key = _KEYS_BY_NAME.get(name) if isinstance(name, str) else None
             if key is None:
                 raise UnknownConfigError(name)
             values[key.attribute] = key.parse(raw)

@@ -73,10 +73,11 @@ class OffsetIndex(_AppendOnlyIndex):
         )
         return ordered and (not keys or (keys[0] >= 0 and positions[0] > 0 and positions[-1] < log_bytes))
 
-    def lookup(self, relative_offset: int) -> int:
-        """File position of the last indexed batch starting at or before ``relative_offset`` (0 if none)."""
+    def lookup(self, relative_offset: int) -> tuple[int, int]:
+        """``(relative offset, file position)`` of the last indexed batch starting at or before
+        ``relative_offset``; ``(-1, 0)`` (scan from the start) if there is none."""
         i = bisect.bisect_right(self.keys, relative_offset)
-        return self.values[i - 1] if i else 0
+        return (self.keys[i - 1], self.values[i - 1]) if i else (-1, 0)
 
 
 class TimeIndex(_AppendOnlyIndex):

@@ -60,7 +60,7 @@ def _position_before(segment: Segment, recovery_point: int) -> int:
     only what follows needs its CRC checked. From the segment's own offset index when it looks sound."""
     index = segment.offset_index
     if index.load() and index.is_consistent(segment.log_path.stat().st_size):
-        return index.lookup(recovery_point - segment.base_offset)
+        return index.lookup(recovery_point - segment.base_offset)[1]
     return 0
 
 

@@ -221,14 +221,24 @@ class PartitionLog:
 
     def _maybe_flush(self, appended_messages: int) -> None:
         self._unflushed_messages += appended_messages
-        due_by_count = self._unflushed_messages >= self.config.flush_messages
-        due_by_time = self.clock() - self._last_flush_ms >= self.config.flush_ms
-        if due_by_count or due_by_time:
+        if self._unflushed_messages >= self.config.flush_messages:
             self.flush()
+        else:
+            self.flush_if_due(self.clock())
+
+    def flush_if_due(self, now_ms: int) -> bool:
+        """Flush if this process appended messages that have waited ``flush.ms`` or longer since the last flush
+        (Kafka's log flusher, which checks on a schedule as well as after appends); True if it flushed."""
+        if self._unflushed_messages and now_ms - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+            return True
+        return False
 
     def flush(self) -> None:
-        """fsync every segment at or above the recovery point and move the recovery point to the end offset."""
-        with self.writer_lock:
+        """fsync every segment at or above the recovery point and move the recovery point to the end offset.
+
+        Waits for the writer lock whatever ``lock_wait`` says: the flush is of this process's own appends."""
+        with self.writer_lock.waiting():
             for segment in self._segments_from(self.recovery_point):
                 segment.fsync()
             faults.crash_point("flush.before_checkpoint")

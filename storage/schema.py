@@ -89,12 +89,30 @@ def _to_timestamp_ms(table: pa.Table) -> pa.ChunkedArray:
     if column.null_count:
         raise InvalidMessagesError("Column 'timestamp' has nulls; give every message a timestamp or drop the column.")
     if pa.types.is_timestamp(column.type):
-        return pc.cast(pc.cast(column, pa.timestamp("ms")), pa.int64())
-    if pa.types.is_integer(column.type):
-        return pc.cast(column, pa.int64())
-    raise InvalidMessagesError(
-        f"Column 'timestamp' has type {column.type}; allowed: int64 milliseconds since the epoch or a timestamp."
-    )
+        milliseconds = pc.cast(pc.cast(column, pa.timestamp("ms")), pa.int64())
+    elif pa.types.is_integer(column.type):
+        milliseconds = _cast_checked(column, pa.int64(), "timestamp")
+    else:
+        raise InvalidMessagesError(
+            f"Column 'timestamp' has type {column.type}; allowed: int64 milliseconds since the epoch or a timestamp."
+        )
+    negative = pc.index(pc.less(milliseconds, 0), True).as_py()
+    if negative >= 0:
+        raise InvalidMessagesError(
+            f"Message at row {negative} has timestamp {milliseconds[negative].as_py()}; allowed: 0 or more "
+            "milliseconds since the epoch (leave it out to stamp the append time)."
+        )
+    return milliseconds
+
+
+def _cast_checked(column: pa.ChunkedArray, target: pa.DataType, name: str) -> pa.ChunkedArray:
+    """Cast integers, turning an overflow into a clear error instead of Arrow's."""
+    try:
+        return pc.cast(column, target)
+    except pa.ArrowInvalid:
+        raise InvalidMessagesError(
+            f"Column {name!r} has values outside {target}; allowed: integers that fit {target}."
+        ) from None
 
 
 def _to_headers(table: pa.Table) -> pa.ChunkedArray:
@@ -112,6 +130,11 @@ def normalize_input(data: pa.Table | pa.RecordBatch | Iterable[Any]) -> pa.Table
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     if not isinstance(data, pa.Table):
+        if not isinstance(data, Iterable) or isinstance(data, (str, bytes, Mapping)):
+            raise InvalidMessagesError(
+                f"Cannot append a {type(data).__name__}; give a pyarrow Table or RecordBatch, or a list of "
+                "messages (mappings with 'key' and 'value', or (key, value) pairs)."
+            )
         data = _table_from_messages(data)
     unknown = [name for name in data.column_names if name not in INPUT_COLUMNS]
     if unknown:
@@ -128,7 +151,7 @@ def normalize_input(data: pa.Table | pa.RecordBatch | Iterable[Any]) -> pa.Table
     if "partition" in data.column_names:
         if not pa.types.is_integer(data["partition"].type) or data["partition"].null_count:
             raise InvalidMessagesError("Column 'partition' must be integers without nulls.")
-        columns["partition"] = pc.cast(data["partition"], pa.int32())
+        columns["partition"] = _cast_checked(data["partition"], pa.int32(), "partition")
     return pa.table(columns)
 
 

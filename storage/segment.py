@@ -275,9 +275,27 @@ class Segment:
                 self._verified_bytes = header.end_position
             yield header
 
+    def scan_from_offset(self, offset: int, *, verify: bool = False) -> Iterator[BatchHeader]:
+        """Batch headers from the indexed batch at or before ``offset`` to the end (see ``scan``).
+
+        The index has no checksum, so its entry is checked against the batch it points at: an entry whose batch
+        starts at another offset (an index scribbled on but still ordered) would skip messages. Then the scan
+        starts from the segment's first batch instead, which is always right, only slower.
+        """
+        indexed_offset, position = self.offset_index.lookup(offset - self.base_offset)
+        headers = self.scan(position, verify=verify)
+        first = next(headers, None)
+        if first is None:
+            return
+        if position and first.base_offset != self.base_offset + indexed_offset:
+            yield from self.scan(0, verify=verify)
+            return
+        yield first
+        yield from headers
+
     def position_of(self, offset: int) -> int:
         """File position of the first batch holding ``offset`` or later offsets (the size if there is none)."""
-        for header in self.scan(self.offset_index.lookup(offset - self.base_offset)):
+        for header in self.scan_from_offset(offset):
             if header.last_offset >= offset:
                 return header.position
         return self.size_bytes
@@ -287,7 +305,7 @@ class Segment:
         buffer = self.buffer()
         expected_offset = self.base_offset
         try:
-            for header in self.scan(self.offset_index.lookup(start_offset - self.base_offset), verify=verify):
+            for header in self.scan_from_offset(start_offset, verify=verify):
                 expected_offset = header.next_offset
                 if header.next_offset <= start_offset:
                     continue
@@ -309,8 +327,7 @@ class Segment:
         if self.max_timestamp < timestamp:
             return None
         buffer = self.buffer()
-        position = self.offset_index.lookup(self.time_index.lookup(timestamp))
-        for header in self.scan(position):
+        for header in self.scan_from_offset(self.base_offset + self.time_index.lookup(timestamp)):
             if header.max_timestamp >= timestamp and header.last_offset >= from_offset:
                 batch = decode_payload(buffer, header)
                 offsets = batch.column(0).to_numpy()

@@ -17,6 +17,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -170,7 +171,7 @@ class Store:
     # -------------------------------------------------------------------------------------------------- topics
     def create_topic(self, topic: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
         validate_topic_name(topic)
-        if not isinstance(partitions, int) or partitions < 1:
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise LedgerviewError(f"partitions must be an integer >= 1, got {partitions!r}.")
         topic_config = TopicConfig.from_overrides(config or {})
         metadata = TopicMetadata(topic, partitions, topic_config.to_overrides(), self.clock())
@@ -281,7 +282,7 @@ class Store:
     def partition_log(self, topic: str, partition: int) -> PartitionLog:
         """The open log of one partition, recovered on first use (see storage/loader.py)."""
         metadata = self.topic_metadata(topic)
-        if not isinstance(partition, int) or not 0 <= partition < metadata.partitions:
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < metadata.partitions:
             raise UnknownPartitionError(topic, partition, metadata.partitions)
         log = self._logs.get((topic, partition))
         if log is None:
@@ -365,14 +366,18 @@ class Store:
             raise InvalidMessagesError(f"compression {compression!r} is not supported; allowed: lz4, zstd, none.")
         offsets = np.empty(table.num_rows, dtype=np.int64)
         order = np.argsort(targets, kind="stable")
-        sorted_targets = targets[order]
-        bounds = np.flatnonzero(np.diff(sorted_targets)) + 1
-        for rows in np.split(order, bounds):
-            target = int(targets[rows[0]])
-            whole = len(rows) == table.num_rows
-            part, part_sizes = (table, sizes) if whole else (table.take(pa.array(rows)), sizes[rows])
-            first = self.partition_log(topic, target).append(part, sizes=part_sizes, compression=codec)
-            offsets[rows] = np.arange(first, first + len(rows))
+        groups = np.split(order, np.flatnonzero(np.diff(targets[order])) + 1)
+        logs = [self.partition_log(topic, int(targets[rows[0]])) for rows in groups]
+        with ExitStack() as held:
+            # Every target's writer lock first, in partition order (no deadlock between two such appends): a
+            # busy partition then fails the call before any partition is written, so a retry duplicates nothing.
+            for log in logs:
+                held.enter_context(log.writer_lock)
+            for log, rows in zip(logs, groups, strict=True):
+                whole = len(rows) == table.num_rows
+                part, part_sizes = (table, sizes) if whole else (table.take(pa.array(rows)), sizes[rows])
+                first = log.append(part, sizes=part_sizes, compression=codec)
+                offsets[rows] = np.arange(first, first + len(rows))
         return AppendResult(targets, offsets)
 
     def _check_sizes(self, topic: str, sizes: np.ndarray, limit_bytes: int) -> None:
@@ -393,7 +398,7 @@ class Store:
     def _choose_partitions(self, metadata: TopicMetadata, table: pa.Table, partition: int | None) -> np.ndarray:
         count = metadata.partitions
         if partition is not None:
-            if not isinstance(partition, int) or not 0 <= partition < count:
+            if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
                 raise UnknownPartitionError(metadata.name, partition, count)
             return np.full(table.num_rows, partition, dtype=np.int32)
         if "partition" in table.column_names:
@@ -424,6 +429,9 @@ class Store:
     def read(self, topic: str, partition: int, start_offset: int | None = None,
              max_messages: int | None = None, end_offset: int | None = None) -> pa.Table:
         """Messages from ``start_offset`` (default: the log start) as one table, at most ``max_messages``."""
+        if max_messages is not None and (isinstance(max_messages, bool) or not isinstance(max_messages, int)
+                                         or max_messages < 0):
+            raise LedgerviewError(f"max_messages must be None or an integer >= 0, got {max_messages!r}.")
         batches, count = [], 0
         for batch in self.read_batches(topic, partition, start_offset, end_offset):
             if max_messages is not None and count + batch.num_rows >= max_messages:
@@ -488,6 +496,14 @@ class Store:
     def roll(self, topic: str, partition: int) -> None:
         """Seal the active segment now; the next append starts a new one."""
         self.partition_log(topic, partition).roll()
+
+    def flush_due(self, now_ms: int | None = None) -> int:
+        """Flush every open partition whose appends have waited ``flush.ms``; returns how many were flushed.
+
+        Appends check flush.ms themselves, but a partition that stops receiving appends needs someone to look:
+        the service calls this on a schedule, as Kafka's log flusher does."""
+        now = self.clock() if now_ms is None else now_ms
+        return sum(log.flush_if_due(now) for log in list(self._logs.values()))
 
     def flush(self, topic: str | None = None) -> None:
         """fsync what was appended and move recovery points, for one topic or every open partition."""

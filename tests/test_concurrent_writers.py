@@ -17,6 +17,7 @@ import json
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from storage import Store
@@ -136,6 +137,25 @@ def test_a_writer_without_lock_wait_is_refused_while_another_process_holds_the_l
             finish_ok(holder)
         assert store.append(TOPIC, [(None, b"accepted")], partition=0) == [(0, 0)]
         assert store.read(TOPIC, 0)["value"].to_pylist() == [b"accepted"]
+
+
+def test_an_append_to_several_partitions_writes_none_while_one_is_locked_elsewhere(tmp_path: Path) -> None:
+    """All or nothing: a retry after the refusal must not duplicate what a first, partial attempt wrote."""
+    data_dir = tmp_path / "data"
+    with Store.open(data_dir) as store:
+        store.create_topic("two", partitions=2)
+    lock_file = partition_folder(data_dir, "two", 1) / WRITER_LOCK
+    rows = pa.table({"value": [b"a", b"b"], "partition": [0, 1]})
+    with Store.open(data_dir, lock_wait=False) as store:
+        store.end_offset("two", 0), store.end_offset("two", 1)  # both partitions opened before the lock is taken
+        with Child("holder.py", lock_file) as holder:
+            holder.expect_line("locked")
+            with pytest.raises(PartitionLockedError):
+                store.append("two", rows)
+            assert (store.end_offset("two", 0), store.end_offset("two", 1)) == (0, 0)
+            holder.send_line("release")
+            finish_ok(holder)
+        assert list(store.append("two", rows)) == [(0, 0), (1, 0)]
 
 
 def test_a_writer_without_lock_wait_started_while_another_process_holds_the_lock_is_refused(tmp_path: Path) -> None:

@@ -111,6 +111,11 @@ def test_an_unknown_key_with_nothing_close_lists_the_valid_keys_only() -> None:
         TopicConfig.from_overrides({"zzz": "1"})
 
 
+def test_a_key_that_is_not_a_string_is_an_unknown_key() -> None:
+    with pytest.raises(UnknownConfigError, match=re.escape(f"Unknown topic config 3. Valid keys: {ALL_KEYS}.")):
+        TopicConfig.from_overrides({3: "1"})  # type: ignore[dict-item]
+
+
 def test_config_errors_share_the_ledgerview_root() -> None:
     assert issubclass(ConfigError, LedgerviewError)
     assert issubclass(UnknownConfigError, ConfigError)

@@ -11,11 +11,13 @@ import pyarrow as pa
 import pytest
 
 from storage import Store
+from storage.checkpoints import read_checkpoint
 from storage.config import InvalidConfigError, UnknownConfigError
 from storage.errors import (
     CorruptSegmentError,
     InvalidMessagesError,
     InvalidTopicNameError,
+    LedgerviewError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     TopicExistsError,
@@ -155,6 +157,11 @@ def test_log_append_time_replaces_producer_timestamps(store: Store, clock: Manua
         (pa.table({"value": [b"v"], "timestamp": ["noon"]}), "Column 'timestamp' has type string"),
         ([42], "Message at row 0 is a int"),
         ([{"key": b"k", "val": b"v"}], "it needs 'value'"),
+        (None, "Cannot append a NoneType"),
+        ({"key": b"k", "value": b"v"}, "Cannot append a dict"),
+        (pa.table({"value": [b"a", b"b"], "timestamp": [5, -1]}), "row 1 has timestamp -1; allowed: 0 or more"),
+        (pa.table({"value": [b"v"], "timestamp": pa.array([2**63], pa.uint64())}), "values outside int64"),
+        (pa.table({"value": [b"v"], "partition": [2**40]}), "Column 'partition' has values outside int32"),
     ],
 )
 def test_wrong_input_is_refused_and_nothing_is_written(store: Store, data: object, message: str) -> None:
@@ -176,6 +183,17 @@ def test_unknown_partition_is_refused(store: Store) -> None:
     store.create_topic("t", partitions=2)
     with pytest.raises(UnknownPartitionError, match="partitions are 0 to 1"):
         store.append("t", [(b"k", b"v")], partition=2)
+    with pytest.raises(UnknownPartitionError):
+        store.append("t", [(b"k", b"v")], partition=True)  # type: ignore[arg-type]
+    assert store.end_offset("t", 0) == store.end_offset("t", 1) == 0
+
+
+def test_a_negative_max_messages_is_refused(store: Store) -> None:
+    store.create_topic("t")
+    store.append("t", changelog(3), partition=0)
+    with pytest.raises(LedgerviewError, match="max_messages must be None or an integer >= 0, got -1"):
+        store.read("t", 0, max_messages=-1)
+    assert store.read("t", 0, max_messages=0).num_rows == 0
 
 
 # ----------------------------------------------------------------------------------------- segments and indexes
@@ -258,6 +276,36 @@ def test_reopen_keeps_everything_and_appends_continue(data_dir: Path) -> None:
         assert store.end_offset("t", 0) == 100
         store.append("t", changelog(10, 100), partition=0)
         assert store.read("t", 0)["offset"].to_pylist() == list(range(110))
+
+
+def recovery_point(data_dir: Path, topic: str, partition: int) -> int | None:
+    return read_checkpoint(data_dir / "recovery-point-offset-checkpoint").get((topic, partition))
+
+
+def test_flush_messages_fsyncs_and_moves_the_recovery_point_once_that_many_are_unflushed(store: Store,
+                                                                                       data_dir: Path) -> None:
+    store.create_topic("t", config={"flush.messages": "5"})
+    store.append("t", changelog(3), partition=0)
+    assert recovery_point(data_dir, "t", 0) in (None, 0)
+    store.append("t", changelog(3, 3), partition=0)
+    assert recovery_point(data_dir, "t", 0) == 6
+
+
+def test_flush_ms_is_honoured_by_the_next_append_and_by_flush_due_without_one(
+        store: Store, data_dir: Path, clock: ManualClock) -> None:
+    store.create_topic("t", config={"flush.ms": "1000"})
+    store.append("t", changelog(2), partition=0)
+    clock.advance(999)
+    assert store.flush_due() == 0
+    assert recovery_point(data_dir, "t", 0) in (None, 0)
+    clock.advance(1)
+    assert store.flush_due() == 1  # nobody appends any more: the scheduled check flushes
+    assert recovery_point(data_dir, "t", 0) == 2
+    assert store.flush_due() == 0  # nothing unflushed
+    store.append("t", changelog(2, 2), partition=0)
+    clock.advance(1000)
+    store.append("t", changelog(1, 4), partition=0)  # the append itself sees flush.ms has passed
+    assert recovery_point(data_dir, "t", 0) == 5
 
 
 def test_checkpoints_use_kafkas_text_format(data_dir: Path) -> None:
@@ -354,6 +402,22 @@ def test_a_missing_or_corrupt_index_is_rebuilt(data_dir: Path, damage: str) -> N
             assert store.read("t", 0, start_offset=start, max_messages=3)["offset"].to_pylist() == [
                 start, start + 1, start + 2][: 200 - start]
         assert store.offset_for_timestamp("t", 0, 1_000 + 10 * 150) == 150
+
+
+def test_an_index_entry_pointing_at_the_wrong_batch_is_not_trusted(data_dir: Path) -> None:
+    """An index scribbled on but still ordered passes the shape checks; reads must not skip messages by it."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config={**TINY, "index.interval.bytes": "100"})
+        for start in range(0, 200, 5):
+            store.append("t", changelog(5, start), partition=0)
+    index = segment_files(data_dir, "t", 0, OFFSET_INDEX_SUFFIX)[0]
+    entries = np.frombuffer(index.read_bytes(), dtype="<i4").reshape(-1, 2).copy()
+    assert len(entries) >= 1
+    entries[0, 0] -= 1  # claims the batch at that position starts one offset earlier than it does
+    index.write_bytes(entries.tobytes())
+    wanted = int(entries[0, 0])
+    with Store.open(data_dir) as store:
+        assert store.read("t", 0, start_offset=wanted, max_messages=2)["offset"].to_pylist() == [wanted, wanted + 1]
 
 
 def test_stray_temporary_files_are_removed_on_open(data_dir: Path) -> None:
