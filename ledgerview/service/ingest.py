@@ -153,6 +153,8 @@ class IngestWorker(BackgroundThread):
                     if time.monotonic() - last_flush >= self.flush_interval_s:
                         self._flush(store)
                         last_flush = time.monotonic()
+                    else:
+                        store.flush_due()  # a topic's own flush.ms may be shorter than the service's interval
                     if batch is None or not batch.more:
                         self.stopping.wait(self.interval_s if batch is not None else max(self.interval_s, IDLE_WAIT_S))
                 self._flush(store)
