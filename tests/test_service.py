@@ -154,12 +154,20 @@ def test_directory_source_ingests_files_and_stops_at_a_malformed_line(tmp_path: 
     failed = service.wait_until(lambda: source_status(service)["state"] == "failed" and source_status(service),
                                 "the source to stop at the bad line")
     assert "003.tsv line 2: no separator" in failed["last_error"]
+    topic_errors = service.status()["topics"][0]["last_errors"]
+    assert len(topic_errors) == 1 and topic_errors[0].startswith("source drops: MalformedInputError:")
     assert service.get("/health")[2].startswith('{"status": "degraded", "failed_sources": ["drops"]')
     assert service.terminate() == 0
 
     table = read_table(tmp_path / "data", "prices")
     assert table.num_rows == 102
     assert table["value"].to_pylist()[-2:] == [None, b"last"]
+
+
+@pytest.mark.slow
+def test_demo_runs_and_checks_itself(tmp_path: Path) -> None:
+    result = run_cli(tmp_path / "unused", "demo", "--data", str(tmp_path / "demo"), "--ticks", "20000")
+    assert "contents match: yes" in result.out and "two-phase compaction" in result.out
 
 
 def test_a_bad_config_is_refused_before_anything_starts(tmp_path: Path) -> None:

@@ -131,19 +131,28 @@ class Service:
         sources = [{"name": worker.source.name, "topic": worker.source.topic, "type": worker.kind,
                     **asdict(worker.stats)} for worker in self.workers]
         loops = {loop.name: {"interval_s": loop.interval_s, **asdict(loop.stats)} for loop in self.loops}
+        topic_errors: dict[str, list[str]] = {}
+        for loop in self.loops:
+            for topic, error in loop.stats.topic_errors.items():
+                topic_errors.setdefault(topic, []).append(f"{loop.name}: {error}")
+        for worker in self.workers:
+            if worker.stats.last_error:
+                topic_errors.setdefault(worker.source.topic, []).append(
+                    f"source {worker.source.name}: {worker.stats.last_error}")
         return service_status(store, started_ms=self.started_ms, now_ms=time.time_ns() // 1_000_000,
-                              sources=sources, loops=loops)
+                              sources=sources, loops=loops, topic_errors=topic_errors)
 
 
 def _compaction_loop(store: Store, interval_s: float) -> PeriodicTask:
     scheduler = CompactionScheduler(store, interval_s=interval_s)
     store.close()
 
-    def check() -> None:
+    def check() -> dict[str, str]:
         for topic, result in scheduler.check_once():
             log_event(logger, logging.INFO, "compaction.done", topic=topic, partition=result.partition,
                       ledger=result.ledger_id, horizon=result.horizon, read=result.messages_read,
                       kept=result.messages_kept, removed=result.messages_removed)
+        return {}  # a failed run is its partition's ERROR status, which the status endpoint shows
 
     return PeriodicTask("compaction", interval_s, check, close=scheduler.stop)
 
@@ -152,13 +161,14 @@ def _retention_loop(store: Store, interval_s: float) -> PeriodicTask:
     retention = RetentionLoop(store, interval_s=interval_s)
     store.close()
 
-    def run_once() -> None:
+    def run_once() -> dict[str, str]:
         for segment in retention.run_once():
             log_event(logger, logging.INFO, "retention.deleted", topic=segment.topic, partition=segment.partition,
                       base_offset=segment.base_offset, next_offset=segment.next_offset,
                       size_bytes=segment.size_bytes, reason=segment.reason.value)
         for topic, error in retention.failures.items():
             log_event(logger, logging.ERROR, "retention.failed", topic=topic, error=error)
+        return dict(retention.failures)
 
     return PeriodicTask("retention", interval_s, run_once, close=retention.stop)
 

@@ -46,12 +46,13 @@ def partition_statuses(store: Store, topic: str) -> list[dict[str, Any]]:
 
 
 def service_status(store: Store, *, started_ms: int, now_ms: int, sources: list[dict[str, Any]],
-                   loops: dict[str, Any]) -> dict[str, Any]:
+                   loops: dict[str, Any], topic_errors: dict[str, list[str]]) -> dict[str, Any]:
+    """``topic_errors``: the last failures of loops and sources per topic, shown with the topic."""
     topics = []
     for topic in store.list_topics():
         metadata = store.topic_metadata(topic)
         topics.append({"topic": topic, "partitions": partition_statuses(store, topic),
-                       "config": dict(metadata.overrides)})
+                       "config": dict(metadata.overrides), "last_errors": topic_errors.get(topic, [])})
     failed = [source["name"] for source in sources if source["state"] == "failed"]
     return {
         "status": "degraded" if failed else "ok",
