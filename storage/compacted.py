@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,9 @@ class CompactionCursor:
     """Size of the ledger file."""
     published_ms: int
     """Wall-clock time of the publish."""
+    retiring: tuple[tuple[int, int], ...] = ()
+    """``(ledger id, horizon)`` of the ledgers this one replaced whose files were still there at the publish:
+    a reader that opened one of them reads the raw log above its horizon, so retention holds that too."""
 
     def __post_init__(self) -> None:
         if self.ledger_id < 0 or self.horizon < -1 or min(self.messages_read, self.messages_kept) < 0:
@@ -97,6 +100,7 @@ class CompactedLedgers:
             record: dict[str, Any] = json.loads(data)
             if record.pop("version") != CURSOR_VERSION:
                 raise ValueError("unknown version")
+            record["retiring"] = tuple(tuple(pair) for pair in record.get("retiring", ()))
             return CompactionCursor(**record)
         except (ValueError, TypeError, KeyError) as error:
             raise CorruptCompactionCursorError(self.cursor_path, str(error)) from error
@@ -132,16 +136,33 @@ class CompactedLedgers:
 
         1. Replace the cursor record atomically (write, fsync, rename, fsync the folder). A crash before the
            rename leaves the old view and an orphan ledger, removed by the next run; after it, the new view.
+           The record lists the previous ledger and those still retiring, with their horizons, so retention
+           keeps the raw data their readers still need (``retention_hold_offset``).
         2. Rename the previous ledger and its index ``.deleted``. A crash before this leaves the old ledger as an
            orphan, removed by the next run. Readers that opened it keep reading it.
         """
         previous = self.read_cursor()
+        if previous is not None and previous.ledger_id != cursor.ledger_id:
+            still_there = tuple(pair for pair in previous.retiring if self._retired_exists(pair[0]))
+            cursor = replace(cursor, retiring=((previous.ledger_id, previous.horizon), *still_there))
         write_atomically(self.cursor_path, json.dumps({"version": CURSOR_VERSION, **asdict(cursor)}).encode())
         faults.crash_point("compacted.publish_before_retire")
         if previous is not None and previous.ledger_id != cursor.ledger_id:
             for path in self.ledger_paths(previous.ledger_id):
                 if path.exists():
                     path.rename(path.with_name(path.name + DELETED_SUFFIX))
+
+    def _retired_exists(self, ledger_id: int) -> bool:
+        ledger, _ = self.ledger_paths(ledger_id)
+        return ledger.with_name(ledger.name + DELETED_SUFFIX).exists() or ledger.exists()
+
+    def lowest_horizon_in_use(self) -> int | None:
+        """The lowest horizon among the current ledger and the retiring ones still on disk (None: no cursor)."""
+        cursor = self.read_cursor()
+        if cursor is None:
+            return None
+        retiring = [horizon for ledger_id, horizon in cursor.retiring if self._retired_exists(ledger_id)]
+        return min([cursor.horizon, *retiring])
 
     def remove_orphans_and_retired(self, *, delete_delay_ms: int) -> list[str]:
         """Remove ledgers no cursor names and retired ones older than the delay; call under ``lock``.
@@ -178,9 +199,11 @@ def retention_hold_offset(partition_folder: Path, *, two_phase_enabled: bool) ->
 
     While two-phase compaction is on for a topic (its threshold is set, or it has been compacted), raw data above
     the horizon is what the next compaction reads, so it is held: from offset 0 until the first compaction, then
-    from horizon + 1. This is the role of Pulsar's pre-created ``__compaction`` cursor.
+    from horizon + 1. This is the role of Pulsar's pre-created ``__compaction`` cursor. A replaced ledger that is
+    still retiring holds from its own horizon + 1, so a reader that opened it before the publish can finish
+    (the problem of Pulsar's PR #12522).
     """
-    cursor = CompactedLedgers(partition_folder).read_cursor()
-    if cursor is None:
+    horizon = CompactedLedgers(partition_folder).lowest_horizon_in_use()
+    if horizon is None:
         return 0 if two_phase_enabled else None
-    return cursor.horizon + 1
+    return horizon + 1
