@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,11 @@ from ledgerview.cli import build_parser
 from tests.cli_runner import run_cli
 
 TINY = ["--config", "segment.bytes=2048", "--config", "index.interval.bytes=256"]
+
+
+def slow(*case: object) -> Any:
+    """A parametrised case that only the whole suite runs (each costs a subprocess)."""
+    return pytest.param(*case, marks=pytest.mark.slow)
 
 
 def lines(text: str) -> list[str]:
@@ -56,19 +62,19 @@ def one_topic_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(("args", "code", "message"), [
     (["topics", "create", "prices"], 4, "Topic 'prices' already exists"),
     (["topics", "create", "t2", "--config", "retention.msx=1"], 2, "Did you mean 'retention.ms'?"),
-    (["topics", "create", "t2", "--config", "cleanup.policy=shred"], 2,
-     "Invalid value 'shred' for topic config 'cleanup.policy'"),
-    (["topics", "create", "t2", "--config", "retention.ms"], 2, "is not key=value"),
-    (["topics", "create", "a/b"], 2, "Invalid topic name 'a/b'"),
-    (["topics", "alter", "prices"], 2, "Nothing to alter"),
     (["topics", "describe", "nope"], 3, "Unknown topic 'nope'. Topics in this store: prices."),
-    (["topics", "delete", "nope"], 3, "Unknown topic 'nope'"),
-    (["produce", "nope"], 3, "Unknown topic 'nope'"),
-    (["consume", "nope", "--until-end"], 3, "Unknown topic 'nope'"),
     (["consume", "prices", "--offset", "3"], 2, "--offset needs exactly one --partition"),
-    (["consume", "prices", "--partition", "7", "--until-end"], 3, "has no partition 7"),
-    (["compact", "nope"], 3, "Unknown topic 'nope'"),
-    (["produce", "prices", "--file", "missing.txt"], 3, "missing.txt"),
+    slow(["topics", "create", "t2", "--config", "cleanup.policy=shred"], 2,
+         "Invalid value 'shred' for topic config 'cleanup.policy'"),
+    slow(["topics", "create", "t2", "--config", "retention.ms"], 2, "is not key=value"),
+    slow(["topics", "create", "a/b"], 2, "Invalid topic name 'a/b'"),
+    slow(["topics", "alter", "prices"], 2, "Nothing to alter"),
+    slow(["topics", "delete", "nope"], 3, "Unknown topic 'nope'"),
+    slow(["produce", "nope"], 3, "Unknown topic 'nope'"),
+    slow(["consume", "nope", "--until-end"], 3, "Unknown topic 'nope'"),
+    slow(["consume", "prices", "--partition", "7", "--until-end"], 3, "has no partition 7"),
+    slow(["compact", "nope"], 3, "Unknown topic 'nope'"),
+    slow(["produce", "prices", "--file", "missing.txt"], 3, "missing.txt"),
 ])
 def test_bad_input_gets_one_line_error_and_exit_status(one_topic_store: Path, args: list[str], code: int,
                                                        message: str) -> None:
@@ -114,6 +120,7 @@ def test_produce_text_and_consume_both_views(data_dir: Path) -> None:
     assert sorted(compacted) == [f"SYM{k}\t{145 + k}" for k in (0, 1, 2, 4)]
 
 
+@pytest.mark.slow
 def test_produce_json_lines_with_timestamps_and_tombstones(data_dir: Path) -> None:
     run_cli(data_dir, "topics", "create", "users")
     records = [{"key": f"u{i}", "value": f"name{i}", "timestamp": 1_000 + i} for i in range(6)]
