@@ -2,8 +2,9 @@
 cursor and its ledger (CRCs, horizon, counts, key index), and subscription cursors. Read-only: nothing is fixed,
 every finding is reported.
 
-A **problem** is damage that loses or hides data (a CRC mismatch, offsets out of order, an index entry pointing at
-no batch, a corrupt cursor): the store is not sound. A **warning** is something the store repairs by itself when
+A **problem** is damage to what is on disk (a CRC mismatch, offsets out of order, an index entry pointing at the
+wrong batch, a corrupt cursor): the store is not sound, even where reads work around it (a wrong index entry only
+makes them slower). A **warning** is something the store repairs by itself when
 a writer next opens the partition (an incomplete batch at the end of the last segment, which is what a writer
 killed mid-append leaves or what a live writer is appending now; a missing index).
 """

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from ledgerview.cli import build_parser
+from storage import Store
 from tests.cli_runner import run_cli
 
 TINY = ["--config", "segment.bytes=2048", "--config", "index.interval.bytes=256"]
@@ -240,6 +241,21 @@ def test_verify_answers_with_its_exit_status(data_dir: Path) -> None:
     assert damaged.code == 1
     assert f"PROBLEM {sealed}: batch at position 0" in damaged.out and "CRC-32C mismatch" in damaged.out
     assert "NOT SOUND (1 problems)" in damaged.err
+
+
+@pytest.mark.slow
+def test_verify_finds_an_index_entry_that_points_at_the_wrong_batch(data_dir: Path) -> None:
+    with Store.open(data_dir) as store:
+        store.create_topic("prices", config={"segment.bytes": "4096", "index.interval.bytes": "64"})
+        for round_number in range(10):
+            store.append("prices", [(f"k{i}", f"v{round_number}") for i in range(5)])
+    index = sorted((data_dir / "prices-0").glob("*.index"))[0]
+    entries = index.read_bytes()
+    assert len(entries) >= 16, "the tiny config indexes several batches"
+    index.write_bytes(entries[:4] + entries[12:16] + entries[8:])  # entry 0 names entry 1's position
+    damaged = run_cli(data_dir, "verify", check=False)
+    assert damaged.code == 1
+    assert f"PROBLEM {index}: entry 0" in damaged.out and "does not point at the batch" in damaged.out
 
 
 def test_help_is_the_reference() -> None:
