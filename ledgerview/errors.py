@@ -33,3 +33,13 @@ class ServiceRunningError(LedgerviewError):
     def __init__(self, data: str, lock: str) -> None:
         super().__init__(f"Another ledgerview service runs on the data folder {data} (it holds {lock}); stop it "
                          "first, or give this one another data folder.")
+
+
+class SourceReplayError(LedgerviewError):
+    """After a crash, the source no longer gives back what the topic shows it gave."""
+
+    def __init__(self, source: str, position: object, highest_sequence: int) -> None:
+        super().__init__(
+            f"Source {source!r} cannot replay from {position}: the topic holds its messages up to sequence "
+            f"{highest_sequence}, but the source ends before. Its input changed since they were appended (a file "
+            "rewritten or removed); restore the input, or remove the source's checkpoint to start it afresh.")

@@ -1,23 +1,28 @@
 """The ingest worker: moves one source's messages into its topic exactly once, across crashes and restarts.
 
 Every message carries a header ``ledgerview.source.<name>`` whose value is its sequence number in that source
-(decimal). The worker's checkpoint (``<data>/__service/sources/<name>.json``, replaced atomically) holds the
-source position and sequence number of the next read and the topic's end offsets, all as of the last flush.
+(decimal), and the worker chooses its partition itself: Kafka's murmur2 of the key as the store would, and
+``sequence mod partitions`` for keyless messages, so that a replayed message goes where it went the first time.
+The worker's checkpoint (``<data>/__service/sources/<name>.json``, replaced atomically) holds the source position
+and sequence number of the next read and the topic's end offsets, all as of the last flush.
 
 Steady state, on the worker's own thread and Store:
 
 1. Read the next batch from the source at the current position (nothing new: pause ``interval_s``).
-2. Append it with its sequence headers. A crash here leaves a prefix of the batch in some partitions.
+2. Append it with its sequence headers and partitions. The store writes each partition's share in sequence order,
+   so a crash here leaves, in each partition, a prefix of the batch's share of that partition.
 3. Every ``flush_interval_s``: fsync the topic (recovery points move), then write the checkpoint. A crash
    between appends and this write leaves appended messages the checkpoint does not cover; recovery finds them.
 
 Recovery, when the worker starts:
 
 1. Read the checkpoint (none: the source's initial position, sequence 0, every partition from its log start).
-2. Read the sequence headers of this source in every partition from the checkpoint's end offsets on: these are
-   the messages appended after the last checkpoint.
-3. Replay the source from the checkpoint position up to the highest sequence found, appending only the messages
-   whose sequence is missing. Nothing is appended twice, nothing is skipped.
+2. Read the sequence headers of this source in every partition from the checkpoint's end offsets on, and keep
+   the highest of each partition: in a partition, every message of this source up to that sequence is there
+   (step 2 above), even if the in-place cleaner has since removed some that later ones superseded.
+3. Replay the source from the checkpoint position up to the highest sequence found in any partition, appending
+   only the messages above the highest sequence of their partition. Nothing is appended twice, nothing is
+   skipped, and each partition keeps its messages in source order.
 4. Flush and write the checkpoint; then the steady state.
 """
 
@@ -33,11 +38,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ledgerview.errors import SourceReplayError
 from ledgerview.service.logs import log_event
 from ledgerview.service.sources import Position, Source
 from ledgerview.service.threads import BackgroundThread
 from storage import Store, faults
 from storage.fileio import write_atomically
+from storage.partitioner import partition_for_keys
 from storage.schema import HEADER_TYPE
 
 SERVICE_FOLDER = "__service"
@@ -104,20 +111,35 @@ def with_sequence_headers(messages: pa.Table, source_name: str, first_sequence: 
     return messages.append_column("headers", headers)
 
 
-def read_sequences(store: Store, topic: str, source_name: str, from_offsets: list[int] | None) -> np.ndarray:
-    """The sequence numbers of this source's messages in the topic from ``from_offsets`` on (sorted)."""
+def with_partitions(messages: pa.Table, partitions: int, first_sequence: int) -> pa.Table:
+    """The messages with a partition column: murmur2 of the key for keyed ones (where the store would put them),
+    sequence number mod ``partitions`` for keyless ones."""
+    keys = messages.column("key").combine_chunks()
+    chosen = (np.arange(first_sequence, first_sequence + messages.num_rows) % partitions).astype(np.int32)
+    keyed = np.flatnonzero(keys.is_valid().to_numpy(zero_copy_only=False))
+    if len(keyed):
+        chosen[keyed] = partition_for_keys(keys.take(pa.array(keyed)), partitions)
+    return messages.append_column("partition", pa.array(chosen, pa.int32()))
+
+
+def read_sequences(store: Store, topic: str, source_name: str, from_offsets: list[int] | None) -> (
+    dict[int, np.ndarray]
+):
+    """Per partition, the sequence numbers of this source's messages from ``from_offsets`` on (None: from the log
+    start), in offset order."""
     wanted = pa.scalar(sequence_header_key(source_name), pa.string())
-    found = []
+    found: dict[int, np.ndarray] = {}
     for partition in range(store.topic_metadata(topic).partitions):
         start = None if from_offsets is None or partition >= len(from_offsets) else from_offsets[partition]
         start = None if start is None else max(start, store.start_offset(topic, partition))
+        parts = [np.empty(0, np.int64)]
         for batch in store.read_batches(topic, partition, start):
             pairs = batch.column("headers").flatten()
-            mine = pc.equal(pairs.field("key"), wanted)
-            values = pairs.field("value").filter(mine)
+            values = pairs.field("value").filter(pc.equal(pairs.field("key"), wanted))
             if len(values):
-                found.append(values.cast(pa.string()).cast(pa.int64()).to_numpy())
-    return np.sort(np.concatenate(found)) if found else np.empty(0, np.int64)
+                parts.append(values.cast(pa.string()).cast(pa.int64()).to_numpy())
+        found[partition] = np.concatenate(parts)
+    return found
 
 
 class IngestWorker(BackgroundThread):
@@ -166,9 +188,14 @@ class IngestWorker(BackgroundThread):
             log_event(logger, logging.ERROR, "source.failed", source=self.source.name, topic=self.source.topic,
                       error=self.stats.last_error)
 
-    def _append(self, store: Store, messages: pa.Table) -> None:
+    def _stamped(self, store: Store, messages: pa.Table) -> pa.Table:
+        """The messages with their sequence headers and partitions, numbered from the next sequence number."""
+        partitions = store.topic_metadata(self.source.topic).partitions
         table = with_sequence_headers(messages, self.source.name, self._next_sequence)
-        store.append(self.source.topic, table)
+        return with_partitions(table, partitions, self._next_sequence)
+
+    def _append(self, store: Store, messages: pa.Table) -> None:
+        store.append(self.source.topic, self._stamped(store, messages))
         self._next_sequence += messages.num_rows
         self.stats.messages += messages.num_rows
         self.stats.appends += 1
@@ -188,23 +215,22 @@ class IngestWorker(BackgroundThread):
         checkpoint = read_checkpoint(self._checkpoint_path)
         if checkpoint is not None:
             self._position, self._next_sequence = checkpoint.position, checkpoint.next_sequence
-        present = read_sequences(store, self.source.topic, self.source.name,
+        found = read_sequences(store, self.source.topic, self.source.name,
                                  checkpoint.end_offsets if checkpoint else None)
-        present = present[present >= self._next_sequence]
+        highest = np.array([int(found[p].max()) if len(found[p]) else -1 for p in sorted(found)], np.int64)
         replayed = skipped = 0
-        while len(present) and self._next_sequence <= int(present[-1]):
+        while self._next_sequence <= int(highest.max(initial=-1)):
             batch = self.source.read(self._position)
             if batch is None:
-                raise RuntimeError(f"source {self.source.name!r} cannot replay from {self._position}: the topic holds "
-                                   f"its messages up to sequence {int(present[-1])}, the source ends before")
-            sequences = np.arange(self._next_sequence, self._next_sequence + batch.messages.num_rows)
-            missing = ~np.isin(sequences, present)
-            table = with_sequence_headers(batch.messages, self.source.name, self._next_sequence)
+                raise SourceReplayError(self.source.name, self._position, int(highest.max()))
+            table = self._stamped(store, batch.messages)
+            sequences = np.arange(self._next_sequence, self._next_sequence + table.num_rows)
+            missing = sequences > highest[table.column("partition").to_numpy()]
             if missing.any():
                 store.append(self.source.topic, table.filter(pa.array(missing)))
             replayed += int(missing.sum())
             skipped += int((~missing).sum())
-            self._next_sequence += batch.messages.num_rows
+            self._next_sequence += table.num_rows
             self._position = batch.next_position
         self.stats.recovered_messages = replayed
         self.stats.next_sequence = self._next_sequence
