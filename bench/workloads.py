@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench import compaction, systems
+from bench import cleaning, compaction, systems
 
 MEMORY_BUDGET_BYTES = 64 * compaction.MiB
 BUDGET_CONFIG = {"compaction.memory.bytes": MEMORY_BUDGET_BYTES}
@@ -141,6 +141,21 @@ WORKLOADS: dict[str, Workload] = {
                 _ledgerview("ledgerview 256 MiB", "default config"),
             ),
             same_result=True,
+        ),
+        Workload(
+            "clean",
+            "Kafka-style in-place cleaning of a compacted topic (one pass, whole log dirty), beside copying its "
+            "segment files once",
+            (
+                Case("ledgerview", preparer=cleaning.cleanable_store, job=cleaning.ledgerview_clean(),
+                     note="Store.open, store.clean(topic) (default: 128 MiB key map), close"),
+                Case(f"ledgerview {cleaning.SMALL_BUDGET_MIB} MiB", preparer=cleaning.cleanable_store,
+                     job=cleaning.ledgerview_clean(cleaning.SMALL_BUDGET_MIB * compaction.MiB),
+                     note=f"dedupe_buffer_bytes {cleaning.SMALL_BUDGET_MIB} MiB: store.clean(topic) until nothing is "
+                          "left (the map holds fewer keys than the log has: several passes)"),
+                Case("file copy (floor)", preparer=cleaning.cleanable_store, job=cleaning.copy_floor,
+                     note="read each segment file and write it once, fsync"),
+            ),
         ),
         Workload(
             "scan-compacted",

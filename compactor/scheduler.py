@@ -4,23 +4,24 @@ does with its compaction threshold."""
 
 from __future__ import annotations
 
-import threading
-
 from compactor.errors import CompactionInProgressError
 from compactor.run import CompactionResult, compact_partition
 from storage import Store
 from storage.compacted import CompactedLedgers
 from storage.errors import LedgerviewError
+from storage.periodic import PeriodicLoop
 
 
-class CompactionScheduler:
+class CompactionScheduler(PeriodicLoop):
+    """``check_once`` every ``interval_s`` seconds on a thread and a store of its own (storage/periodic.py)."""
+
+    name = "ledgerview-compaction-scheduler"
+
     def __init__(self, store: Store, *, interval_s: float = 30.0) -> None:
-        # A store of its own: the checks run on another thread, and Store objects are not shared across threads.
-        # Processes and Store objects on one folder coordinate through file locks.
-        self.store = Store.open(store.root, lock_wait=True, verify_reads=store.verify_reads, clock=store.clock)
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(store, interval_s=interval_s)
+
+    def run_once(self, now_ms: int | None = None) -> list[tuple[str, CompactionResult]]:
+        return self.check_once()
 
     def check_once(self) -> list[tuple[str, CompactionResult]]:
         """Compact every partition past its threshold now; failures are left in the partition's status."""
@@ -46,22 +47,3 @@ class CompactionScheduler:
                 except Exception:  # recorded as the partition's ERROR status; the next check tries again
                     continue
         return done
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="ledgerview-compaction-scheduler", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the loop after the check in progress, and close the scheduler's store."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        self.store.close()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.check_once()

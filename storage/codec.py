@@ -7,11 +7,12 @@ A batch is a 48-byte little-endian header followed by a columnar payload, one Ar
     8  int32   batch_length       header + payload, a multiple of 8 so payloads stay 8-byte aligned
     12 uint32  crc                CRC-32C of bytes 0 .. 12 then 16 .. batch_length: all but itself
     16 uint8   magic              format version, 1
-    17 uint8   attributes         bits 0-1 compression (0 none, 1 lz4, 2 zstd), bit 2 timestamps are LogAppendTime
+    17 uint8   attributes         bits 0-1 compression (0 none, 1 lz4, 2 zstd), bit 2 timestamps are LogAppendTime,
+                                  bit 3 first_timestamp holds the delete horizon (set by the cleaner)
     18 int16   reserved           0
-    20 int32   last_offset_delta  last offset - base_offset
-    24 int32   record_count
-    28 int64   first_timestamp    timestamp of the first message
+    20 int32   last_offset_delta  last offset - base_offset (the cleaner keeps a batch's offset range)
+    24 int32   record_count       0 only in a batch the cleaner emptied, kept for its offset range
+    28 int64   first_timestamp    timestamp of the first message, or the delete horizon (bit 3)
     36 int64   max_timestamp
     44 int32   reserved           0
 
@@ -40,6 +41,10 @@ CRC_START: Final = 16
 COMPRESSION_CODES: Final = {None: 0, "lz4": 1, "zstd": 2}
 _COMPRESSION_NAMES: Final = {code: name for name, code in COMPRESSION_CODES.items()}
 LOG_APPEND_TIME_FLAG: Final = 0b100
+DELETE_HORIZON_FLAG: Final = 0b1000
+"""Kafka's KIP-534: the cleaner kept tombstones in this batch and stamped ``first_timestamp`` with the time after
+which a later pass may remove them."""
+_KNOWN_ATTRIBUTES: Final = 0b1111
 
 assert HEADER_BYTES == 48
 
@@ -85,6 +90,16 @@ class BatchHeader:
     def compression(self) -> str | None:
         return _COMPRESSION_NAMES.get(self.attributes & 0b11)
 
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """When the cleaner may remove this batch's tombstones (None: no pass kept them yet)."""
+        return self.first_timestamp if self.attributes & DELETE_HORIZON_FLAG else None
+
+    @property
+    def message_first_timestamp(self) -> int | None:
+        """The first message's timestamp, unless the field holds a delete horizon instead."""
+        return None if self.attributes & DELETE_HORIZON_FLAG else self.first_timestamp
+
 
 def _ipc_schema_prefix_bytes(compression: str | None) -> int:
     sink = pa.BufferOutputStream()
@@ -107,9 +122,16 @@ class EncodedBatch:
 
 
 def encode_batch(
-    batch: pa.RecordBatch, *, compression: str | None = None, log_append_time: bool = False
+    batch: pa.RecordBatch, *, compression: str | None = None, log_append_time: bool = False,
+    offset_range: tuple[int, int] | None = None, delete_horizon_ms: int | None = None,
+    timestamp_range: tuple[int, int] | None = None,
 ) -> EncodedBatch:
-    """Encode a record batch of STORED_SCHEMA with at least one row."""
+    """Encode a record batch of STORED_SCHEMA.
+
+    Appends give at least one row and nothing else. The cleaner may also give ``offset_range`` (base and last
+    offset, wider than the rows' when cleaning removed messages at either end), ``delete_horizon_ms`` and, for a
+    batch left without rows, ``timestamp_range`` (first and max timestamp of the messages it replaced).
+    """
     if compression not in COMPRESSION_CODES:
         raise ValueError(f"compression {compression!r}; allowed: none, lz4, zstd")
     if compression is None:
@@ -123,22 +145,32 @@ def encode_batch(
         payload = stream.slice(start, stream.size - start - 8)
     offsets = batch.column(0).to_numpy()
     timestamps = batch.column(1).to_numpy()
+    base_offset, last_offset = offset_range or (int(offsets[0]), int(offsets[-1]))
+    first_timestamp, max_timestamp = timestamp_range or (int(timestamps[0]), int(np.max(timestamps)))
     attributes = COMPRESSION_CODES[compression] | (LOG_APPEND_TIME_FLAG if log_append_time else 0)
-    base_offset = int(offsets[0])
+    if delete_horizon_ms is not None:
+        attributes |= DELETE_HORIZON_FLAG
+        first_timestamp = delete_horizon_ms
     header = BatchHeader(
         base_offset=base_offset,
         batch_length=HEADER_BYTES + payload.size,
         crc=0,
         attributes=attributes,
-        last_offset_delta=int(offsets[-1]) - base_offset,
+        last_offset_delta=last_offset - base_offset,
         record_count=batch.num_rows,
-        first_timestamp=int(timestamps[0]),
-        max_timestamp=int(np.max(timestamps)),
+        first_timestamp=first_timestamp,
+        max_timestamp=max_timestamp,
         position=0,
     )
+    return with_checksum(header, payload)
+
+
+def with_checksum(header: BatchHeader, payload: pa.Buffer) -> EncodedBatch:
+    """The batch ready to write, its CRC-32C computed over ``header`` (whatever its crc field) and ``payload``."""
     body = _pack(header)
     crc = crc32c.crc32c(payload, crc32c.crc32c(body[CRC_START:], crc32c.crc32c(body[:CRC_OFFSET])))
-    return EncodedBatch(replace(header, crc=crc), _pack(replace(header, crc=crc)), payload)
+    sealed = replace(header, crc=crc, position=0)
+    return EncodedBatch(sealed, _pack(sealed), payload)
 
 
 def _pack(header: BatchHeader) -> bytes:
@@ -164,7 +196,8 @@ def read_header(view: memoryview | bytes, position: int, available: int) -> Batc
         raise BatchFormatError(
             f"batch length {length} does not fit (needs a multiple of 8 within {available} bytes)", base_offset
         )
-    if count < 1 or delta < count - 1 or base_offset < 0 or reserved or reserved2 or attributes & ~0b111:
+    if count < 0 or delta < max(count - 1, 0) or base_offset < 0 or reserved or reserved2 or (
+            attributes & ~_KNOWN_ATTRIBUTES):
         raise BatchFormatError("inconsistent header fields", base_offset)
     return BatchHeader(base_offset, length, crc, attributes, delta, count, first_ts, max_ts, position)
 

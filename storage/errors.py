@@ -56,6 +56,16 @@ class MessageTooLargeError(InvalidMessagesError):
         )
 
 
+class KeylessMessageError(InvalidMessagesError):
+    def __init__(self, topic: str, row: int) -> None:
+        self.row = row
+        super().__init__(
+            f"Message at row {row} has no key, and topic {topic!r} is compacted (cleanup.policy=compact), which "
+            "keeps the latest value per key: a message without a key could never be read back after cleaning. "
+            "Nothing was written. Give every message a key, or set cleanup.policy=compact,delete."
+        )
+
+
 class OffsetOutOfRangeError(LedgerviewError):
     def __init__(self, topic: str, partition: int, offset: int, start: int, end: int) -> None:
         self.offset, self.start, self.end = offset, start, end

@@ -12,6 +12,9 @@ so readers never block writers and see every batch a writer in any process has a
 
 Deleting (retention and delete-records, whose policy is storage/retention.py's) also holds the writer lock: it moves
 the log start offset, then renames a prefix of segments ``.deleted`` (``delete_segments_before``).
+
+Cleaning (storage/cleaner.py) holds the writer lock too and swaps each cleaned segment in for the segments it
+replaces with Kafka's ``.cleaned`` -> ``.swap`` -> ``.deleted`` renames (``replace_segments``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from storage import faults
 from storage.codec import HEADER_BYTES, BatchHeader, encode_batch
 from storage.config import TopicConfig
 from storage.errors import OffsetOutOfRangeError
-from storage.loader import read_segments
+from storage.fileio import fsync_folder
+from storage.files import CLEANED_SUFFIX, SWAP_SUFFIX
+from storage.loader import complete_interrupted_swaps, read_segments
 from storage.locks import FileLock
 from storage.schema import STORED_SCHEMA
 from storage.segment import NO_TIMESTAMP, Segment
@@ -110,14 +115,22 @@ class PartitionLog:
 
     def _relist_segments(self) -> None:
         known = {segment.base_offset: segment for segment in self.segments}
-        on_disk = {segment.base_offset: segment for segment in
-                   read_segments(self.folder, index_interval_bytes=self.config.index_interval_bytes, known=known)}
-        for base, segment in known.items():
-            if base not in on_disk:
-                # Deleted by another process (retention, cleaning): a read in progress here finishes through the
-                # segment's memory map, so only the write handle is closed.
+        on_disk = read_segments(self.folder, index_interval_bytes=self.config.index_interval_bytes, known=known)
+        kept = {id(segment) for segment in on_disk}
+        for segment in self.segments:
+            if id(segment) not in kept:
+                # Deleted or replaced by another process (retention, cleaning): a read in progress here finishes
+                # through the segment's memory map, so only the write handle is closed.
                 segment.close_write_handle()
-        self.segments = [on_disk[base] for base in sorted(on_disk)]
+        self.segments = on_disk
+
+    def settle(self) -> None:
+        """Under the writer lock, before changing segments: finish a swap that a crashed cleaner in another
+        process left half done (storage/loader.py, pass 2), then catch up with the files."""
+        with self.writer_lock:
+            complete_interrupted_swaps(self.folder, index_interval_bytes=self.config.index_interval_bytes)
+            self._relist_segments()
+            self.refresh()
 
     # ------------------------------------------------------------------------------------------------ append
     def append(self, table: pa.Table, *, sizes: np.ndarray, compression: str | None) -> int:
@@ -219,6 +232,45 @@ class PartitionLog:
                 faults.crash_point("retention.after_rename")
             return doomed
 
+    def create_cleaned_segment(self, base_offset: int) -> Segment:
+        """A new ``.cleaned`` segment for the cleaner to write into, after removing any left by an aborted pass."""
+        stale = Segment(self.folder, base_offset, index_interval_bytes=self.config.index_interval_bytes,
+                        temporary_suffix=CLEANED_SUFFIX)
+        for path in (stale.log_path, stale.offset_index.path, stale.time_index.path):
+            path.unlink(missing_ok=True)
+        return Segment.create(self.folder, base_offset, index_interval_bytes=self.config.index_interval_bytes,
+                              temporary_suffix=CLEANED_SUFFIX)
+
+    def replace_segments(self, cleaned: Segment, old: list[Segment], *, now_ms: int) -> None:
+        """Swap the ``.cleaned`` segment ``cleaned`` in for the consecutive segments ``old``, Kafka's
+        ``LocalLog.replaceSegments``. ``cleaned`` has the base offset of ``old[0]`` and exactly their offset range
+        (its next offset is the base offset of the segment after them), which is what recovery relies on.
+
+        1. Seal ``cleaned``: final time-index entry, log and indexes fsynced. A crash before step 2 leaves
+           ``.cleaned`` files, which opening the partition removes: the old segments stay (rolled back).
+        2. Commit: rename its files ``.cleaned`` -> ``.swap``, indexes first and the log last, then fsync the
+           folder. From the log's rename on, opening the partition rolls the swap forward (storage/loader.py,
+           pass 2) and readers already see the new segment in place of the old ones.
+        3. Rename each old segment's files ``.deleted`` (removed after ``file.delete.delay.ms``; readers that hold
+           them keep reading their memory maps). A crash here: recovery removes the old files still in the range.
+        4. Rename the ``.swap`` files to their final names, log last, and fsync the folder. A crash before the log's
+           rename: recovery finishes the renames.
+        """
+        with self.writer_lock:
+            cleaned.seal()
+            faults.crash_point("swap.after_cleaned")
+            cleaned.rename_files(SWAP_SUFFIX)
+            fsync_folder(self.folder)
+            faults.crash_point("swap.after_swap")
+            for segment in old:
+                segment.rename_to_deleted(deleted_ms=now_ms)
+                faults.crash_point("swap.after_delete")
+            cleaned.rename_files(None)
+            fsync_folder(self.folder)
+            first = self.segments.index(old[0])
+            self.segments[first : first + len(old)] = [cleaned]
+            self._folder_mtime_ns = self.folder.stat().st_mtime_ns
+
     def _maybe_flush(self, appended_messages: int) -> None:
         self._unflushed_messages += appended_messages
         if self._unflushed_messages >= self.config.flush_messages:
@@ -239,6 +291,7 @@ class PartitionLog:
 
         Waits for the writer lock whatever ``lock_wait`` says: the flush is of this process's own appends."""
         with self.writer_lock.waiting():
+            self.refresh()  # another process may have replaced or deleted segments (cleaning, retention)
             for segment in self._segments_from(self.recovery_point):
                 segment.fsync()
             faults.crash_point("flush.before_checkpoint")

@@ -3,7 +3,8 @@
 
 One run over one partition (``enforce_partition_retention``), under the partition's writer lock:
 
-1. Catch up with the files: another process may have appended, rolled or deleted since this one last looked.
+1. Catch up with the files: another process may have appended, rolled, deleted or cleaned since this one last
+   looked (``PartitionLog.settle``, which also finishes a swap a crashed cleaner left).
 2. Plan (``plan_retention``). Walk the segments from the oldest with Kafka's three predicates, in Kafka's order,
    each on what the previous one left and each stopping at the first segment it keeps, so only a prefix goes:
 
@@ -37,16 +38,16 @@ from __future__ import annotations
 
 import enum
 import os
-import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from storage.config import TopicConfig
-from storage.errors import LedgerviewError, UnknownTopicError
+from storage.errors import LedgerviewError
 from storage.files import DELETED_SUFFIX, parse_segment_file
 from storage.partition_log import PartitionLog
+from storage.periodic import PeriodicLoop, for_each_topic
 from storage.segment import NO_TIMESTAMP, Segment
 
 if TYPE_CHECKING:
@@ -181,7 +182,7 @@ def largest_timestamp_ms(segment: Segment) -> int:
 def enforce_partition_retention(log: PartitionLog, *, read_hold: HoldReader, now_ms: int) -> list[DeletedSegment]:
     """One retention run over one partition (the module doc's steps 1 to 5); returns what it deleted."""
     with log.writer_lock:
-        log.refresh()
+        log.settle()
         plan = plan_retention(log.segments, end_offset=log.end_offset, log_start_offset=log.log_start_offset,
                               hold=read_hold(), config=log.config, now_ms=now_ms)
         deleted = _delete_prefix(log, plan, now_ms=now_ms)
@@ -195,7 +196,7 @@ def delete_records(log: PartitionLog, before_offset: int, *, read_hold: HoldRead
     """Kafka's DeleteRecords: make ``before_offset`` the log start offset, then delete the segments wholly below
     it. Every check runs before anything changes."""
     with log.writer_lock:
-        log.refresh()
+        log.settle()
         if not log.config.is_delete:
             raise RecordDeletionNotAllowedError(log.topic, log.partition, log.config.cleanup_policy)
         valid = isinstance(before_offset, int) and not isinstance(before_offset, bool)
@@ -249,48 +250,15 @@ def remove_expired_deleted_files(folder: Path, *, now_ms: int, delay_ms: int) ->
 
 
 # ------------------------------------------------------------------------------------------------------- loop
-class RetentionLoop:
-    """Retention over every topic of a store, every ``interval_s`` seconds on a thread of its own (Kafka's
-    ``log.retention.check.interval.ms``, 300 s by default). ``run_once`` is one pass, for callers with their own
-    schedule; a topic that fails is recorded in ``failures`` and tried again on the next pass."""
+class RetentionLoop(PeriodicLoop):
+    """Retention over every topic of a store, every ``interval_s`` seconds (Kafka's
+    ``log.retention.check.interval.ms``, 300 s by default); storage/maintenance.py runs the cleaner too."""
+
+    name = "ledgerview-retention"
 
     def __init__(self, store: Store, *, interval_s: float = 300.0) -> None:
-        # A store of its own: the loop runs on another thread, and Store objects are not shared across threads.
-        self.store = type(store).open(store.root, lock_wait=True, verify_reads=store.verify_reads,
-                                      clock=store.clock)
-        self.interval_s = interval_s
-        self.failures: dict[str, str] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(store, interval_s=interval_s)
 
     def run_once(self, now_ms: int | None = None) -> list[DeletedSegment]:
-        deleted: list[DeletedSegment] = []
-        failures = {}
-        for topic in self.store.list_topics():
-            try:
-                deleted += self.store.enforce_retention(topic, now_ms)
-            except UnknownTopicError:
-                continue  # deleted meanwhile
-            except Exception as error:  # one failing topic must not stop retention of the others
-                failures[topic] = f"{type(error).__name__}: {error}"
-        self.failures = failures
+        deleted, self.failures = for_each_topic(self.store, lambda topic: self.store.enforce_retention(topic, now_ms))
         return deleted
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="ledgerview-retention", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop after the pass in progress, and close the loop's store."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        self.store.close()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.run_once()

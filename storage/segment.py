@@ -8,6 +8,7 @@ see the same pages, which is what lets readers in other processes follow the wri
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import replace
@@ -33,12 +34,19 @@ NO_TIMESTAMP = -1
 
 
 class Segment:
-    def __init__(self, folder: Path, base_offset: int, *, index_interval_bytes: int) -> None:
+    def __init__(self, folder: Path, base_offset: int, *, index_interval_bytes: int,
+                 temporary_suffix: str | None = None) -> None:
+        """``temporary_suffix``: the segment's files carry one of Kafka's swap suffixes (``.cleaned``, ``.swap``)."""
         self.base_offset = base_offset
-        self.log_path = segment_file(folder, base_offset, LOG_SUFFIX)
-        self.offset_index = OffsetIndex(segment_file(folder, base_offset, OFFSET_INDEX_SUFFIX))
-        self.time_index = TimeIndex(segment_file(folder, base_offset, TIME_INDEX_SUFFIX))
+        self.folder = folder
+        self.temporary_suffix = temporary_suffix
+        self.log_path = _path(folder, base_offset, LOG_SUFFIX, temporary_suffix)
+        self.offset_index = OffsetIndex(_path(folder, base_offset, OFFSET_INDEX_SUFFIX, temporary_suffix))
+        self.time_index = TimeIndex(_path(folder, base_offset, TIME_INDEX_SUFFIX, temporary_suffix))
         self.index_interval_bytes = index_interval_bytes
+        self.inode = 0
+        """The log file's inode when opened: a file of the same name with another inode is another segment (the
+        cleaner replaced this one)."""
         self.size_bytes = 0
         self.next_offset = base_offset
         self.first_timestamp = NO_TIMESTAMP
@@ -50,14 +58,18 @@ class Segment:
 
     # ----------------------------------------------------------------------------------------------- opening
     @classmethod
-    def create(cls, folder: Path, base_offset: int, *, index_interval_bytes: int) -> Segment:
-        segment = cls(folder, base_offset, index_interval_bytes=index_interval_bytes)
+    def create(cls, folder: Path, base_offset: int, *, index_interval_bytes: int,
+               temporary_suffix: str | None = None) -> Segment:
+        segment = cls(folder, base_offset, index_interval_bytes=index_interval_bytes,
+                      temporary_suffix=temporary_suffix)
         for path in (segment.log_path, segment.offset_index.path, segment.time_index.path):
             path.touch(exist_ok=False)
+        segment.inode = segment.log_path.stat().st_ino
         return segment
 
     @classmethod
-    def load(cls, folder: Path, base_offset: int, *, index_interval_bytes: int, recovering: bool) -> Segment:
+    def load(cls, folder: Path, base_offset: int, *, index_interval_bytes: int, recovering: bool,
+             temporary_suffix: str | None = None) -> Segment:
         """Open a segment without verifying it: trust its indexes when they look sound, rebuild them from batch
         headers otherwise, and read only the tail to find its end.
 
@@ -66,15 +78,18 @@ class Segment:
         catching up with another process) nothing is written, and the segment ends at its last complete batch:
         the one after it may still be being written.
         """
-        segment = cls(folder, base_offset, index_interval_bytes=index_interval_bytes)
-        file_bytes = segment.log_path.stat().st_size
-        segment.size_bytes = file_bytes
+        segment = cls(folder, base_offset, index_interval_bytes=index_interval_bytes,
+                      temporary_suffix=temporary_suffix)
+        stat = segment.log_path.stat()
+        file_bytes = segment.size_bytes = stat.st_size
+        segment.inode = stat.st_ino
         sound = segment.offset_index.load() and segment.offset_index.is_consistent(file_bytes)
         sound = sound and segment.time_index.load()
         if sound:
             tail_start = segment.offset_index.values[-1] if segment.offset_index.values else 0
             if tail_start:
-                segment.first_timestamp = read_header(memoryview(segment.buffer()), 0, file_bytes).first_timestamp
+                first = read_header(memoryview(segment.buffer()), 0, file_bytes).message_first_timestamp
+                segment.first_timestamp = NO_TIMESTAMP if first is None else first
             segment.max_timestamp = segment._last_time_entry()
             segment.size_bytes = tail_start
             segment._follow(file_bytes)
@@ -143,8 +158,8 @@ class Segment:
                 time_entry = (self.max_timestamp, relative)
             self._bytes_since_index_entry = 0
         self._bytes_since_index_entry += header.batch_length
-        if self.first_timestamp == NO_TIMESTAMP:
-            self.first_timestamp = header.first_timestamp
+        if self.first_timestamp == NO_TIMESTAMP and header.message_first_timestamp is not None:
+            self.first_timestamp = header.message_first_timestamp
         self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
         self.next_offset = header.next_offset
         self.size_bytes = header.end_position
@@ -228,9 +243,35 @@ class Segment:
         file's mtime is set to ``deleted_ms``, so the delay is measured on the clock of whoever deleted it.
         """
         self.close_write_handle()
-        self.log_path = _rename_to_deleted(self.log_path, deleted_ms)
-        self.offset_index.path = _rename_to_deleted(self.offset_index.path, deleted_ms)
-        self.time_index.path = _rename_to_deleted(self.time_index.path, deleted_ms)
+        self.rename_files(DELETED_SUFFIX)
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            try:
+                os.utime(path, ns=(deleted_ms * 1_000_000, deleted_ms * 1_000_000))
+            except FileNotFoundError:
+                continue  # an index a reader rebuilt in memory only was never written
+
+    def rename_files(self, temporary_suffix: str | None) -> None:
+        """Give the segment's files another temporary suffix (None: their final names): indexes first, the log
+        last, so the log's name is the step that counts for recovery (storage/loader.py)."""
+        indexes: tuple[tuple[OffsetIndex | TimeIndex, str], ...] = (
+            (self.offset_index, OFFSET_INDEX_SUFFIX), (self.time_index, TIME_INDEX_SUFFIX))
+        for index, suffix in indexes:
+            target = _path(self.folder, self.base_offset, suffix, temporary_suffix)
+            with contextlib.suppress(FileNotFoundError):  # an index a reader rebuilt in memory only was never written
+                index.path.rename(target)
+            index.path = target
+        target = _path(self.folder, self.base_offset, LOG_SUFFIX, temporary_suffix)
+        faults.crash_point("segment.before_log_rename")
+        self.log_path.rename(target)
+        self.log_path = target
+        self.temporary_suffix = temporary_suffix
+
+    def follow_rename(self, temporary_suffix: str | None) -> None:
+        """Another process renamed this segment's files (same inode): point at the new names."""
+        self.temporary_suffix = temporary_suffix
+        self.log_path = _path(self.folder, self.base_offset, LOG_SUFFIX, temporary_suffix)
+        self.offset_index.path = _path(self.folder, self.base_offset, OFFSET_INDEX_SUFFIX, temporary_suffix)
+        self.time_index.path = _path(self.folder, self.base_offset, TIME_INDEX_SUFFIX, temporary_suffix)
 
     # ----------------------------------------------------------------------------------------------- reading
     def buffer(self) -> pa.Buffer:
@@ -337,14 +378,9 @@ class Segment:
         return None
 
 
-def _rename_to_deleted(path: Path, deleted_ms: int) -> Path:
-    target = with_temporary_suffix(path, DELETED_SUFFIX)
-    try:
-        path.rename(target)
-    except FileNotFoundError:
-        return target  # an index a reader rebuilt in memory only was never written
-    os.utime(target, ns=(deleted_ms * 1_000_000, deleted_ms * 1_000_000))
-    return target
+def _path(folder: Path, base_offset: int, suffix: str, temporary_suffix: str | None) -> Path:
+    path = segment_file(folder, base_offset, suffix)
+    return path if temporary_suffix is None else with_temporary_suffix(path, temporary_suffix)
 
 
 def scan_headers(view: memoryview, position: int, end: int, verify_from: int | None) -> Iterator[BatchHeader]:

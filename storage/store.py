@@ -28,10 +28,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage.checkpoints import CachedCheckpoint, read_checkpoint, update_checkpoint
+from storage.cleaner import CleanerStats
+from storage.cleaner_manager import CleanerConfig, CleanerManager
 from storage.compacted import retention_hold_offset
 from storage.config import CONFIG_KEYS, TopicConfig, UnknownConfigError
 from storage.errors import (
     InvalidMessagesError,
+    KeylessMessageError,
     LedgerviewError,
     MessageTooLargeError,
     PartitionLockedError,
@@ -42,6 +45,7 @@ from storage.errors import (
 )
 from storage.fileio import remove_stray_temporary_files
 from storage.files import (
+    CLEANER_OFFSET_CHECKPOINT,
     DELETED_FOLDER_SUFFIX,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -119,7 +123,8 @@ class TopicDescription:
 class Store:
     """A data folder of topics. Safe to open from several processes at once (see docs/FORMAT.md, Concurrency)."""
 
-    def __init__(self, root: Path, *, lock_wait: bool, verify_reads: bool, clock: Clock) -> None:
+    def __init__(self, root: Path, *, lock_wait: bool, verify_reads: bool, clock: Clock,
+                 cleaner_config: CleanerConfig) -> None:
         self.root = root
         self.lock_wait = lock_wait
         self.verify_reads = verify_reads
@@ -130,20 +135,24 @@ class Store:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._keyless_turn = itertools.count()
         self._log_start_offsets = CachedCheckpoint(root / LOG_START_OFFSET_CHECKPOINT)
+        self.cleaner = CleanerManager(root / CLEANER_OFFSET_CHECKPOINT, self._store_lock, cleaner_config)
+        """The in-place cleaner's states and checkpoint: pause, resume, abort partitions, see uncleanable ones."""
         self._closed = False
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, lock_wait: bool = True, verify_reads: bool = True,
-             clock: Clock = wall_clock_ms) -> Store:
+             clock: Clock = wall_clock_ms, cleaner_config: CleanerConfig | None = None) -> Store:
         """Open (creating it if missing) the data folder at ``path``.
 
         ``lock_wait``: a writer that finds a partition locked by another process waits (True) or raises
         PartitionLockedError (False). ``verify_reads``: check each batch's CRC-32C when reading it.
-        ``clock``: milliseconds since the epoch; tests pass their own.
+        ``clock``: milliseconds since the epoch; tests pass their own. ``cleaner_config``: the in-place
+        cleaner's memory budget (default: Kafka's 128 MiB).
         """
         root = Path(path)
         (root / TOPICS_FOLDER).mkdir(parents=True, exist_ok=True)
-        store = cls(root, lock_wait=lock_wait, verify_reads=verify_reads, clock=clock)
+        store = cls(root, lock_wait=lock_wait, verify_reads=verify_reads, clock=clock,
+                    cleaner_config=cleaner_config or CleanerConfig())
         store._remove_deleted_folders()
         store._remove_stray_temporary_files()
         return store
@@ -256,6 +265,7 @@ class Store:
                 changes[(topic, partition)] = None
             update_checkpoint(self.root / RECOVERY_POINT_CHECKPOINT, self._store_lock, changes)
             update_checkpoint(self.root / LOG_START_OFFSET_CHECKPOINT, self._store_lock, changes)
+            update_checkpoint(self.root / CLEANER_OFFSET_CHECKPOINT, self._store_lock, changes)
 
     def _remove_stray_temporary_files(self) -> None:
         """Checkpoint and topic-metadata writes a crash interrupted; under the store lock, which those writes
@@ -356,6 +366,9 @@ class Store:
             return AppendResult(np.empty(0, np.int32), np.empty(0, np.int64))
         sizes = estimated_message_bytes(table)
         self._check_sizes(topic, sizes, config.max_message_bytes)
+        if config.is_compact and not config.is_delete and table.column("key").null_count:
+            raise KeylessMessageError(topic, int(np.flatnonzero(
+                table.column("key").is_null().to_numpy(zero_copy_only=False))[0]))
         table = self._set_timestamps(table, config)
         targets = self._choose_partitions(metadata, table, partition)
         if "partition" in table.column_names:
@@ -492,6 +505,19 @@ class Store:
         log = self.partition_log(topic, partition)
         return delete_records(log, before_offset, now_ms=self.clock() if now_ms is None else now_ms,
                               read_hold=functools.partial(self.retention_hold, topic, partition))
+
+    def clean(self, topic: str, now_ms: int | None = None) -> list[CleanerStats]:
+        """Kafka's in-place cleaning: one pass over each partition of ``topic`` whose dirty ratio is above
+        min.cleanable.dirty.ratio (or whose oldest dirty message passed max.compaction.lag.ms), filthiest first,
+        when cleanup.policy includes compact (see storage/cleaner.py and storage/cleaner_manager.py). Returns the
+        statistics of each pass. A partition that fails is marked uncleanable (``store.cleaner.uncleanable()``)
+        and the others are still cleaned. ``now_ms``: default the store's clock."""
+        metadata = self.topic_metadata(topic)
+        if not metadata.config.is_compact:
+            return []
+        logs = [(self.partition_log(topic, partition), functools.partial(self.retention_hold, topic, partition))
+                for partition in range(metadata.partitions)]
+        return self.cleaner.clean(logs, now_ms=self.clock() if now_ms is None else now_ms)
 
     def roll(self, topic: str, partition: int) -> None:
         """Seal the active segment now; the next append starts a new one."""
