@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from ledgerview.commands import (
+    clean,
     compaction,
     consume,
     demo,
@@ -21,7 +22,7 @@ from ledgerview.commands import (
 from ledgerview.exit_codes import EXIT_CODES_HELP, ExitCode, exit_code_for
 from storage.errors import LedgerviewError
 
-COMMAND_GROUPS = (topics, produce, consume, compaction, retention, dump_log, verify, serve, demo)
+COMMAND_GROUPS = (topics, produce, consume, compaction, clean, retention, dump_log, verify, serve, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

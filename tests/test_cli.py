@@ -201,6 +201,29 @@ def test_retention_and_delete_records(data_dir: Path) -> None:
 
 
 @pytest.mark.slow
+def test_clean_keeps_the_latest_value_per_key_in_place(data_dir: Path) -> None:
+    with Store.open(data_dir) as store:
+        store.create_topic("users", config={"cleanup.policy": "compact", "segment.bytes": "1024",
+                                            "min.cleanable.dirty.ratio": "0.01"})
+        for round_number in range(8):
+            store.append("users", [(f"u{i}", f"r{round_number}") for i in range(6)])
+        end_offset = store.end_offset("users", 0)
+    cleaned = run_cli(data_dir, "clean", "--json")
+    passes = cleaned.json_lines()
+    assert len(passes) == 1 and passes[0]["topic"] == "users" and passes[0]["messages_written"] < 48
+    after = lines(run_cli(data_dir, "consume", "users", "--from-beginning", "--until-end", "--print-offset").out)
+    latest = {line.split("\t")[1]: line.split("\t")[2] for line in after}
+    assert latest == {f"u{i}": "r7" for i in range(6)}
+    offsets = [int(line.split("\t")[0]) for line in after]
+    assert offsets == sorted(offsets) and offsets[-1] == end_offset - 1 and len(offsets) < 48
+    assert run_cli(data_dir, "verify").code == 0
+
+    run_cli(data_dir, "topics", "create", "logs")
+    refused = run_cli(data_dir, "clean", "logs", check=False)
+    assert refused.code == 2 and "set cleanup.policy=compact or compact,delete first" in refused.err
+
+
+@pytest.mark.slow
 def test_dump_log_prints_batches_crcs_and_messages(data_dir: Path) -> None:
     run_cli(data_dir, "topics", "create", "prices")
     produce_keys(data_dir, "prices", 5, 2)
@@ -260,14 +283,14 @@ def test_verify_finds_an_index_entry_that_points_at_the_wrong_batch(data_dir: Pa
 
 def test_help_is_the_reference() -> None:
     top = run_cli(Path("unused"), "--help")
-    for command in ("topics", "produce", "consume", "compact", "compaction-status", "retention", "delete-records",
-                    "dump-log", "verify", "demo"):
+    for command in ("topics", "produce", "consume", "compact", "compaction-status", "clean", "retention",
+                    "delete-records", "dump-log", "verify", "serve", "demo"):
         assert command in top.out
     assert "exit statuses:" in top.out and "130  interrupted" in top.out
 
 
 @pytest.mark.parametrize("command", [["topics", "create"], ["produce"], ["consume"], ["compact"],
-                                     ["compaction-status"], ["retention"], ["delete-records"], ["dump-log"],
+                                     ["compaction-status"], ["clean"], ["retention"], ["delete-records"], ["dump-log"],
                                      ["verify"]])
 def test_every_command_has_help_with_its_options(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:

@@ -167,6 +167,39 @@ def test_directory_source_ingests_files_and_stops_at_a_malformed_line(tmp_path: 
 
 
 @pytest.mark.slow
+def test_the_cleaner_loop_cleans_compact_topics_in_place(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "ledgerview.toml", {
+        "store": {"data": str(tmp_path / "data")}, "service": {"flush_interval_s": 0.2}, "http": {"port": 0},
+        "cleaner": {"interval_s": 0.2},
+    }, {
+        "topics": [{"name": "users", "config": {"cleanup.policy": "compact", "segment.bytes": "2048",
+                                                 "min.cleanable.dirty.ratio": "0.01"}}],
+        "sources": [{"name": "profiles", "type": "generator", "topic": "users", "batch_messages": 20,
+                     "interval_s": 0.01, "keys": 5, "value_bytes": 24, "limit": 600}],
+    })
+    service = ServiceProcess(path)
+
+    def cleaned() -> dict[str, Any] | None:
+        status = service.status()
+        if status["sources"][0]["next_sequence"] < 600:
+            return None
+        cleaner = status["topics"][0]["partitions"][0]["cleaner"]
+        return cleaner if cleaner["first_dirty_offset"] > 0 and cleaner["state"] == "idle" else None
+
+    cleaner = service.wait_until(cleaned, "a cleaning pass over the generated messages")
+    assert cleaner["uncleanable"] is None and 0 <= cleaner["dirty_ratio"] <= 1
+    assert any(event["event"] == "cleaner.cleaned" for event in service.events)
+    metrics = service.get("/metrics")[2]
+    assert 'ledgerview_partition_cleaner_first_dirty_offset{topic="users",partition="0"}' in metrics
+    assert service.terminate() == 0
+
+    table = read_table(tmp_path / "data", "users")
+    assert table.num_rows < 600
+    latest = dict(zip(table["key"].to_pylist(), table["value"].to_pylist(), strict=True))
+    assert latest == {f"key{k:06d}".encode(): f"n={595 + k}".ljust(24, ".").encode() for k in range(5)}
+
+
+@pytest.mark.slow
 def test_demo_runs_and_checks_itself(tmp_path: Path) -> None:
     result = run_cli(tmp_path / "unused", "demo", "--data", str(tmp_path / "demo"), "--ticks", "20000")
     assert "contents match: yes" in result.out and "two-phase compaction" in result.out

@@ -5,7 +5,7 @@ Start:
 1. Read and check the config (nothing starts on a bad one); take the service lock of the data folder (a second
    service there is refused: it would ingest every source twice); open the store (which recovers every partition it
    touches: torn tails cut, indexes rebuilt) and create the configured topics that are missing.
-2. Start the HTTP endpoint, then the loops (compaction scheduler, retention, cleaner when the store has one), then
+2. Start the HTTP endpoint, then the loops (compaction scheduler, retention, in-place cleaner), then
    the ingest workers, each of which first recovers its source (ledgerview/service/ingest.py).
 3. Log ``service.started`` with the HTTP address.
 
@@ -41,6 +41,7 @@ from ledgerview.service.status import service_status
 from storage import Store
 from storage.errors import PartitionLockedError
 from storage.locks import FileLock
+from storage.periodic import for_each_topic
 from storage.retention import RetentionLoop
 
 logger = logging.getLogger("ledgerview.service")
@@ -63,6 +64,8 @@ class Service:
         self.workers: list[IngestWorker] = []
         self.loops: list[PeriodicTask] = []
         self.http: StatusServer | None = None
+        self.cleaner_store: Store | None = None
+        """The cleaner loop's store: its cleaner manager (thread-safe) knows each partition's cleaning state."""
         self._stopping = threading.Event()
         self._lock = FileLock(config.data / SERVICE_FOLDER / SERVICE_LOCK, wait=False)
 
@@ -124,6 +127,9 @@ class Service:
             loops.append(_compaction_loop(Store.open(config.data), config.compaction.interval_s))
         if config.retention.enabled:
             loops.append(_retention_loop(Store.open(config.data), config.retention.interval_s))
+        if config.cleaner.enabled:
+            self.cleaner_store = Store.open(config.data)
+            loops.append(_cleaner_loop(self.cleaner_store, config.cleaner.interval_s))
         return loops
 
     # ----------------------------------------------------------------------------------------------- status
@@ -140,7 +146,8 @@ class Service:
                 topic_errors.setdefault(worker.source.topic, []).append(
                     f"source {worker.source.name}: {worker.stats.last_error}")
         return service_status(store, started_ms=self.started_ms, now_ms=time.time_ns() // 1_000_000,
-                              sources=sources, loops=loops, topic_errors=topic_errors)
+                              sources=sources, loops=loops, topic_errors=topic_errors,
+                              cleaner=self.cleaner_store.cleaner if self.cleaner_store else None)
 
 
 def _compaction_loop(store: Store, interval_s: float) -> PeriodicTask:
@@ -171,6 +178,25 @@ def _retention_loop(store: Store, interval_s: float) -> PeriodicTask:
         return dict(retention.failures)
 
     return PeriodicTask("retention", interval_s, run_once, close=retention.stop)
+
+
+def _cleaner_loop(store: Store, interval_s: float) -> PeriodicTask:
+    """Kafka's in-place cleaning of every compact topic, on the loop's thread with ``store`` (its own)."""
+
+    def run_once() -> dict[str, str]:
+        cleaned, failures = for_each_topic(store, store.clean)
+        for stats in cleaned:
+            log_event(logger, logging.INFO, "cleaner.cleaned", topic=stats.topic, partition=stats.partition,
+                      first_dirty_offset=stats.first_dirty_offset, end_offset=stats.end_offset,
+                      dirty_ratio=round(stats.dirty_ratio, 4), read=stats.messages_read,
+                      written=stats.messages_written, tombstones_removed=stats.tombstones_removed)
+        for (topic, partition), error in store.cleaner.uncleanable().items():
+            failures.setdefault(topic, f"partition {partition} is uncleanable: {error}")
+        for topic, error in failures.items():
+            log_event(logger, logging.ERROR, "cleaner.failed", topic=topic, error=error)
+        return failures
+
+    return PeriodicTask("cleaner", interval_s, run_once, close=store.close)
 
 
 def serve(config: ServiceConfig) -> int:

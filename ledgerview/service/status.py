@@ -9,16 +9,22 @@ from typing import Any
 
 from compactor import Compactor
 from storage import Store
+from storage.cleaner_manager import CleanerManager, first_dirty_offset, log_to_clean
 from storage.compacted import CompactedLedgers
+from storage.partition_log import PartitionLog
 
 
-def partition_statuses(store: Store, topic: str) -> list[dict[str, Any]]:
-    """Offsets, sizes, compaction horizon and backlog of each partition, with its last compaction run.
+def partition_statuses(store: Store, topic: str, cleaner: CleanerManager | None) -> list[dict[str, Any]]:
+    """Offsets, sizes, compaction horizon and backlog of each partition, with its last compaction run and, for
+    compact topics, the in-place cleaner's view of it.
 
     ``dirty_ratio`` is the share of the partition's bytes above the horizon, not yet in the compacted view (for a
-    topic never compacted, all of it)."""
+    topic never compacted, all of it). The cleaner's ``dirty_ratio`` is Kafka's: cleanable bytes over clean plus
+    cleanable bytes."""
     statuses = []
     compactions = Compactor(store).status(topic)
+    checkpoints = cleaner.read_checkpoints() if cleaner else {}
+    uncleanable = cleaner.uncleanable() if cleaner else {}
     for compaction in compactions:
         log = store.partition_log(topic, compaction.partition)
         log.refresh()
@@ -27,6 +33,9 @@ def partition_statuses(store: Store, topic: str) -> list[dict[str, Any]]:
         size = log.size_bytes
         dirty = log.bytes_above(horizon) if log.end_offset > max(horizon + 1, log.log_start_offset) else 0
         errors = [compaction.last_error] if compaction.last_error else []
+        key = (topic, compaction.partition)
+        if key in uncleanable:
+            errors.append(f"cleaner: {uncleanable[key]}")
         statuses.append({
             "partition": compaction.partition,
             "start_offset": log.log_start_offset,
@@ -39,19 +48,34 @@ def partition_statuses(store: Store, topic: str) -> list[dict[str, Any]]:
             "dirty_bytes": dirty,
             "dirty_ratio": round(dirty / size, 6) if size else 0.0,
             "compaction": compaction.as_record(),
-            "cleaner": None,
+            "cleaner": _cleaner_status(store, log, cleaner, checkpoints.get(key), uncleanable.get(key)),
             "last_errors": errors,
         })
     return statuses
 
 
+def _cleaner_status(store: Store, log: PartitionLog, cleaner: CleanerManager | None, checkpoint: int | None,
+                    uncleanable: str | None) -> dict[str, Any] | None:
+    """None when the topic is not compact or the service runs no cleaner."""
+    if cleaner is None or not log.config.is_compact:
+        return None
+    first_dirty, _ = first_dirty_offset(log, checkpoint)
+    to_clean = log_to_clean(log, first_dirty, hold=store.retention_hold(log.topic, log.partition),
+                            now_ms=store.clock())
+    return {"state": cleaner.state((log.topic, log.partition)).value, "first_dirty_offset": first_dirty,
+            "first_uncleanable_offset": to_clean.first_uncleanable_offset, "clean_bytes": to_clean.clean_bytes,
+            "cleanable_bytes": to_clean.cleanable_bytes, "dirty_ratio": round(to_clean.dirty_ratio, 6),
+            "uncleanable": uncleanable}
+
+
 def service_status(store: Store, *, started_ms: int, now_ms: int, sources: list[dict[str, Any]],
-                   loops: dict[str, Any], topic_errors: dict[str, list[str]]) -> dict[str, Any]:
+                   loops: dict[str, Any], topic_errors: dict[str, list[str]],
+                   cleaner: CleanerManager | None) -> dict[str, Any]:
     """``topic_errors``: the last failures of loops and sources per topic, shown with the topic."""
     topics = []
     for topic in store.list_topics():
         metadata = store.topic_metadata(topic)
-        topics.append({"topic": topic, "partitions": partition_statuses(store, topic),
+        topics.append({"topic": topic, "partitions": partition_statuses(store, topic, cleaner),
                        "config": dict(metadata.overrides), "last_errors": topic_errors.get(topic, [])})
     failed = [source["name"] for source in sources if source["state"] == "failed"]
     return {
@@ -78,6 +102,13 @@ _PARTITION_GAUGES = (
     ("dirty_bytes", "ledgerview_partition_dirty_bytes", "Raw bytes above the compaction horizon."),
     ("dirty_ratio", "ledgerview_partition_dirty_ratio", "Share of raw bytes above the compaction horizon."),
 )
+_CLEANER_GAUGES = (
+    ("first_dirty_offset", "ledgerview_partition_cleaner_first_dirty_offset",
+     "First offset the in-place cleaner has not cleaned yet (compact topics)."),
+    ("cleanable_bytes", "ledgerview_partition_cleaner_cleanable_bytes", "Bytes the in-place cleaner may clean now."),
+    ("dirty_ratio", "ledgerview_partition_cleaner_dirty_ratio",
+     "Cleanable bytes over clean plus cleanable bytes (Kafka's dirty ratio)."),
+)
 _SOURCE_COUNTERS = (
     ("messages", "ledgerview_source_messages_total", "Messages the source appended since the service started."),
     ("appends", "ledgerview_source_appends_total", "Appends the source made since the service started."),
@@ -102,6 +133,9 @@ def prometheus_text(status: dict[str, Any]) -> str:
                      "1 for the state of the partition's last compaction run, 0 for the others.",
                      (({**labels, "state": state}, int(p["compaction"]["state"] == state))
                       for labels, p in partitions for state in COMPACTION_STATES))
+    cleaned = [(labels, p["cleaner"]) for labels, p in partitions if p["cleaner"] is not None]
+    for key, name, help_text in _CLEANER_GAUGES:
+        lines += _family(name, "gauge", help_text, ((labels, cleaner[key]) for labels, cleaner in cleaned))
     sources = [({"source": s["name"], "topic": s["topic"]}, s) for s in status["sources"]]
     for key, name, help_text in _SOURCE_COUNTERS:
         lines += _family(name, "counter", help_text, ((labels, s[key]) for labels, s in sources))
