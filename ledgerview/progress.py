@@ -1,11 +1,13 @@
 """Progress bars for work that takes more than a moment (compaction, verify, large dumps).
 
 Drawn on stderr with tqdm, and only when stderr is a terminal: piped or captured output gets no bar, so scripts and
-logs stay clean. A bar appears only after ``delay_s``, so quick runs never show one.
+logs stay clean. A bar appears only after half a second (``LEDGERVIEW_PROGRESS_DELAY_S`` changes it), so quick
+runs never show one.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
@@ -13,7 +15,7 @@ from typing import TypeVar
 from tqdm import tqdm
 
 T = TypeVar("T")
-DELAY_S = 0.5
+DELAY_S = float(os.environ.get("LEDGERVIEW_PROGRESS_DELAY_S", "0.5"))
 
 
 def progress(items: Iterable[T], *, total: int | None = None, unit: str = "it", description: str = "") -> (

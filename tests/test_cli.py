@@ -5,7 +5,14 @@ consumer prints), 10 (bad input is refused with a clear error and nothing stored
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
 from pathlib import Path
 from typing import Any
 
@@ -279,6 +286,34 @@ def test_verify_finds_an_index_entry_that_points_at_the_wrong_batch(data_dir: Pa
     damaged = run_cli(data_dir, "verify", check=False)
     assert damaged.code == 1
     assert f"PROBLEM {index}: entry 0" in damaged.out and "does not point at the batch" in damaged.out
+
+
+@pytest.mark.slow
+def test_a_progress_bar_only_on_a_terminal(data_dir: Path) -> None:
+    run_cli(data_dir, "topics", "create", "prices", *TINY)
+    produce_keys(data_dir, "prices", 300, 8)
+    piped = run_cli(data_dir, "verify")
+    assert "verifying" not in piped.err and "\r" not in piped.err
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a terminal has a size
+    environment = {**os.environ, "LEDGERVIEW_DATA": str(data_dir), "LEDGERVIEW_PROGRESS_DELAY_S": "0"}
+    try:
+        result = subprocess.run([sys.executable, "-m", "ledgerview", "verify"], stdout=subprocess.PIPE,
+                                stderr=terminal, timeout=120, env=environment)
+        os.close(terminal)
+        shown = b""
+        while chunk := _read_available(controller):
+            shown += chunk
+    finally:
+        os.close(controller)
+    assert result.returncode == 0 and b"\rverifying:   0%|" in shown and b"sound" in shown
+
+
+def _read_available(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # the terminal's other end is closed: everything was read
+        return b""
 
 
 def test_help_is_the_reference() -> None:
