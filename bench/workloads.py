@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench import cleaning, compaction, systems
+from bench import cleaning, compaction, spark_jobs, systems
 
 MEMORY_BUDGET_BYTES = 64 * compaction.MiB
 BUDGET_CONFIG = {"compaction.memory.bytes": MEMORY_BUDGET_BYTES}
@@ -165,6 +165,32 @@ WORKLOADS: dict[str, Workload] = {
                      note="CompactedLedgers(folder).open_current(), sum of num_rows over ledger.read_batches()"),
             ),
             whole_dataset=False,
+        ),
+        Workload(
+            "spark-sink",
+            f"a Structured Streaming query (availableNow, {spark_jobs.SINK_FILES} Parquet files, one per "
+            "micro-batch) into each sink, checkpoint and commit included",
+            (
+                Case("ledgerview sink", preparer=spark_jobs.sink_input, job=spark_jobs.ledgerview_sink,
+                     note="writeStream.format('ledgerview'), 1-partition topic, exactly-once commit"),
+                Case("parquet file sink", preparer=spark_jobs.sink_input, job=spark_jobs.parquet_sink,
+                     note="writeStream.format('parquet'), Spark's built-in file sink"),
+            ),
+        ),
+        *(
+            Workload(
+                f"spark-sql-{name}",
+                f"Spark SQL {what} over the compacted view, beside the same query over a Parquet copy of the view",
+                tuple(
+                    Case(source, preparer=spark_jobs.compacted_parquet_copy, job=spark_jobs.sql_job(source, query),
+                         note=note)
+                    for source, note in (("ledgerview", "spark.read.format('ledgerview') compacted view"),
+                                         ("parquet", "spark.read.parquet of the compacted view's copy"))
+                ),
+                whole_dataset=False,
+            )
+            for name, what, query in (("scan", "full scan", spark_jobs.FULL_SCAN),
+                                      ("point", "point query", spark_jobs.POINT_QUERY))
         ),
         Workload(
             "get",

@@ -120,3 +120,34 @@ def parse_ledger_file(name: str) -> tuple[int, str, str | None] | None:
 
 def subscription_file(partition: Path, subscription: str) -> Path:
     return partition / SUBSCRIPTIONS_FOLDER / f"{validate_topic_name(subscription)}.json"
+
+
+SINKS_FOLDER = "__sinks"
+SINK_RECORD = "sink.json"
+SINK_STAGING_FOLDER = "staging"
+SINK_PENDING_FOLDER = "pending"
+
+
+def topic_sinks_folder(root: Path, topic: str) -> Path:
+    """``__sinks/<topic>/``: a folder per sink writing into the topic."""
+    return root / SINKS_FOLDER / validate_topic_name(topic)
+
+
+def sink_folder(root: Path, topic: str, sink_id: str) -> Path:
+    """``__sinks/<topic>/<sink id>/``: one writing sink's record of committed batches and its staged files."""
+    return topic_sinks_folder(root, topic) / validate_topic_name(sink_id)
+
+
+def staged_file_name(batch_id: int, task: int, attempt: int, unique: str) -> str:
+    """A task's staged file for one batch; the batch id leads, zero-padded, so a prefix finds a batch's files."""
+    return f"{staged_batch_prefix(batch_id)}p{task:05d}-a{attempt}-{unique}.arrow"
+
+
+def staged_batch_prefix(batch_id: int) -> str:
+    return f"b{batch_id:020d}-"
+
+
+def parse_staged_batch(name: str) -> int | None:
+    """The batch id of a staged file's name; None for other names."""
+    match = re.fullmatch(r"b(\d{20})-.*\.arrow", name)
+    return int(match[1]) if match else None

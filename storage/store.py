@@ -393,6 +393,19 @@ class Store:
                 offsets[rows] = np.arange(first, first + len(rows))
         return AppendResult(targets, offsets)
 
+    def routed(self, topic: str, data: Input, *, keyless_partition: int) -> pa.Table:
+        """``data`` validated as ``append`` validates it, with a ``partition`` column saying where ``append``
+        would put each message (keyless ones: ``keyless_partition``) and no timestamp column if none was given.
+        For writers that must fix the partitions before they append, such as the Spark sink's tasks, so that a
+        replayed batch lands where it did."""
+        metadata = self.topic_metadata(topic)
+        table = normalize_input(data)
+        self._check_sizes(topic, estimated_message_bytes(table), metadata.config.max_message_bytes)
+        targets = self._choose_partitions(metadata, table, None, keyless_partition=keyless_partition)
+        unset = [name for name in ("partition", "timestamp") if name in table.column_names
+                 and (name == "partition" or table.column(name).null_count == table.num_rows)]
+        return table.drop_columns(unset).append_column("partition", pa.array(targets, pa.int32()))
+
     def _check_sizes(self, topic: str, sizes: np.ndarray, limit_bytes: int) -> None:
         too_big = np.flatnonzero(sizes > limit_bytes)
         if len(too_big):
@@ -408,7 +421,8 @@ class Store:
             table = table.set_column(table.schema.get_field_index("timestamp"), "timestamp", filled)
         return table
 
-    def _choose_partitions(self, metadata: TopicMetadata, table: pa.Table, partition: int | None) -> np.ndarray:
+    def _choose_partitions(self, metadata: TopicMetadata, table: pa.Table, partition: int | None, *,
+                           keyless_partition: int | None = None) -> np.ndarray:
         count = metadata.partitions
         if partition is not None:
             if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
@@ -422,7 +436,8 @@ class Store:
             return np.asarray(chosen, dtype=np.int32)
         keys = table.column("key").combine_chunks()
         keyless = keys.is_null().to_numpy(zero_copy_only=False)
-        chosen = np.full(table.num_rows, next(self._keyless_turn) % count, dtype=np.int32)
+        keyless_target = next(self._keyless_turn) if keyless_partition is None else keyless_partition
+        chosen = np.full(table.num_rows, keyless_target % count, dtype=np.int32)
         if not keyless.all():
             keyed = np.flatnonzero(~keyless)
             chosen[keyed] = partition_for_keys(keys.take(pa.array(keyed)), count)

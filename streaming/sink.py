@@ -1,0 +1,178 @@
+"""The Spark sink: ``df.writeStream.format("ledgerview")`` (exactly once per micro-batch) and ``df.write``.
+
+Where each part runs (reference/pyspark-datasource.md, section 3): ``write`` in executor Python workers, once per
+task and micro-batch; ``commit``/``abort`` in a fresh Python worker the JVM spawns, with a fresh writer. Nothing is
+kept on the writer between them: tasks stage Arrow files named by the batch id, and their commit messages name
+them. The commit protocol is streaming/sink_commit.py's ``commit_batch``.
+
+Input columns: ``key`` and ``value`` (binary or string; a null value is a tombstone), optional ``timestamp``
+(timestamp or long milliseconds), ``headers`` (array of struct<key string, value binary>) and ``partition``
+(int). Without ``partition``, a keyed row goes where Kafka's murmur2 partitioner puts it; a keyless row goes to
+one partition per task and batch, chosen from both, so that a replayed batch lands where it did.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from readers.spark_scan import cached_store
+from storage.errors import LedgerviewError
+from storage.files import sink_folder, staged_file_name, topic_sinks_folder
+from streaming.sink_commit import SinkFolders, commit_batch, remove_staged_batch
+
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+ALLOWED_TYPES: dict[str, tuple[type[DataType], ...]] = {
+    "key": (BinaryType, StringType),
+    "value": (BinaryType, StringType),
+    "timestamp": (TimestampType, LongType),
+    "headers": (ArrayType,),
+    "partition": (IntegerType,),
+}
+
+
+class InvalidSinkError(LedgerviewError):
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            f"Cannot write to ledgerview: {reason}. Columns allowed: key and value (binary or string), timestamp "
+            "(timestamp or long ms), headers (array<struct<key:string,value:binary>>), partition (int); options "
+            "path (the store's data folder) and topic; output mode append."
+        )
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    path: str
+    topic: str
+
+    @classmethod
+    def parse(cls, options: Any, schema: StructType, overwrite: bool) -> SinkOptions:
+        path, topic = options.get("path"), options.get("topic")
+        if not path or not topic:
+            raise InvalidSinkError(f"option path={path!r} and topic={topic!r} are both required")
+        if overwrite:
+            raise InvalidSinkError("a topic is an append-only log; overwrite and complete modes are not supported")
+        for column in schema.fields:
+            allowed = ALLOWED_TYPES.get(column.name)
+            if allowed is None:
+                raise InvalidSinkError(f"unknown column {column.name!r}")
+            if not isinstance(column.dataType, allowed):
+                raise InvalidSinkError(f"column {column.name!r} has type {column.dataType.simpleString()}")
+        if "value" not in schema.fieldNames():
+            raise InvalidSinkError("a value column is required (null values are tombstones)")
+        cached_store(path).topic_metadata(topic)  # an unknown topic fails the query at its start
+        return cls(path, topic)
+
+
+@dataclass
+class StagedFiles(WriterCommitMessage):
+    """What one task staged for one batch (its files may be none)."""
+
+    sink_id: str
+    batch_id: int
+    files: list[str]
+
+
+def stage_task_rows(options: SinkOptions, sink_id: str, batch_id: int,
+                    batches: Iterator[pa.RecordBatch]) -> StagedFiles:
+    """Validate, route and stage one task's rows as one Arrow file (fsynced), named by the batch id."""
+    context = TaskContext.get()
+    task, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
+    store = cached_store(options.path)
+    count = store.topic_metadata(options.topic).partitions
+    staging = SinkFolders.of(store, options.topic, sink_id).staging
+    staging.mkdir(parents=True, exist_ok=True)
+    name = staged_file_name(batch_id, task, attempt, uuid.uuid4().hex[:12])
+    rows, writer = 0, None
+    with pa.OSFile(str(staging / name), "wb") as sink:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            routed = store.routed(options.topic, batch, keyless_partition=(batch_id + task) % count)
+            if writer is None:
+                writer = pa.ipc.new_file(sink, routed.schema)
+            writer.write_table(routed)
+            rows += routed.num_rows
+        if writer is not None:
+            writer.close()
+            os.fsync(sink.fileno())
+    if rows == 0:
+        (staging / name).unlink()
+    return StagedFiles(sink_id, batch_id, [name] if rows else [])
+
+
+def commit_messages(options: SinkOptions, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
+    staged = [message for message in messages if isinstance(message, StagedFiles)]
+    if staged:
+        commit_batch(cached_store(options.path), options.topic, staged[0].sink_id, batch_id,
+                     [name for message in staged for name in message.files])
+
+
+class StreamSink(DataSourceStreamArrowWriter):
+    """``writeStream.format("ledgerview")``: exactly once per micro-batch id (invariant 7)."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFiles:
+        context = TaskContext.get()
+        batch_id = context.getLocalProperty(BATCH_ID_PROPERTY) if context else None
+        query_id = context.getLocalProperty(QUERY_ID_PROPERTY) if context else None
+        if batch_id is None or query_id is None:
+            raise InvalidSinkError("the streaming writer ran outside a streaming query's task (no batch id)")
+        return stage_task_rows(self.options, query_id, int(batch_id), iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        commit_messages(self.options, messages, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """A failed task's message is None (even a successful task's may be): clean up by batch id."""
+        store = cached_store(self.options.path)
+        folder = topic_sinks_folder(store.root, self.options.topic)
+        for sink in folder.iterdir() if folder.is_dir() else ():
+            remove_staged_batch(store, self.options.topic, sink.name, batchId)
+
+
+class BatchSink(DataSourceArrowWriter):
+    """``df.write.format("ledgerview")``: the same staging and commit, as one batch of a one-off sink whose
+    folder is removed after the commit. A job that dies inside its commit may leave part of its rows appended
+    (no one replays a batch job); rerunning it appends them again."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+        self.job_id = f"job-{uuid.uuid4().hex}"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFiles:
+        return stage_task_rows(self.options, self.job_id, 0, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        commit_messages(self.options, messages, 0)
+        self.abort(messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Remove the job's sink folder (staged files and record); named by the messages, or by this writer
+        when the commit runs on the writer the tasks had."""
+        jobs = {message.sink_id for message in messages if isinstance(message, StagedFiles)} | {self.job_id}
+        root = cached_store(self.options.path).root
+        for job in jobs:
+            shutil.rmtree(sink_folder(root, self.options.topic, job), ignore_errors=True)
+

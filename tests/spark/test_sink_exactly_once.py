@@ -1,0 +1,65 @@
+"""The sink's exactly-once commit across a real crash (DESIGN.md invariant 7; 8: the commit runs in a Python
+worker the JVM spawns, not in the process that started the query).
+
+A streaming query runs in its own process and JVM (tests/processes/spark_sink_job.py). A crash point inside the
+sink's commit kills that JVM with SIGKILL: before the commit starts (the tasks have staged their files), between
+the partitions of the append, and after the store recorded the commit but before Spark wrote its own commit. The
+query is restarted from its checkpoint in a new process; every input row must then be in the topic exactly once,
+and no staged or pending file may be left.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from storage import Store
+from streaming.sink_commit import SinkFolders, SinkRecord, read_committed_batch
+from tests.processes.children import Child
+from tests.spark.inputs import numbered_rows, stored_values, write_input_files
+
+pytestmark = [pytest.mark.spark, pytest.mark.fault, pytest.mark.slow]
+
+TOPIC = "events"
+FILES = 3
+ROWS = 600
+
+
+def run_job(data: Path, source: Path, checkpoint: Path, crash_at: str | None = None) -> tuple[int, list[str], str]:
+    with Child("spark_sink_job.py", data, source, checkpoint, TOPIC, crash_at=crash_at) as child:
+        return child.finish()
+
+
+def query_id(checkpoint: Path) -> str:
+    return str(json.loads((checkpoint / "metadata").read_text())["id"])
+
+
+@pytest.mark.parametrize("point", ["sink.commit.begin", "sink.commit.after_partition_append",
+                                   "sink.commit.after_committed_record"])
+def test_a_restart_after_a_crash_in_the_commit_leaves_every_row_exactly_once(tmp_path: Path, point: str) -> None:
+    data, checkpoint = tmp_path / "data", tmp_path / "checkpoint"
+    with Store.open(data) as store:
+        store.create_topic(TOPIC, partitions=3)
+    rows = numbered_rows(ROWS)
+    source = write_input_files(tmp_path / "input", rows, FILES)
+
+    code, lines, errors = run_job(data, source, checkpoint, crash_at=point)
+    assert code != 0 and not lines, f"the query should have died at {point}: {lines} {errors[-2000:]}"
+    with Store.open(data) as store:
+        record = SinkRecord.read(SinkFolders.of(store, TOPIC, query_id(checkpoint)).record)
+        if point == "sink.commit.begin":
+            assert record == SinkRecord() and stored_values(store, TOPIC) == []
+        elif point == "sink.commit.after_partition_append":
+            assert record.pending_batch == 0 and 0 < len(stored_values(store, TOPIC)) < ROWS // FILES
+        else:
+            assert record.committed_batch == 0 and not (checkpoint / "commits" / "0").exists()
+
+    code, lines, errors = run_job(data, source, checkpoint)
+    assert code == 0 and lines == [f"done {FILES - 1}"], errors[-2000:]
+    with Store.open(data) as store:
+        assert stored_values(store, TOPIC) == sorted(rows.column("value").to_pylist())
+        folders = SinkFolders.of(store, TOPIC, query_id(checkpoint))
+        assert read_committed_batch(store, TOPIC, query_id(checkpoint)) == FILES - 1
+        assert list(folders.staging.iterdir()) == [] and list(folders.pending.iterdir()) == []
