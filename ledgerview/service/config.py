@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from ledgerview.errors import ServiceConfigError
 
-SourceKind = Literal["generator", "directory"]
+SourceKind = Literal["generator", "directory", "topic"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,19 @@ class SourceSection:
     format: Literal["text", "json"] = "text"
     separator: str = "\t"
     null_marker: str | None = None
+    # topic (a Spark streaming query from another ledgerview topic of the same store)
+    source_topic: str = ""
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    """Where a new query starts reading ``source_topic``; a restarted one continues from its checkpoint."""
+
+
+@dataclass(frozen=True)
+class SparkSection:
+    """With ``enabled``, directory and topic sources run as Spark Structured Streaming queries into the
+    ``ledgerview`` sink (exactly once per micro-batch through Spark's checkpoints); the generator stays direct."""
+
+    enabled: bool = False
+    master: str = "local[2]"
 
 
 @dataclass(frozen=True)
@@ -104,6 +117,7 @@ class ServiceConfig:
     cleaner: LoopSection = LoopSection(interval_s=15.0)
     topics: tuple[TopicSection, ...] = ()
     sources: tuple[SourceSection, ...] = ()
+    spark: SparkSection = SparkSection()
     kafka: KafkaSection = KafkaSection()
 
     @property
@@ -112,7 +126,8 @@ class ServiceConfig:
 
 
 _SECTIONS: dict[str, type[Any]] = {"store": StoreSection, "service": ServiceSection, "http": HttpSection,
-                                   "compaction": LoopSection, "retention": LoopSection, "cleaner": LoopSection}
+                                   "compaction": LoopSection, "retention": LoopSection, "cleaner": LoopSection,
+                                   "spark": SparkSection}
 
 
 def read_service_config(path: Path) -> ServiceConfig:
@@ -140,7 +155,7 @@ def parse_service_config(raw: dict[str, Any], path: str) -> ServiceConfig:
                                       f"[[topics]] #{i + 1}") for i, item in enumerate(_list(raw, "topics", path)))
     sources = tuple(_build(SourceSection, _table(item, path, f"[[sources]] #{i + 1}"), path, f"[[sources]] #{i + 1}")
                     for i, item in enumerate(_list(raw, "sources", path)))
-    _check_sources(sources, path)
+    _check_sources(sources, path, spark_enabled=sections.get("spark", SparkSection()).enabled)
     sections["sources"] = sources
     kafka = dict(_table(raw.get("kafka", {}), path, "[kafka]"))
     enabled = kafka.pop("enabled", False)
@@ -151,7 +166,7 @@ def parse_service_config(raw: dict[str, Any], path: str) -> ServiceConfig:
     return ServiceConfig(path, **sections)
 
 
-def _check_sources(sources: tuple[SourceSection, ...], path: str) -> None:
+def _check_sources(sources: tuple[SourceSection, ...], path: str, *, spark_enabled: bool) -> None:
     names = [source.name for source in sources]
     for source in sources:
         where = f"[[sources]] {source.name!r}"
@@ -159,6 +174,9 @@ def _check_sources(sources: tuple[SourceSection, ...], path: str) -> None:
             raise ServiceConfigError(path, where, "two sources have this name; each needs its own")
         if source.type == "directory" and not source.path:
             raise ServiceConfigError(path, where, "a directory source needs path = the folder to read")
+        if source.type == "topic" and not (spark_enabled and source.source_topic):
+            raise ServiceConfigError(path, where, "a topic source runs on Spark: it needs [spark] enabled = true "
+                                     "and source_topic = the topic to read")
         for key in ("batch_messages", "keys", "value_bytes"):
             if getattr(source, key) < 1:
                 raise ServiceConfigError(path, f"{where} {key}", "must be >= 1")

@@ -160,6 +160,14 @@ class IngestWorker(BackgroundThread):
         self._position: Position = source.initial_position()
         self._next_sequence = 0
 
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    @property
+    def topic(self) -> str:
+        return self.source.topic
+
     def run(self) -> None:
         try:
             with Store.open(self.data) as store:

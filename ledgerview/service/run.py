@@ -27,13 +27,13 @@ import threading
 import time
 from dataclasses import asdict
 from types import FrameType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from compactor.scheduler import CompactionScheduler
 from ledgerview.errors import ServiceRunningError
 from ledgerview.service.config import ServiceConfig
 from ledgerview.service.http import StatusServer
-from ledgerview.service.ingest import SERVICE_FOLDER, IngestWorker
+from ledgerview.service.ingest import SERVICE_FOLDER, IngestStats, IngestWorker
 from ledgerview.service.logs import configure_logging, log_event
 from ledgerview.service.loops import PeriodicTask
 from ledgerview.service.sources import open_source
@@ -43,6 +43,9 @@ from storage.errors import PartitionLockedError
 from storage.locks import FileLock
 from storage.periodic import for_each_topic
 from storage.retention import RetentionLoop
+
+if TYPE_CHECKING:
+    from ledgerview.service.spark_ingest import SparkIngest
 
 logger = logging.getLogger("ledgerview.service")
 SERVICE_LOCK = ".service.lock"
@@ -57,11 +60,28 @@ class Component(Protocol):
     def stop(self) -> None: ...
 
 
+class IngestStatus(Protocol):
+    """What the status endpoint reads of a source, whichever engine runs it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def stats(self) -> IngestStats: ...
+
+
 class Service:
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         self.started_ms = time.time_ns() // 1_000_000
         self.workers: list[IngestWorker] = []
+        self.spark: SparkIngest | None = None
         self.loops: list[PeriodicTask] = []
         self.http: StatusServer | None = None
         self.cleaner_store: Store | None = None
@@ -95,13 +115,18 @@ class Service:
         if config.http.enabled:
             self.http = StatusServer(config.http.host, config.http.port, config.data, self.status)
         self.loops = self._loops()
+        on_spark = [s for s in config.sources if config.spark.enabled and s.type in ("directory", "topic")]
         self.workers = [IngestWorker(open_source(section), config.data, interval_s=section.interval_s,
                                      flush_interval_s=config.service.flush_interval_s, kind=section.type)
-                        for section in config.sources]
+                        for section in config.sources if section not in on_spark]
+        if on_spark:
+            from ledgerview.service.spark_ingest import SparkIngest  # pyspark only where Spark is asked for
+
+            self.spark = SparkIngest(on_spark, config.data, config.spark)
         for component in self._components():
             component.start()
         log_event(logger, logging.INFO, "service.started", data=str(config.data.resolve()),
-                  http=self.http.address if self.http else None, sources=[w.source.name for w in self.workers],
+                  http=self.http.address if self.http else None, sources=[s.name for s in self.config.sources],
                   loops=[loop.name for loop in self.loops], config=config.path)
 
     def stop(self) -> None:
@@ -110,11 +135,16 @@ class Service:
             component.stop()
         self._lock.__exit__(None, None, None)
         log_event(logger, logging.INFO, "service.stopped",
-                  messages={worker.source.name: worker.stats.messages for worker in self.workers})
+                  messages={ingest.name: ingest.stats.messages for ingest in self.ingests})
+
+    @property
+    def ingests(self) -> list[IngestStatus]:
+        return [*self.workers, *(self.spark.sources if self.spark else [])]
 
     def _components(self) -> list[Component]:
         http: list[Component] = [self.http] if self.http else []
-        return [*http, *self.loops, *self.workers]
+        spark: list[Component] = [self.spark] if self.spark else []
+        return [*http, *self.loops, *self.workers, *spark]
 
     def _on_signal(self, signal_number: int, frame: FrameType | None) -> None:
         log_event(logger, logging.INFO, "service.signal", signal=signal.Signals(signal_number).name)
@@ -134,17 +164,16 @@ class Service:
 
     # ----------------------------------------------------------------------------------------------- status
     def status(self, store: Store) -> dict[str, Any]:
-        sources = [{"name": worker.source.name, "topic": worker.source.topic, "type": worker.kind,
-                    **asdict(worker.stats)} for worker in self.workers]
+        sources = [{"name": ingest.name, "topic": ingest.topic, "type": ingest.kind, **asdict(ingest.stats)}
+                   for ingest in self.ingests]
         loops = {loop.name: {"interval_s": loop.interval_s, **asdict(loop.stats)} for loop in self.loops}
         topic_errors: dict[str, list[str]] = {}
         for loop in self.loops:
             for topic, error in loop.stats.topic_errors.items():
                 topic_errors.setdefault(topic, []).append(f"{loop.name}: {error}")
-        for worker in self.workers:
-            if worker.stats.last_error:
-                topic_errors.setdefault(worker.source.topic, []).append(
-                    f"source {worker.source.name}: {worker.stats.last_error}")
+        for ingest, source in zip(self.ingests, sources, strict=True):
+            if source["last_error"]:
+                topic_errors.setdefault(ingest.topic, []).append(f"source {ingest.name}: {source['last_error']}")
         return service_status(store, started_ms=self.started_ms, now_ms=time.time_ns() // 1_000_000,
                               sources=sources, loops=loops, topic_errors=topic_errors,
                               cleaner=self.cleaner_store.cleaner if self.cleaner_store else None)
