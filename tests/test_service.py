@@ -200,8 +200,9 @@ def test_the_cleaner_loop_cleans_compact_topics_in_place(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
+@pytest.mark.spark
 def test_demo_runs_and_checks_itself(tmp_path: Path) -> None:
-    """The demo exits 0 only when its own checks of what it wrote pass."""
+    """The demo (which streams through Spark) exits 0 only when its own checks of both views pass."""
     result = run_cli(tmp_path / "unused", "demo", "--data", str(tmp_path / "demo"), "--ticks", "20000")
     assert result.out.startswith(f"ledgerview demo: data folder {tmp_path / 'demo'}")
 
