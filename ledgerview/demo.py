@@ -24,16 +24,34 @@ from compactor.scheduler import CompactionScheduler
 from ledgerview.changelog import price_ticks
 from storage import Store
 from storage.compacted import CompactedLedgers, CompactionCursor
+from storage.errors import LedgerviewError
 from streaming import local_session, register_views
 
 TOPIC = "prices"
+DEMO_MARKER = ".ledgerview-demo"
+"""Written into the demo's folder, so a later run empties only a folder an earlier demo made."""
+
+
+class DemoFolderError(LedgerviewError):
+    def __init__(self, folder: Path) -> None:
+        super().__init__(f"{folder} is not empty and was not made by the demo (no {DEMO_MARKER} file in it); "
+                         "the demo empties its folder first, so give it a new or empty folder with --data.")
+
+
+def _empty_demo_folder(data: Path) -> None:
+    """Remove what an earlier demo left, never a folder the demo did not make."""
+    if data.exists() and any(data.iterdir()):
+        if not (data / DEMO_MARKER).is_file():
+            raise DemoFolderError(data)
+        shutil.rmtree(data)
+    data.mkdir(parents=True, exist_ok=True)
+    (data / DEMO_MARKER).touch()
 
 
 def run_demo(data: Path, *, symbols: int = 300, ticks: int = 200_000, partitions: int = 3,
              batches: int = 8) -> int:
     """Run the demo in ``data`` (emptied first); returns a process exit status."""
-    if data.exists():
-        shutil.rmtree(data)
+    _empty_demo_folder(data)
     store_folder, source = data / "store", data / "input"
     changelog = price_ticks(symbols, ticks)
     _write_batches(changelog, source, batches)
