@@ -1,42 +1,90 @@
-"""Phase one: which message of each key is the latest, within a memory budget, reading only keys and offsets.
+"""Phase one: which message of each key is the latest, within a memory budget, reading only keys, offsets and
+whether the value is null.
 
 Steps:
 
-1. Size the input: key bytes and message count, read from the batches' buffers without touching the data.
-2. Choose the number of passes P so that one pass's keys, codes and hash table fit the budget
-   (``compaction.memory.bytes``). P = 1 for most partitions.
-3. For each pass p, gather (key, code) of the keyed messages whose key hashes (Kafka's murmur2, computed once and
-   kept in a memory-mapped file) to p mod P, where
-   code = 2 * offset + (1 if the value is not null). Offsets only grow, so the largest code of a key belongs to its
-   latest message, and its low bit says whether that message is a tombstone. Group by exact key bytes (never a
-   hash of them) and keep the largest code.
-4. The survivors of a pass are the latest messages that are not tombstones: their offsets, sorted. Past the
-   first pass they are spilled to a file and memory-mapped, so memory holds one pass at a time.
-5. Keyless messages survive only when ``compaction.retain.null.key`` is set (they have no key to be replaced by).
+1. The key coding (compactor/key_codes.py: exact fixed-width codes when all keys have one length, never a lossy
+   hash) is chosen from the first keyed batch; a later batch with other lengths turns it to binary and phase one
+   starts again (this can only happen before any pass has finished: the first pass or the hashing reads it all).
+2. A pass streams, batch by batch, (code, 2 * offset + (1 if the value is not null)) of its keyed messages into
+   Arrow's hash aggregation, which keeps the largest number per key. Offsets only grow, so that number belongs to
+   the key's latest message, and its low bit says whether that message is a tombstone. The aggregation's memory
+   grows with the distinct keys it has seen (GROUP_BYTES_PER_KEY beyond the code, measured; once per thread
+   when threaded), not with the messages. The first pass reads ahead on another thread (compactor/prefetch.py),
+   so the CRC checks of the first read overlap the aggregation.
+3. If even one distinct key per message would fit the budget, one threaded pass over everything. Otherwise
+   one single-threaded pass, *watched*: before each batch it reads how much Arrow's memory pool holds, and past
+   WATCHED_SHARE of the budget (the hash table may grow once more) it stops. Most inputs repeat their keys
+   enough to finish here.
+4. A stopped pass is split by key hash (hash mod m = r becomes hash mod m * k = r + m * j for j < k, so passes
+   already done stay valid). The hashes (and fixed-width codes) are spilled once to memory-mapped files
+   (compactor/spill.py), which later passes read instead of the input; k comes from an estimate
+   of the distinct keys made from them (the first split), or from the distinct keys the pass would have held had
+   its growth gone on as it went (a pass that still overflows). Every key falls in exactly one finished pass.
+5. The survivors of a pass are the latest messages that are not tombstones. Their keys and offsets go to
+   ``on_pass`` (the key index is built from them); their offsets, sorted, are kept, and spilled to a
+   memory-mapped file when there are several passes, so memory holds one pass at a time.
+6. Keyless messages survive only when ``compaction.retain.null.key`` is set (they have no key to be replaced by).
 
 The result is a set of sorted offset arrays; phase two walks the input again and keeps exactly those offsets.
+The passes change how much memory and time phase one takes, never its result.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import functools
 import math
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.acero as acero
 
-from storage.partitioner import murmur2
+from compactor.key_codes import KeyCoding
+from compactor.passes import CodingChanged, Part, Pieces, Scan, from_batches, keyed_numbers
+from compactor.prefetch import prefetched
+from compactor.spill import Spill, distinct_keys, from_spill, write_spill
 
 InputBatches = Callable[[], Iterable[pa.RecordBatch]]
-MAX_PASSES = 4096
+MAX_PASSES: Final = 4096
 """A budget too small for even this many passes is not honoured: each pass reads the whole input again."""
-BYTES_PER_KEYED_MESSAGE = 48
-"""Working memory per message in one pass beyond its key bytes: code, key offsets, hash-table entry (measured)."""
-KEY_BYTES_FACTOR = 2
-"""The key bytes are held twice at the peak: the gathered keys and the hash table's copy of the distinct ones."""
+GROUP_BYTES_PER_KEY: Final = 100
+"""Peak bytes of Arrow's hash aggregation per distinct key beyond the key's code: hash table, group state, the
+largest number, the output (measured on 1M and 6M distinct 10-byte keys: 108 and 98 bytes at the peak)."""
+WATCHED_SHARE: Final = 0.6
+"""A watched pass stops when the memory pool has grown past this share of the budget: the hash table may still
+grow once more (measured: the peak is at most 1.6 times the last reading)."""
+SPLIT_MARGIN: Final = 1.25
+AGGREGATE_BATCH_MESSAGES: Final = 1 << 15
+"""Keyed messages handed to the aggregation at a time: it costs a third less in batches this large than in the
+log's (often small) ones; larger ones gain little and make the aggregation's read-ahead queue hold more."""
+MIN_WATCHED_BATCH_MESSAGES: Final = 256
+PREFETCH_BATCHES: Final = 16
+_CODE_TYPE: Final = pa.int64()
+
+
+@dataclass(frozen=True)
+class LiveKeys:
+    """The survivors of one pass: their key codes and offsets, in no particular order."""
+
+    coding: KeyCoding
+    codes: pa.Array
+    offsets: npt.NDArray[np.int64]
+    last: bool = True
+    """No pass follows this one (when one does, its aggregation and this pass's index run should not both hold
+    memory at once)."""
+
+    def sorted_by_key(self) -> tuple[pa.Array, npt.NDArray[np.int64]]:
+        """The keys (binary) in bytewise order, and their offsets in the same order."""
+        order = self.coding.sort_order(self.codes)
+        return self.coding.decode(self.codes.take(pa.array(order))), self.offsets[order]
 
 
 @dataclass
@@ -70,85 +118,149 @@ class Survivors:
             self.spill_folder.cleanup()
 
 
-def find_survivors(input_batches: InputBatches, *, memory_budget_bytes: int, retain_null_key: bool) -> Survivors:
-    messages, key_bytes = _size(input_batches())
-    needed = key_bytes * KEY_BYTES_FACTOR + messages * BYTES_PER_KEYED_MESSAGE
-    passes = min(MAX_PASSES, max(1, math.ceil(needed / memory_budget_bytes)))
-    survivors = Survivors(messages_read=messages, passes=passes)
-    buckets = None
-    if passes > 1:
-        survivors.spill_folder = tempfile.TemporaryDirectory(prefix="ledgerview-compaction-")
-        buckets = _spill_buckets(input_batches(), messages, passes, Path(survivors.spill_folder.name))
-    for part in range(passes):
-        offsets = _latest_live_offsets(input_batches(), part, buckets)
-        if survivors.spill_folder is not None:
-            path = Path(survivors.spill_folder.name) / f"pass-{part}.npy"
-            np.save(path, offsets)
-            del offsets
-            offsets = np.load(path, mmap_mode="r")
-        survivors.arrays.append(offsets)
+class _Overflow(Exception):
+    """A watched pass stopped: its hash table would outgrow the budget."""
+
+    def __init__(self, scanned: int) -> None:
+        super().__init__(f"stopped after {scanned} keyed messages")
+        self.scanned = scanned
+
+
+def find_survivors(input_batches: InputBatches, *, messages_bound: int, memory_budget_bytes: int,
+                   retain_null_key: bool, on_pass: Callable[[LiveKeys], None] | None = None) -> Survivors:
+    """``messages_bound``: at least the number of messages ``input_batches`` yields."""
+    keyed = (keys for keys, _ in map(keyed_numbers, input_batches()) if len(keys))
+    first_keys = next(keyed, pa.array([], pa.binary()))
+    coding = KeyCoding.for_keys(first_keys)
+    while True:
+        try:
+            return _find(input_batches, coding, first_keys, messages_bound=messages_bound,
+                         memory_budget_bytes=memory_budget_bytes, retain_null_key=retain_null_key, on_pass=on_pass)
+        except CodingChanged:
+            coding = KeyCoding(0)
+
+
+def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, *, messages_bound: int,
+          memory_budget_bytes: int, retain_null_key: bool, on_pass: Callable[[LiveKeys], None] | None) -> Survivors:
+    mean_key_bytes = first_keys.nbytes / max(1, len(first_keys))
+    per_key = math.ceil(coding.bytes_per_key(mean_key_bytes)) + GROUP_BYTES_PER_KEY
+    threaded = messages_bound * per_key * max(1, pa.cpu_count()) <= memory_budget_bytes
+    limit = None if threaded else int(memory_budget_bytes * WATCHED_SHARE)
+    survivors = Survivors()
+    spill: Spill | None = None
+    distinct = 0
+    todo = [Part(1, 0)]
+    try:
+        while todo:
+            part = todo.pop()
+            watched = limit if part.modulus < MAX_PASSES else None
+            rows = _chunk_rows(watched, per_key)
+            try:
+                if spill is not None and spill.codes is not None:
+                    live, survivors.messages_read = _latest_live(
+                        functools.partial(from_spill, spill, coding, part, rows), coding, limit=watched,
+                        chunk_rows=rows, threaded=threaded)
+                else:
+                    with _reading(input_batches, ahead=spill is None) as batches:
+                        hashes = spill.hashes if spill is not None else None
+                        live, survivors.messages_read = _latest_live(
+                            functools.partial(from_batches, batches, coding, part, hashes), coding, limit=watched,
+                            chunk_rows=rows, threaded=threaded)
+            except _Overflow as overflow:
+                assert watched is not None  # only a watched pass overflows
+                if survivors.spill_folder is None:
+                    survivors.spill_folder = tempfile.TemporaryDirectory(prefix="ledgerview-compaction-")
+                if spill is None:
+                    spill = write_spill(input_batches(), coding, Path(survivors.spill_folder.name))
+                    distinct = distinct_keys(spill.hashes)
+                ways = math.ceil(SPLIT_MARGIN * len(spill.hashes) / max(1, overflow.scanned))
+                if part.modulus == 1:  # the estimate of distinct keys is sharper than the growth so far
+                    ways = min(ways, math.ceil(SPLIT_MARGIN * distinct * per_key / watched))
+                todo.extend(part.split(min(max(2, ways), max(2, MAX_PASSES // part.modulus))))
+                continue
+            offsets = np.sort(live.offsets)
+            if on_pass is not None:
+                on_pass(dataclasses.replace(live, last=not todo))
+            del live
+            if survivors.spill_folder is not None:
+                path = Path(survivors.spill_folder.name) / f"pass-{survivors.passes}.npy"
+                np.save(path, offsets)
+                del offsets
+                offsets = np.load(path, mmap_mode="r")
+            survivors.arrays.append(offsets)
+            survivors.passes += 1
+    except BaseException:
+        survivors.close()
+        raise
     if retain_null_key:
         keyless = [_keyless_offsets(batch) for batch in input_batches()]
         if keyless:
-            survivors.arrays.append(np.concatenate(keyless))
+            survivors.arrays.append(np.sort(np.concatenate(keyless)))
     return survivors
 
 
-def _size(batches: Iterable[pa.RecordBatch]) -> tuple[int, int]:
-    messages = key_bytes = 0
-    for batch in batches:
-        messages += batch.num_rows
-        keys = batch.column(2)
-        key_bytes += keys.buffers()[2].size if keys.buffers()[2] is not None else 0
-    return messages, key_bytes
+@contextlib.contextmanager
+def _reading(input_batches: InputBatches, *, ahead: bool) -> Iterator[Iterable[pa.RecordBatch]]:
+    """The input, read ahead on another thread for the first read (its CRC checks then overlap the
+    aggregation); the reading thread is stopped when the pass ends, however it ends."""
+    if not ahead:
+        yield input_batches()
+        return
+    batches = prefetched(input_batches(), depth=PREFETCH_BATCHES)
+    try:
+        yield batches
+    finally:
+        batches.close()
 
 
-def _spill_buckets(batches: Iterable[pa.RecordBatch], messages: int, passes: int, folder: Path) -> np.ndarray:
-    """The pass of every input message (murmur2 of its key mod P), hashed once and kept in a memory-mapped file
-    (two bytes a message) so that later passes only compare."""
-    buckets = np.lib.format.open_memmap(folder / "buckets.npy", mode="w+", dtype=np.uint16, shape=(messages,))
-    row = 0
-    for batch in batches:
-        buckets[row : row + batch.num_rows] = murmur2(batch.column(2)).view(np.uint32) % passes
-        row += batch.num_rows
-    buckets.flush()
-    return buckets
+def _chunk_rows(limit: int | None, per_key: int) -> int:
+    """Messages handed to the aggregation at a time; watched, few enough for the readings between batches to
+    catch the growth."""
+    if limit is None:
+        return AGGREGATE_BATCH_MESSAGES
+    return min(AGGREGATE_BATCH_MESSAGES, max(MIN_WATCHED_BATCH_MESSAGES, limit // (4 * per_key)))
 
 
-def _keyed_columns(batches: Iterable[pa.RecordBatch], part: int, buckets: np.ndarray | None) -> (
-    Iterator[tuple[pa.Array, np.ndarray]]
-):
-    """(keys, codes) of the keyed messages of each batch that belong to this pass (all of them without buckets)."""
-    row = 0
-    for batch in batches:
-        keys = batch.column(2)
-        codes = batch.column(0).to_numpy() * 2 + batch.column(3).is_valid().to_numpy(zero_copy_only=False)
-        mine = keys.is_valid().to_numpy(zero_copy_only=False) if keys.null_count else None
-        if buckets is not None:
-            in_part = buckets[row : row + batch.num_rows] == part
-            mine = in_part if mine is None else mine & in_part
-        row += batch.num_rows
-        if mine is not None:
-            keys, codes = keys.filter(pa.array(mine)), codes[mine]
-        if len(keys):
-            yield keys, codes
+def _latest_live(read: Callable[[Scan], Pieces], coding: KeyCoding, *, limit: int | None, chunk_rows: int,
+                 threaded: bool) -> tuple[LiveKeys, int]:
+    """Steps 2 to 5 for one pass over what ``read(scan)`` yields, and the messages read; raises _Overflow when
+    watched (``limit``) and the pool outgrows the limit."""
+    schema = pa.schema([("key", coding.arrow_type), ("code", _CODE_TYPE)])
+    pool = pa.default_memory_pool()
+    start_bytes = pool.bytes_allocated()
+    scan = Scan()
+
+    def pieces() -> Iterator[pa.RecordBatch]:
+        held = 0
+        grouped: list[pa.Array] = []
+        numbers: list[np.ndarray] = []
+        for codes, mine in read(scan):
+            for start in range(0, len(mine), chunk_rows):
+                grouped.append(codes.slice(start, chunk_rows))
+                numbers.append(mine[start : start + chunk_rows])
+                held += len(numbers[-1])
+                if held >= chunk_rows:
+                    if limit is not None and pool.bytes_allocated() - start_bytes > limit:
+                        raise _Overflow(scan.keyed)
+                    yield _piece(grouped, numbers, schema)
+                    grouped, numbers, held = [], [], 0
+        if held:
+            yield _piece(grouped, numbers, schema)
+
+    source = acero.Declaration("record_batch_reader_source", acero.RecordBatchReaderSourceNodeOptions(
+        pa.RecordBatchReader.from_batches(schema, pieces())))
+    aggregate = acero.Declaration("aggregate", acero.AggregateNodeOptions(
+        [("code", "hash_max", None, "latest")], keys=["key"]))
+    latest_table = acero.Declaration.from_sequence([source, aggregate]).to_table(use_threads=threaded)
+    latest = latest_table.column("latest").to_numpy()
+    live = (latest & 1) == 1
+    codes = latest_table.column("key").combine_chunks().filter(pa.array(live))
+    return LiveKeys(coding, codes, latest[live] >> 1), scan.messages
 
 
-def _latest_live_offsets(batches: Iterable[pa.RecordBatch], part: int, buckets: np.ndarray | None) -> np.ndarray:
-    columns = list(_keyed_columns(batches, part, buckets))
-    if not columns:
-        return np.empty(0, dtype=np.int64)
-    table = pa.table({
-        "key": pa.chunked_array([keys for keys, _ in columns], pa.binary()),
-        "code": pa.chunked_array([pa.array(codes) for _, codes in columns], pa.int64()),
-    })
-    del columns
-    grouped = table.group_by("key", use_threads=False).aggregate([("code", "max")])
-    latest: np.ndarray = grouped.column("code_max").to_numpy()
-    del table
-    live: np.ndarray = latest[(latest & 1) == 1] >> 1
-    live.sort()
-    return live
+def _piece(grouped: list[pa.Array], numbers: list[np.ndarray], schema: pa.Schema) -> pa.RecordBatch:
+    return pa.record_batch([pa.concat_arrays(grouped), pa.array(np.concatenate(numbers), _CODE_TYPE)],
+                           schema=schema)
 
 
 def _keyless_offsets(batch: pa.RecordBatch) -> np.ndarray:

@@ -4,9 +4,11 @@
    retired ledgers past ``file.delete.delay.ms``; record the status RUNNING.
 2. Take the end offset now: messages appended later are left for the next run.
 3. Phase one reads the current ledger, then the raw log above its horizon up to that end offset, and finds the
-   latest live message per key (compactor/latest_offsets.py).
+   latest live message per key (compactor/latest_offsets.py). Each of its passes hands its survivors' keys and
+   offsets to the new ledger's key index as a sorted run (compactor/index_runs.py; the last one on a thread,
+   while phase two runs).
 4. Phase two reads the same input again and writes the survivors, in offset order with their original offsets,
-   timestamps and headers, to a new ledger with its key index; then fsyncs both.
+   timestamps and headers, to the new ledger; then the ledger is fsynced and the key index's runs ingested.
 5. Publish: replace the compaction cursor atomically (storage/compacted.py). A crash before it leaves the old view
    and an orphan; after it, the new view and a retired or orphaned old ledger. The raw log is never written.
 """
@@ -20,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from compactor.errors import CompactionInProgressError
+from compactor.index_runs import KeyIndexRuns
 from compactor.latest_offsets import Survivors, find_survivors
 from compactor.status import CompactionState, CompactionStatus, write_status
 from storage import faults
@@ -27,13 +30,17 @@ from storage.compacted import CompactedLedgers, CompactionCursor
 from storage.errors import PartitionLockedError
 from storage.ledger import LedgerWriter
 from storage.partition_log import Clock, PartitionLog
+from storage.schema import STORED_SCHEMA
 
+HEADERS_COLUMN = STORED_SCHEMA.get_field_index("headers")
+HEADERS_FIELD = STORED_SCHEMA.field(HEADERS_COLUMN)
 OUTPUT_BATCH_MESSAGES = 65_536
 OUTPUT_BATCH_MIN_MESSAGES = 1_024
 OUTPUT_BATCH_MIN_BYTES = 64 * 1024
 BUDGET_BYTES_PER_PENDING_MESSAGE = 256
-"""Phase two writes a batch when it holds a quarter of the memory budget or OUTPUT_BATCH_MESSAGES messages; with a
-small budget, fewer messages (each costs about this much while its key is indexed)."""
+"""Phase two writes a batch when it holds an eighth of the memory budget (it is copied twice more on its way out,
+and the key index's last run is written meanwhile) or OUTPUT_BATCH_MESSAGES messages; with a
+small budget, fewer messages (each costs about this much while it waits to be written)."""
 
 
 @dataclass(frozen=True)
@@ -98,13 +105,27 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock) -> Compacti
                 yield from previous_ledger.read_batches()
             yield from log.read_batches(raw_start, end_offset)
 
-        survivors = find_survivors(input_batches, memory_budget_bytes=log.config.compaction_memory_bytes,
-                                   retain_null_key=log.config.compaction_retain_null_key)
+        ledger_id = ledgers.next_ledger_id()
+        compression = log.config.compression_type if log.config.compression_type in ("lz4", "zstd") else None
+        writer = LedgerWriter(*ledgers.ledger_paths(ledger_id), compression=compression)
         try:
-            faults.crash_point("compactor.after_phase_one")
-            cursor = _write_ledger(log, ledgers, input_batches(), survivors, horizon=end_offset - 1, clock=clock)
-        finally:
-            survivors.close()
+            with KeyIndexRuns(writer.keys) as runs:
+                bound = (previous_ledger.messages if previous_ledger else 0) + end_offset - raw_start
+                survivors = find_survivors(input_batches, messages_bound=bound,
+                                           memory_budget_bytes=log.config.compaction_memory_bytes,
+                                           retain_null_key=log.config.compaction_retain_null_key,
+                                           on_pass=runs.submit)
+                try:
+                    faults.crash_point("compactor.after_phase_one")
+                    _write_ledger(writer, input_batches(), survivors, budget=log.config.compaction_memory_bytes)
+                finally:
+                    survivors.close()
+            writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+        cursor = CompactionCursor(ledger_id, end_offset - 1, survivors.messages_read, writer.messages,
+                                  writer.size_bytes, clock())
         faults.crash_point("compactor.before_publish")
         ledgers.publish(cursor)
         return CompactionResult(log.partition, cursor.ledger_id, cursor.horizon, cursor.messages_read,
@@ -121,38 +142,38 @@ def _unchanged(partition: int, cursor: CompactionCursor | None) -> CompactionRes
                             cursor.ledger_bytes, 0, skipped=True)
 
 
-def _write_ledger(log: PartitionLog, ledgers: CompactedLedgers, batches: Iterator[pa.RecordBatch],
-                  survivors: Survivors, *, horizon: int, clock: Clock) -> CompactionCursor:
+def _write_ledger(writer: LedgerWriter, batches: Iterator[pa.RecordBatch], survivors: Survivors, *,
+                  budget: int) -> None:
     """Phase two: keep exactly the surviving offsets, coalesced into batches (see OUTPUT_BATCH_MESSAGES)."""
-    ledger_id = ledgers.next_ledger_id()
-    compression = log.config.compression_type if log.config.compression_type in ("lz4", "zstd") else None
-    budget = log.config.compaction_memory_bytes
-    writer = LedgerWriter(*ledgers.ledger_paths(ledger_id), compression=compression, memory_budget_bytes=budget)
-    flush_bytes = max(OUTPUT_BATCH_MIN_BYTES, budget // 4)
+    flush_bytes = max(OUTPUT_BATCH_MIN_BYTES, budget // 8)
     flush_rows = min(OUTPUT_BATCH_MESSAGES, max(OUTPUT_BATCH_MIN_MESSAGES, budget // BUDGET_BYTES_PER_PENDING_MESSAGE))
-    try:
-        pending: list[pa.RecordBatch] = []
-        pending_rows = pending_bytes = 0
-        for batch in batches:
-            offsets = batch.column(0).to_numpy()
-            kept = survivors.within(int(offsets[0]), int(offsets[-1]))
-            if len(kept) == 0:
-                continue
-            rows = np.searchsorted(offsets, kept)
-            kept_rows = batch if len(rows) == batch.num_rows else batch.take(pa.array(rows))
-            pending.append(kept_rows)
-            pending_rows += len(rows)
-            pending_bytes += kept_rows.nbytes
-            if pending_rows >= flush_rows or pending_bytes >= flush_bytes:
-                writer.append(pa.concat_batches(pending))
-                faults.crash_point("compactor.phase_two_write")
-                pending, pending_rows, pending_bytes = [], 0, 0
-        if pending:
+    pending: list[pa.RecordBatch] = []
+    pending_rows = pending_bytes = 0
+    for batch in batches:
+        offsets = batch.column(0).to_numpy()
+        first = int(offsets[0])
+        kept = survivors.within(first, int(offsets[-1]))
+        if len(kept) == 0:
+            continue
+        contiguous = int(offsets[-1]) - first + 1 == len(offsets)  # raw batches are, ledger batches are not
+        rows = kept - first if contiguous else np.searchsorted(offsets, kept)
+        kept_rows = batch if len(kept) == batch.num_rows else _take(batch, rows)
+        pending.append(kept_rows)
+        pending_rows += len(kept)
+        pending_bytes += kept_rows.get_total_buffer_size()
+        if pending_rows >= flush_rows or pending_bytes >= flush_bytes:
             writer.append(pa.concat_batches(pending))
-        writer.finish()
-    except BaseException:
-        writer.abort()
-        raise
-    return CompactionCursor(ledger_id, horizon, survivors.messages_read, writer.messages, writer.size_bytes, clock())
+            faults.crash_point("compactor.phase_two_write")
+            pending, pending_rows, pending_bytes = [], 0, 0
+    if pending:
+        writer.append(pa.concat_batches(pending))
 
 
+def _take(batch: pa.RecordBatch, rows: np.ndarray) -> pa.RecordBatch:
+    """The given rows of a batch. A headers column that is all null (the usual case) is made, not taken: taking a
+    list<struct> column costs as much as taking the other four."""
+    headers = batch.column(HEADERS_COLUMN)
+    if headers.null_count != len(headers):
+        return batch.take(rows)
+    return batch.drop_columns([HEADERS_FIELD.name]).take(rows).append_column(
+        HEADERS_FIELD, pa.nulls(len(rows), HEADERS_FIELD.type))

@@ -23,14 +23,14 @@ from storage.segment import scan_headers
 
 
 class LedgerWriter:
-    """Writes one ledger: batches in offset order, each indexed by key as it is written."""
+    """Writes one ledger: batches in offset order, and its key index (``keys``), fed with sorted runs of the
+    ledger's keys by whoever knows them (the compactor's phase one) while the batches are written."""
 
-    def __init__(self, path: Path, key_index_path: Path, *, compression: str | None,
-                 memory_budget_bytes: int) -> None:
+    def __init__(self, path: Path, key_index_path: Path, *, compression: str | None) -> None:
         self.path = path
         self.compression = compression
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        self._keys = KeyIndexWriter(key_index_path, memory_budget_bytes=memory_budget_bytes)
+        self.keys = KeyIndexWriter(key_index_path)
         self.size_bytes = 0
         self.messages = 0
         self._last_offset = -1
@@ -47,7 +47,6 @@ class LedgerWriter:
         for part in data:
             while part:
                 part = part[os.write(self._fd, part) :]
-        self._keys.add(batch.column(2), self.size_bytes)
         self.size_bytes += encoded.header.batch_length
         self.messages += batch.num_rows
         self._last_offset = int(offsets[-1].as_py())
@@ -56,13 +55,13 @@ class LedgerWriter:
         """Make the ledger and its index durable; only then may a cursor record name it."""
         os.fsync(self._fd)
         os.close(self._fd)
-        self._keys.finish()
+        self.keys.finish()
         fsync_folder(self.path.parent)
 
     def abort(self) -> None:
         os.close(self._fd)
         self.path.unlink(missing_ok=True)
-        self._keys.abort()
+        self.keys.abort()
 
 
 class Ledger:
@@ -82,7 +81,6 @@ class Ledger:
         except BatchFormatError as error:
             raise CorruptSegmentError(str(path), error.position, -1, error.reason) from error
         self._bases = [header.base_offset for header in self.headers]
-        self._positions = [header.position for header in self.headers]
         self._verified: set[int] = set()
         self.keys = KeyIndex(key_index_path)
 
@@ -122,12 +120,12 @@ class Ledger:
 
     def lookup(self, key: bytes) -> pa.RecordBatch | None:
         """The one-row batch holding ``key``'s message, found through the key index; None if absent."""
-        location = self.keys.locate(key)
-        if location is None:
+        offset = self.keys.locate(key)
+        if offset is None:
             return None
-        position, row = location
-        index = bisect.bisect_left(self._positions, position)
-        return self._decode(self.headers[index]).slice(row, 1)
+        batch = self._decode(self.headers[bisect.bisect_right(self._bases, offset) - 1])
+        row = int(np.searchsorted(batch.column(0).to_numpy(), offset))
+        return batch.slice(row, 1)
 
     def close(self) -> None:
         self.keys.close()

@@ -133,6 +133,62 @@ def test_a_small_memory_budget_splits_phase_one_and_gives_the_same_ledger(data_d
     assert [row["offset"] for row in ledgers["65536"][1]] == latest_live(pairs)
 
 
+def test_a_watched_pass_whose_keys_fit_finishes_alone(data_dir: Path) -> None:
+    """Too many messages for one distinct key each to fit the budget, but few keys: one watched pass is enough."""
+    data = generate(ChangelogSpec(messages=30_000, keys=200, value_bytes=8, tombstone_share=0.05))
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config={"compaction.memory.bytes": str(2 * 1024 * 1024)})
+        store.append("t", data, partition=0)
+        [result] = Compactor(store).compact("t")
+        pairs = list(zip(data["key"].to_pylist(), data["value"].to_pylist(), strict=True))
+        assert result.passes == 1
+        assert [row["offset"] for row in ledger_rows(store, "t")] == latest_live(pairs)
+
+
+def test_the_key_index_of_a_run_split_into_passes_finds_every_live_key(data_dir: Path) -> None:
+    """Each pass writes its own sorted run; the ingested index answers every key as the model does, with keys of
+    several lengths, zero bytes and the empty key among them."""
+    keys = [b"", b"\x00", b"a", b"a\x00", b"\x00a"] + [b"k%d" % i for i in range(3000)]
+    messages: list[tuple[bytes | None, bytes | None]] = [
+        (keys[(i * 7919) % len(keys)], None if i % 11 == 0 else b"v%d" % i) for i in range(9000)]
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config={"compaction.memory.bytes": "65536", "segment.bytes": "65536"})
+        store.append("t", messages, partition=0)
+        [result] = Compactor(store).compact("t")
+        assert result.passes > 2
+        opened = CompactedLedgers(store.partition_log("t", 0).folder).open_current()
+        assert opened is not None
+        _, ledger = opened
+        try:
+            latest = {key: offset for offset, (key, _) in enumerate(messages) if key is not None}
+            for key in keys:
+                found = ledger.lookup(key)
+                value = messages[latest[key]][1] if key in latest else None
+                if value is None:
+                    assert found is None and ledger.keys.locate(key) is None
+                else:
+                    assert found is not None and found.to_pylist()[0]["value"] == value
+                    assert ledger.keys.locate(key) == latest[key]
+            assert sorted(ledger.keys.keys()) == sorted(k for k, o in latest.items() if messages[o][1] is not None)
+        finally:
+            ledger.close()
+
+
+@pytest.mark.parametrize("budget", ["100000000", "65536"])
+def test_keys_of_one_length_then_of_others_are_grouped_exactly(data_dir: Path, budget: str) -> None:
+    """Phase one codes keys by the first batch's single length; a later batch of other lengths makes it start
+    again with binary keys (with a small budget, while hashing for the split): the ledger is still the model's."""
+    first: list[tuple[bytes | None, bytes | None]] = [(b"k%04d" % (i % 700), b"v%d" % i) for i in range(3000)]
+    later: list[tuple[bytes | None, bytes | None]] = [
+        (b"k%d" % (i % 900), None if i % 13 == 0 else b"w%d" % i) for i in range(3000)]
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config={"compaction.memory.bytes": budget})
+        store.append("t", first, partition=0)
+        store.append("t", later, partition=0)
+        Compactor(store).compact("t")
+        assert [row["offset"] for row in ledger_rows(store, "t")] == latest_live(first + later)
+
+
 def test_key_index_finds_each_kept_message(store: Store) -> None:
     store.create_topic("t", config=TINY)
     store.append("t", MESSAGES, partition=0)
@@ -181,6 +237,23 @@ def test_status_moves_from_not_run_to_success_and_reports_errors(data_dir: Path)
             Compactor(store).compact("t")
         [status] = Compactor(store).status("t")
         assert status.state is CompactionState.ERROR and "Corrupt batch" in (status.last_error or "")
+
+
+def test_a_corrupt_batch_deep_in_the_log_fails_the_run_through_the_read_ahead(data_dir: Path) -> None:
+    """Phase one's first read runs on another thread; a CRC mismatch it finds there is the run's error, named."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t")
+        for start in range(0, 40):
+            store.append("t", [(b"k%d" % (i % 50), b"v%d" % i) for i in range(start * 100, start * 100 + 100)],
+                         partition=0)
+    log_file = sorted((data_dir / "t-0").glob("*.log"))[0]
+    damaged = bytearray(log_file.read_bytes())
+    damaged[len(damaged) * 3 // 4] ^= 0xFF
+    log_file.write_bytes(bytes(damaged))
+    with Store.open(data_dir) as store, pytest.raises(CorruptSegmentError, match="Corrupt batch"):
+        Compactor(store).compact("t")
+    assert CompactedLedgers(data_dir / "t-0").read_cursor() is None
+    assert not [path for path in (data_dir / "t-0" / "compacted").iterdir() if path.suffix in (".ledger", ".keys")]
 
 
 def test_the_scheduler_compacts_partitions_past_the_threshold(store: Store) -> None:

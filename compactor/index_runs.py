@@ -1,0 +1,50 @@
+"""The key index is written beside phase one and two, on a thread of its own.
+
+Each phase-one pass hands over its survivors (keys and offsets); they are sorted by key and written as one sorted
+run of the ledger's key index (storage/key_index.py). The last pass's run is written on a thread while the main
+thread does phase two: sorting, Arrow and file writes release the GIL, so the two cores share the work. The run
+of a pass that another pass follows is written at once, so that memory holds either that pass's aggregation or
+the run, not both (the budget is sized for one of them).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import TracebackType
+
+from compactor.latest_offsets import LiveKeys
+from storage.key_index import KeyIndexWriter
+
+
+class KeyIndexRuns:
+    def __init__(self, writer: KeyIndexWriter) -> None:
+        self._writer = writer
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledgerview-key-index")
+        self._pending: Future[None] | None = None
+
+    def submit(self, live: LiveKeys) -> None:
+        """Write the survivors of one pass as a run: now, or on the thread if it is the last pass."""
+        if live.last:
+            self._pending = self._executor.submit(self._write, live)
+        else:
+            self._write(live)
+
+    def _write(self, live: LiveKeys) -> None:
+        self._writer.add_sorted_run(*live.sorted_by_key())
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def __enter__(self) -> KeyIndexRuns:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        """Wait for the last run; its error is raised unless another is already on its way."""
+        try:
+            if error is None:
+                self._wait()
+        finally:
+            self._executor.shutdown(wait=True)
