@@ -1,37 +1,64 @@
-"""The ``ledgerview`` command line: a thin shell over the library."""
+"""The ``ledgerview`` command line: a thin shell over the library, one module per command group in
+ledgerview/commands/. Errors end the command with one line on stderr and an exit status from
+ledgerview/exit_codes.py."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from ledgerview.demo import run_demo
+from ledgerview.commands import (
+    clean,
+    compaction,
+    consume,
+    demo,
+    dump_log,
+    produce,
+    retention,
+    serve,
+    topics,
+    verify,
+)
+from ledgerview.exit_codes import EXIT_CODES_HELP, ExitCode, exit_code_for
 from storage.errors import LedgerviewError
+
+COMMAND_GROUPS = (topics, produce, consume, compaction, clean, retention, dump_log, verify, serve, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ledgerview",
-        description="Keyed streams kept as a full history and a latest-per-key table.",
+        description="Keyed streams kept as a full history (the raw log) and a latest-per-key table (the compacted "
+                    "view). Every command takes --data DIR (default $LEDGERVIEW_DATA or ./data); "
+                    "'ledgerview COMMAND --help' is the reference of each.",
+        epilog=f"exit statuses:\n{EXIT_CODES_HELP}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="run the main job on built-in sample data in a local folder")
-    demo.add_argument("--data", type=Path, default=Path("demo-data"),
-                      help="data folder: new, empty, or made by an earlier demo (emptied first)")
-    demo.add_argument("--ticks", type=int, default=200_000, help="number of price ticks to append")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for group in COMMAND_GROUPS:
+        group.register(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "demo":
-            return run_demo(args.data, ticks=args.ticks)
-    except LedgerviewError as error:
-        print(f"ledgerview: {error}", file=sys.stderr)
-        return 2
-    return 0
+        status: int = args.run(args)
+        return status
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        sys.stderr.close()  # the reader went away (consume | head): nothing left to say
+        return ExitCode.OK
+    except (LedgerviewError, OSError) as error:
+        print(f"ledgerview: error: {_one_line(error)}", file=sys.stderr)
+        return exit_code_for(error)
+
+
+def _one_line(error: BaseException) -> str:
+    if isinstance(error, OSError) and not isinstance(error, LedgerviewError) and error.filename is not None:
+        return f"{error.strerror}: {error.filename}"
+    return " ".join(str(error).split())
 
 
 if __name__ == "__main__":

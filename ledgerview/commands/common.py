@@ -1,0 +1,86 @@
+"""What several commands share: the data-folder option, ``key=value`` pairs, opening the store, printing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ledgerview.errors import UsageError
+from storage import Store
+from storage.errors import UnknownTopicError
+
+DATA_ENVIRONMENT = "LEDGERVIEW_DATA"
+Run = Callable[[argparse.Namespace], int]
+Subparsers = Any
+"""argparse's private ``_SubParsersAction``, which has no public name to annotate with."""
+
+
+def data_parent() -> argparse.ArgumentParser:
+    """The ``--data`` option every store command takes."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--data", type=Path, default=Path(os.environ.get(DATA_ENVIRONMENT, "data")),
+                        help=f"the store's data folder (default: ${DATA_ENVIRONMENT} or ./data)")
+    return parent
+
+
+def add_command(subparsers: Subparsers, name: str, run: Run, *, help: str, description: str | None = None,
+                store: bool = True) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=help, description=description or help, parents=[data_parent()] if store else [],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.set_defaults(run=run)
+    return parser
+
+
+def open_existing_store(data: Path) -> Store:
+    """The store at ``data``, which must exist: a typo in --data must not create an empty store."""
+    if not data.is_dir():
+        raise UsageError(f"No data folder at {data}; pass --data with the store's folder (or set "
+                         f"${DATA_ENVIRONMENT}); 'ledgerview topics create' makes a new store.")
+    return Store.open(data)
+
+
+def require_topic(store: Store, topic: str) -> None:
+    """Fail early with the list of topics, before any work starts."""
+    if topic not in store.list_topics():
+        raise UnknownTopicError(topic, store.list_topics())
+
+
+def parse_pairs(pairs: Iterable[str], option: str) -> dict[str, str]:
+    """``key=value`` strings into a mapping; a pair without ``=`` is a usage error."""
+    parsed: dict[str, str] = {}
+    for pair in pairs:
+        key, separator, value = pair.partition("=")
+        if not separator or not key:
+            raise UsageError(f"{option} {pair!r} is not key=value; write it as {option} retention.ms=86400000.")
+        parsed[key.strip()] = value.strip()
+    return parsed
+
+
+def print_json(record: object) -> None:
+    print(json.dumps(record, sort_keys=True))
+
+
+def print_table(headings: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """Columns right-aligned under their headings, as kafka-topics and kafka-log-dirs print them."""
+    text_rows = [[_cell(value) for value in row] for row in rows]
+    widths = [max([len(heading), *(len(row[i]) for row in text_rows)]) for i, heading in enumerate(headings)]
+    print("  ".join(heading.rjust(width) for heading, width in zip(headings, widths, strict=True)))
+    for row in text_rows:
+        print("  ".join(value.rjust(width) for value, width in zip(row, widths, strict=True)))
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    return str(value)
+
+
+def say(message: str) -> None:
+    """A line about what was done, on stderr so that stdout stays data."""
+    print(message, file=sys.stderr)

@@ -1,0 +1,127 @@
+"""``ledgerview dump-log``: kafka-dump-log for segments, indexes and compacted ledgers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from ledgerview.batch_files import BatchFile
+from ledgerview.commands.common import Subparsers, add_command
+from ledgerview.errors import UsageError
+from ledgerview.progress import ByteProgress
+from storage.codec import LOG_APPEND_TIME_FLAG, BatchFormatError, BatchHeader
+from storage.files import LEDGER_SUFFIX, LOG_SUFFIX, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX, parse_ledger_file
+from storage.files import parse_segment_file as parse_segment_name
+from storage.index import OffsetIndex, TimeIndex
+
+DESCRIPTION = """Print the batches of segment files (.log) and compacted ledgers (.ledger): offsets, counts,
+timestamps, positions, sizes, codec and CRC-32C with whether it verifies; with --print-data-log, every message
+too. Offset (.index) and time (.timeindex) indexes print their entries. A folder stands for the files in it.
+
+examples:
+  ledgerview dump-log data/prices-0/00000000000000000000.log
+  ledgerview dump-log data/prices-0 --print-data-log
+  ledgerview dump-log data/prices-0/compacted/00000000000000000001.ledger --print-data-log
+"""
+BATCH_SUFFIXES = (LOG_SUFFIX, LEDGER_SUFFIX)
+DUMPABLE_SUFFIXES = (*BATCH_SUFFIXES, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+
+
+def register(subparsers: Subparsers) -> None:
+    dump = add_command(subparsers, "dump-log", run, store=False, help="print the batches of segments and ledgers",
+                       description=DESCRIPTION)
+    dump.add_argument("files", nargs="+", type=Path, metavar="PATH", help="files or folders to dump")
+    dump.add_argument("--print-data-log", action="store_true", help="print every message as well")
+
+
+def run(args: argparse.Namespace) -> int:
+    files = [file for path in args.files for file in _expand(path)]
+    with ByteProgress(sum(file.stat().st_size for file in files), "dumping") as bar:
+        for file in files:
+            print(f"Dumping {file}")
+            if file.suffix in BATCH_SUFFIXES:
+                _dump_batches(file, print_data=args.print_data_log)
+            elif file.suffix == OFFSET_INDEX_SUFFIX:
+                _dump_offset_index(file)
+            else:
+                _dump_time_index(file)
+            bar.advance(file.stat().st_size)
+    return 0
+
+
+def _expand(path: Path) -> Iterator[Path]:
+    if not path.exists():
+        raise FileNotFoundError(2, "No such file or folder", str(path))
+    if not path.is_dir():
+        if path.suffix not in DUMPABLE_SUFFIXES:
+            raise UsageError(f"{path} is not a segment, index or ledger file; dump-log reads files ending in "
+                             f"{', '.join(DUMPABLE_SUFFIXES)}, or a folder of them.")
+        yield path
+        return
+    for entry in sorted(path.iterdir()):
+        parsed = parse_segment_name(entry.name) or parse_ledger_file(entry.name)
+        if parsed is not None and parsed[2] is None and entry.suffix in DUMPABLE_SUFFIXES:
+            yield entry
+
+
+def _dump_batches(path: Path, *, print_data: bool) -> None:
+    file = BatchFile(path)
+    out = sys.stdout
+    for scanned in file.scan():
+        header = scanned.header
+        out.write(f"{_batch_line(header)} crc: {header.crc:#010x} isValid: {str(scanned.crc_valid).lower()}\n")
+        if print_data:
+            out.write(_messages(file, header))
+    if file.tail is not None:
+        out.write(f"Unreadable bytes at position {file.tail.position} ({file.tail.remaining_bytes} bytes to the "
+                  f"end): {file.tail.reason}\n")
+
+
+def _batch_line(header: BatchHeader) -> str:
+    time_type = "LogAppendTime" if header.attributes & LOG_APPEND_TIME_FLAG else "CreateTime"
+    return (f"baseOffset: {header.base_offset} lastOffset: {header.last_offset} count: {header.record_count} "
+            f"position: {header.position} {time_type}: {header.first_timestamp} maxTimestamp: "
+            f"{header.max_timestamp} size: {header.batch_length} compression: {header.compression or 'none'}")
+
+
+def _messages(file: BatchFile, header: BatchHeader) -> str:
+    """One line per message of the batch: a display, so one Python step per message is fine."""
+    try:
+        rows = file.decode(header).to_pylist()
+    except BatchFormatError as error:
+        return f"| payload does not decode: {error.reason}\n"
+    lines = []
+    for row in rows:
+        key, value = row["key"], row["value"]
+        headers = [(pair["key"], _shown(pair["value"])) for pair in row["headers"] or []]
+        lines.append(f"| offset: {row['offset']} timestamp: {row['timestamp']} "
+                     f"keySize: {-1 if key is None else len(key)} valueSize: {-1 if value is None else len(value)} "
+                     f"key: {_shown(key)} payload: {_shown(value)} headers: {headers}\n")
+    return "".join(lines)
+
+
+def _shown(data: bytes | None) -> str:
+    return "null" if data is None else data.decode("utf-8", "backslashreplace")
+
+
+def _dump_offset_index(path: Path) -> None:
+    _dump_index(path, OffsetIndex(path), 8, lambda base, relative, position: f"offset: {base + relative} "
+                                                                             f"position: {position}")
+
+
+def _dump_time_index(path: Path) -> None:
+    _dump_index(path, TimeIndex(path), 12, lambda base, timestamp, relative: f"timestamp: {timestamp} "
+                                                                              f"offset: {base + relative}")
+
+
+def _dump_index(path: Path, index: OffsetIndex | TimeIndex, entry_bytes: int,
+                line: Callable[[int, int, int], str]) -> None:
+    if not index.load():
+        print(f"Not a whole number of {entry_bytes}-byte entries: {path.stat().st_size} bytes")
+        return
+    parsed = parse_segment_name(path.name)
+    base_offset = parsed[0] if parsed else 0
+    for key, value in zip(index.keys, index.values, strict=True):
+        print(line(base_offset, key, value))

@@ -1,0 +1,186 @@
+"""Lines of text into tables of messages, columnar: what ``produce`` and the directory source read.
+
+Two formats:
+
+- text: ``key<separator>value`` per line (the separator is a tab by default; the value may contain it), or only a
+  value per line when there are no keys. A key or value equal to the null marker is null: a keyed message with a
+  null value is a tombstone.
+- json: one object per line with ``value`` (a string, or null for a tombstone) and optionally ``key`` (a string or
+  null), ``timestamp`` (integer milliseconds) and ``partition``.
+
+Input is handled in chunks that end at a line end. A chunk is split and parsed with Arrow kernels; only when a
+chunk holds a malformed line is it walked line by line, to name the first bad line exactly.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
+
+CHUNK_BYTES = 8 * 1024 * 1024
+JSON_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()), ("timestamp", pa.int64()),
+                         ("partition", pa.int32())])
+_JSON_TYPES = {"key": (str, type(None)), "value": (str, type(None)), "timestamp": (int,), "partition": (int,)}
+
+
+@dataclass(frozen=True)
+class LineFormat:
+    """How lines become messages."""
+
+    json: bool = False
+    """One JSON object per line instead of text."""
+    separator: bytes = b"\t"
+    """Between key and value in text lines."""
+    keyed: bool = True
+    """Text lines hold a key and a value; False: the whole line is the value and the key is null."""
+    null_marker: bytes | None = None
+    """A text key or value equal to this is null (a null value is a tombstone); None: no marker."""
+
+
+class LineError(ValueError):
+    """The first malformed line of a chunk: its number within the chunk (from 1) and what is wrong."""
+
+    def __init__(self, line_index: int, line: bytes, reason: str, parsed: pa.Table) -> None:
+        self.line_index, self.line, self.reason = line_index, line, reason
+        self.parsed = parsed
+        """The messages of the lines before the bad one."""
+        super().__init__(reason)
+
+
+def read_chunks(stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """Blocks of whole lines (the last one may lack its line end)."""
+    rest = b""
+    while True:
+        block = stream.read(chunk_bytes)
+        if not block:
+            if rest:
+                yield rest
+            return
+        block = rest + block
+        cut = block.rfind(b"\n") + 1
+        if cut == 0:
+            rest = block
+            continue
+        rest = block[cut:]
+        yield block[:cut]
+
+
+def split_lines(chunk: bytes) -> pa.Array:
+    """The chunk's lines without their line ends (``\\n`` or ``\\r\\n``), blank lines dropped."""
+    if b"\r\n" in chunk:
+        chunk = chunk.replace(b"\r\n", b"\n")
+    lines = pc.split_pattern(pa.array([chunk], pa.binary()), b"\n").values
+    return lines.filter(pc.greater(pc.binary_length(lines), 0))
+
+
+def line_number_in(chunk: bytes, non_blank_index: int) -> int:
+    """The line number within ``chunk`` of its ``non_blank_index``-th non-blank line (both from 1); for error
+    messages only, so a plain walk."""
+    seen = 0
+    for number, line in enumerate(chunk.split(b"\n"), start=1):
+        if line.strip(b"\r"):
+            seen += 1
+            if seen == non_blank_index:
+                return number
+    return non_blank_index
+
+
+def parse_chunk(chunk: bytes, line_format: LineFormat) -> pa.Table:
+    """The messages of a chunk's lines (columns key, value and, for JSON, timestamp and partition when given);
+    raises LineError at the first malformed line."""
+    lines = split_lines(chunk)
+    if line_format.json:
+        return _parse_json(lines)
+    return _parse_text(lines, line_format)
+
+
+def _parse_text(lines: pa.Array, line_format: LineFormat) -> pa.Table:
+    if not line_format.keyed:
+        return pa.table({"key": pa.nulls(len(lines), pa.binary()), "value": _nulls_marked(lines, line_format)})
+    parts = pc.split_pattern(lines, line_format.separator, max_splits=1)
+    unsplit = np.flatnonzero(pc.list_value_length(parts).to_numpy(zero_copy_only=False) < 2)
+    if len(unsplit):
+        bad = int(unsplit[0])
+        good = _parse_text(lines.slice(0, bad), line_format)
+        raise LineError(bad + 1, lines[bad].as_py(),
+                        f"no separator {line_format.separator.decode()!r} between key and value", good)
+    return pa.table({"key": _nulls_marked(pc.list_element(parts, 0), line_format),
+                     "value": _nulls_marked(pc.list_element(parts, 1), line_format)})
+
+
+def _nulls_marked(column: pa.Array, line_format: LineFormat) -> pa.Array:
+    if line_format.null_marker is None:
+        return column
+    marked = pc.equal(column, pa.scalar(line_format.null_marker, pa.binary()))
+    return pc.if_else(marked, pa.scalar(None, pa.binary()), column)
+
+
+def _parse_json(lines: pa.Array) -> pa.Table:
+    if len(lines) == 0:
+        return pa.table({"key": pa.array([], pa.binary()), "value": pa.array([], pa.binary())})
+    text = _concatenated(lines)
+    try:
+        table = pa_json.read_json(io.BytesIO(text), parse_options=pa_json.ParseOptions(
+            explicit_schema=JSON_SCHEMA, unexpected_field_behavior="error"))
+    except pa.ArrowInvalid:
+        table = None
+    without_value = np.flatnonzero(~pc.match_substring(lines, b'"value"').to_numpy(zero_copy_only=False))
+    if table is None or len(without_value):
+        _raise_first_json_error(lines)
+    columns = {"key": table["key"].cast(pa.binary()), "value": table["value"].cast(pa.binary())}
+    for optional in ("timestamp", "partition"):
+        if table[optional].null_count < table.num_rows:
+            columns[optional] = table[optional]
+    return pa.table(columns)
+
+
+def _raise_first_json_error(lines: pa.Array) -> None:
+    """The slow path, taken only for a chunk that does not parse: find and name the first bad line."""
+    for index, line in enumerate(lines.to_pylist()):
+        reason = _json_line_problem(line)
+        if reason is not None:
+            good = _parse_json(lines.slice(0, index)) if index else _parse_json(lines.slice(0, 0))
+            raise LineError(index + 1, line, reason, good)
+    raise AssertionError("a JSON chunk failed to parse but every line is valid")
+
+
+def _json_line_problem(line: bytes) -> str | None:
+    try:
+        record = json.loads(line)
+    except ValueError as error:
+        return f"not JSON ({error})"
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    unknown = sorted(set(record) - set(_JSON_TYPES))
+    if unknown:
+        return f"unknown fields {unknown}; allowed: {', '.join(_JSON_TYPES)}"
+    if "value" not in record:
+        return 'no "value" field (give "value": null for a tombstone)'
+    for name, value in record.items():
+        if not isinstance(value, _JSON_TYPES[name]) or isinstance(value, bool):
+            allowed = "a string or null" if name in ("key", "value") else "an integer"
+            return f"{name!r} is {json.dumps(value)}; expected {allowed}"
+    return None
+
+
+def _concatenated(lines: pa.Array) -> bytes:
+    """The lines joined by line ends, in one copy."""
+    joined = pc.binary_join_element_wise(lines, pa.scalar(b""), pa.scalar(b"\n"))
+    return concatenated_values(joined).tobytes()
+
+
+def concatenated_values(array: pa.Array) -> memoryview:
+    """The bytes of a binary array without nulls, back to back, straight from its data buffer (no copy)."""
+    if len(array) == 0:
+        return memoryview(b"")
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(array) + 1, offset=array.offset * 4)
+    data = array.buffers()[2]
+    return memoryview(data)[int(offsets[0]) : int(offsets[-1])]

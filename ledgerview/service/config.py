@@ -1,0 +1,245 @@
+"""The service config: a TOML file (stdlib tomllib) read into frozen dataclasses, every key checked.
+
+Each section is a dataclass whose fields are its keys, with their defaults; an unknown key, a missing required
+one or a value of the wrong type is refused with the section, the key and what is allowed, before anything
+starts. conf/ledgerview.toml is the documented default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ledgerview.errors import ServiceConfigError
+
+SourceKind = Literal["generator", "directory", "topic", "kafka"]
+
+
+@dataclass(frozen=True)
+class StoreSection:
+    data: str = "data"
+    """The data folder; a relative path is taken from the working directory."""
+
+
+@dataclass(frozen=True)
+class ServiceSection:
+    flush_interval_s: float = 1.0
+    """How often appended data is fsynced, recovery points move and source checkpoints are written."""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+@dataclass(frozen=True)
+class HttpSection:
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 9464
+    """0 picks a free port; the chosen one is in the service.started log line."""
+
+
+@dataclass(frozen=True)
+class LoopSection:
+    enabled: bool = True
+    interval_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class TopicSection:
+    """A topic the service creates at start when it is missing (an existing one is left as it is)."""
+
+    name: str
+    partitions: int = 1
+    config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SourceSection:
+    """One ingest source; ``type`` chooses which keys apply (the others keep their defaults)."""
+
+    name: str
+    type: SourceKind
+    topic: str
+    batch_messages: int = 1000
+    """Messages per append (generator), or the most lines read per append (directory)."""
+    interval_s: float = 1.0
+    """Pause between appends when the source has nothing more right now (generator: between every append)."""
+    # generator
+    keys: int = 1000
+    value_bytes: int = 16
+    tombstone_every: int = 0
+    """Every n-th generated message is a tombstone; 0: none."""
+    limit: int = 0
+    """Stop generating after this many messages; 0: never."""
+    # directory
+    path: str = ""
+    """The folder whose files are read in name order; files must be complete when they appear (write them under
+    another name and rename)."""
+    pattern: str = "*"
+    format: Literal["text", "json"] = "text"
+    separator: str = "\t"
+    null_marker: str | None = None
+    # topic (a Spark streaming query from another ledgerview topic of the same store) and kafka (a Spark
+    # streaming query mirroring a topic of any Kafka cluster, partition for partition)
+    source_topic: str = ""
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    """Where a new query starts reading ``source_topic``; a restarted one continues from its checkpoint."""
+    bootstrap_servers: str = ""
+    """kafka: the cluster's ``host:port`` list, comma-separated."""
+
+
+@dataclass(frozen=True)
+class SparkSection:
+    """With ``enabled``, directory and topic sources run as Spark Structured Streaming queries into the
+    ``ledgerview`` sink (exactly once per micro-batch through Spark's checkpoints); the generator stays direct."""
+
+    enabled: bool = False
+    master: str = "local[2]"
+
+
+@dataclass(frozen=True)
+class KafkaSection:
+    """The Kafka-protocol endpoint: Kafka clients produce to and consume from the store's topics, and read each
+    topic's compacted view under ``<topic><compacted_suffix>`` (docs/kafka.md)."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = 9092
+    """0 picks a free port; the chosen one is in the service.started log line."""
+    compacted_suffix: str = ".compacted"
+    advertised_host: str = ""
+    """The host clients are told to connect to; empty: ``host``."""
+    fetch_cache_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    path: str
+    store: StoreSection = StoreSection()
+    service: ServiceSection = ServiceSection()
+    http: HttpSection = HttpSection()
+    compaction: LoopSection = LoopSection(interval_s=30.0)
+    retention: LoopSection = LoopSection(interval_s=300.0)
+    cleaner: LoopSection = LoopSection(interval_s=15.0)
+    topics: tuple[TopicSection, ...] = ()
+    sources: tuple[SourceSection, ...] = ()
+    spark: SparkSection = SparkSection()
+    kafka: KafkaSection = KafkaSection()
+
+    @property
+    def data(self) -> Path:
+        return Path(self.store.data)
+
+
+_SECTIONS: dict[str, type[Any]] = {"store": StoreSection, "service": ServiceSection, "http": HttpSection,
+                                   "compaction": LoopSection, "retention": LoopSection, "cleaner": LoopSection,
+                                   "spark": SparkSection, "kafka": KafkaSection}
+
+
+def read_service_config(path: Path) -> ServiceConfig:
+    """Read and check the config file; raises ServiceConfigError naming what is wrong."""
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ServiceConfigError(str(path), "file", "not found") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ServiceConfigError(str(path), "TOML", str(error)) from None
+    return parse_service_config(raw, str(path))
+
+
+def parse_service_config(raw: dict[str, Any], path: str) -> ServiceConfig:
+    known = {*_SECTIONS, "topics", "sources"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ServiceConfigError(path, f"section [{unknown[0]}]", f"unknown; sections: {', '.join(sorted(known))}")
+    sections: dict[str, Any] = {}
+    for name, kind in _SECTIONS.items():
+        if name in raw:
+            defaults = dataclasses.asdict(getattr(ServiceConfig, name))
+            sections[name] = _build(kind, {**defaults, **_table(raw[name], path, f"[{name}]")}, path, f"[{name}]")
+    sections["topics"] = tuple(_build(TopicSection, _table(item, path, f"[[topics]] #{i + 1}"), path,
+                                      f"[[topics]] #{i + 1}") for i, item in enumerate(_list(raw, "topics", path)))
+    sources = tuple(_build(SourceSection, _table(item, path, f"[[sources]] #{i + 1}"), path, f"[[sources]] #{i + 1}")
+                    for i, item in enumerate(_list(raw, "sources", path)))
+    _check_sources(sources, path, spark_enabled=sections.get("spark", SparkSection()).enabled)
+    sections["sources"] = sources
+    return ServiceConfig(path, **sections)
+
+
+def _check_sources(sources: tuple[SourceSection, ...], path: str, *, spark_enabled: bool) -> None:
+    names = [source.name for source in sources]
+    for source in sources:
+        where = f"[[sources]] {source.name!r}"
+        if names.count(source.name) > 1:
+            raise ServiceConfigError(path, where, "two sources have this name; each needs its own")
+        if source.type == "directory" and not source.path:
+            raise ServiceConfigError(path, where, "a directory source needs path = the folder to read")
+        if source.type == "topic" and not (spark_enabled and source.source_topic):
+            raise ServiceConfigError(path, where, "a topic source runs on Spark: it needs [spark] enabled = true "
+                                     "and source_topic = the topic to read")
+        if source.type == "kafka" and not (spark_enabled and source.source_topic and source.bootstrap_servers):
+            raise ServiceConfigError(path, where, "a kafka source runs on Spark: it needs [spark] enabled = true, "
+                                     "bootstrap_servers = the cluster and source_topic = the Kafka topic to mirror")
+        for key in ("batch_messages", "keys", "value_bytes"):
+            if getattr(source, key) < 1:
+                raise ServiceConfigError(path, f"{where} {key}", "must be >= 1")
+
+
+def _list(raw: dict[str, Any], name: str, path: str) -> list[Any]:
+    items = raw.get(name, [])
+    if not isinstance(items, list):
+        raise ServiceConfigError(path, name, f"must be an array of tables ([[{name}]])")
+    return items
+
+
+def _table(value: Any, path: str, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ServiceConfigError(path, where, "must be a table")
+    return value
+
+
+def _build(kind: type[Any], values: dict[str, Any], path: str, where: str) -> Any:
+    fields = {item.name: item for item in dataclasses.fields(kind)}
+    hints = typing.get_type_hints(kind)
+    for key, value in values.items():
+        if key not in fields:
+            raise ServiceConfigError(path, f"{where} {key}", f"unknown key; keys: {', '.join(fields)}")
+        if not _matches(value, hints[key]):
+            raise ServiceConfigError(path, f"{where} {key}", f"{value!r} is not {_describe(hints[key])}")
+    missing = [name for name, item in fields.items() if name not in values
+               and item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ServiceConfigError(path, where, f"missing required key {missing[0]!r}")
+    return kind(**values)
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return value in typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        return any(_matches(value, option) for option in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is dict or hint is dict:
+        return isinstance(value, dict) and all(isinstance(key, str) for key in value)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _describe(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(choice) for choice in typing.get_args(hint))
+    if origin in (types.UnionType, typing.Union):
+        return " or ".join(_describe(option) for option in typing.get_args(hint))
+    if origin is dict:
+        return "a table"
+    return {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+            type(None): "absent"}.get(hint, str(hint))

@@ -1,0 +1,247 @@
+"""The service process: wires the store, the ingest sources, the periodic loops and the HTTP endpoint together.
+
+Start:
+
+1. Read and check the config (nothing starts on a bad one); take the service lock of the data folder (a second
+   service there is refused: it would ingest every source twice); open the store (which recovers every partition it
+   touches: torn tails cut, indexes rebuilt) and create the configured topics that are missing.
+2. Start the HTTP endpoint and the Kafka-protocol endpoint (when [kafka] enabled), then the loops (compaction
+   scheduler, retention, in-place cleaner), then the ingest workers, each of which first recovers its source
+   (ledgerview/service/ingest.py).
+3. Log ``service.started`` with the HTTP address.
+
+Stop, on SIGTERM or SIGINT:
+
+1. Stop the ingest workers: each finishes its append, flushes the topic and writes its final checkpoint.
+2. Stop the loops after the pass in progress.
+3. Stop the Kafka-protocol endpoint (its store flushes what clients produced), the HTTP endpoint, flush and close
+   the store, log ``service.stopped``.
+
+After ``kill -9`` nothing needs cleaning by hand: the next start recovers the partitions, the compactor removes
+orphan ledgers of an interrupted run, and each worker replays what its checkpoint does not cover.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import asdict
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Protocol
+
+from compactor.scheduler import CompactionScheduler
+from ledgerview.errors import ServiceRunningError
+from ledgerview.kafka.broker import EndpointOptions
+from ledgerview.kafka.server import KafkaEndpoint
+from ledgerview.service.config import ServiceConfig
+from ledgerview.service.http import StatusServer
+from ledgerview.service.ingest import SERVICE_FOLDER, IngestStats, IngestWorker
+from ledgerview.service.logs import configure_logging, log_event
+from ledgerview.service.loops import PeriodicTask
+from ledgerview.service.sources import open_source
+from ledgerview.service.status import service_status
+from storage import Store
+from storage.errors import PartitionLockedError
+from storage.locks import FileLock
+from storage.periodic import for_each_topic
+from storage.retention import RetentionLoop
+
+if TYPE_CHECKING:
+    from ledgerview.service.spark_ingest import SparkIngest
+
+logger = logging.getLogger("ledgerview.service")
+SERVICE_LOCK = ".service.lock"
+
+
+class Component(Protocol):
+    """A part the service starts and stops: a loop, an ingest worker, the HTTP endpoint, the Kafka-protocol
+    endpoint."""
+
+    def start(self) -> object: ...
+
+    def stop(self) -> None: ...
+
+
+class IngestStatus(Protocol):
+    """What the status endpoint reads of a source, whichever engine runs it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def stats(self) -> IngestStats: ...
+
+
+class Service:
+    def __init__(self, config: ServiceConfig) -> None:
+        self.config = config
+        self.started_ms = time.time_ns() // 1_000_000
+        self.workers: list[IngestWorker] = []
+        self.spark: SparkIngest | None = None
+        self.loops: list[PeriodicTask] = []
+        self.http: StatusServer | None = None
+        self.kafka: KafkaEndpoint | None = None
+        self.cleaner_store: Store | None = None
+        """The cleaner loop's store: its cleaner manager (thread-safe) knows each partition's cleaning state."""
+        self._stopping = threading.Event()
+        self._lock = FileLock(config.data / SERVICE_FOLDER / SERVICE_LOCK, wait=False)
+
+    # -------------------------------------------------------------------------------------------- lifecycle
+    def run(self) -> int:
+        """Start, wait for SIGTERM or SIGINT, stop; returns the exit status."""
+        for signal_number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signal_number, self._on_signal)
+        self.start()
+        while not self._stopping.wait(0.5):
+            pass
+        self.stop()
+        return 0
+
+    def start(self) -> None:
+        config = self.config
+        (config.data / SERVICE_FOLDER).mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.acquire(wait=False)
+        except PartitionLockedError:
+            raise ServiceRunningError(str(config.data), str(self._lock.path)) from None
+        with Store.open(config.data) as store:
+            for topic in config.topics:
+                if topic.name not in store.list_topics():
+                    store.create_topic(topic.name, partitions=topic.partitions, config=topic.config)
+                    log_event(logger, logging.INFO, "topic.created", topic=topic.name, partitions=topic.partitions)
+        if config.http.enabled:
+            self.http = StatusServer(config.http.host, config.http.port, config.data, self.status)
+        self.loops = self._loops()
+        if config.kafka.enabled:
+            self.kafka = KafkaEndpoint(config.data, options=EndpointOptions(
+                host=config.kafka.host, port=config.kafka.port, compacted_suffix=config.kafka.compacted_suffix,
+                advertised_host=config.kafka.advertised_host or None,
+                fetch_cache_bytes=config.kafka.fetch_cache_bytes))
+        on_spark = [s for s in config.sources
+                    if config.spark.enabled and s.type in ("directory", "topic", "kafka")]
+        self.workers = [IngestWorker(open_source(section), config.data, interval_s=section.interval_s,
+                                     flush_interval_s=config.service.flush_interval_s, kind=section.type)
+                        for section in config.sources if section not in on_spark]
+        if on_spark:
+            from ledgerview.service.spark_ingest import SparkIngest  # pyspark only where Spark is asked for
+
+            self.spark = SparkIngest(on_spark, config.data, config.spark)
+        for component in self._components():
+            component.start()
+        log_event(logger, logging.INFO, "service.started", data=str(config.data.resolve()),
+                  http=self.http.address if self.http else None,
+                  kafka=f"{config.kafka.host}:{self.kafka.port}" if self.kafka else None,
+                  sources=[s.name for s in self.config.sources],
+                  loops=[loop.name for loop in self.loops], config=config.path)
+
+    def stop(self) -> None:
+        log_event(logger, logging.INFO, "service.stopping")
+        for component in reversed(self._components()):
+            component.stop()
+        self._lock.__exit__(None, None, None)
+        log_event(logger, logging.INFO, "service.stopped",
+                  messages={ingest.name: ingest.stats.messages for ingest in self.ingests})
+
+    @property
+    def ingests(self) -> list[IngestStatus]:
+        return [*self.workers, *(self.spark.sources if self.spark else [])]
+
+    def _components(self) -> list[Component]:
+        http: list[Component] = [self.http] if self.http else []
+        kafka: list[Component] = [self.kafka] if self.kafka else []
+        spark: list[Component] = [self.spark] if self.spark else []
+        return [*http, *kafka, *self.loops, *self.workers, *spark]
+
+    def _on_signal(self, signal_number: int, frame: FrameType | None) -> None:
+        log_event(logger, logging.INFO, "service.signal", signal=signal.Signals(signal_number).name)
+        self._stopping.set()
+
+    # ------------------------------------------------------------------------------------------------ loops
+    def _loops(self) -> list[PeriodicTask]:
+        config, loops = self.config, []
+        if config.compaction.enabled:
+            loops.append(_compaction_loop(Store.open(config.data), config.compaction.interval_s))
+        if config.retention.enabled:
+            loops.append(_retention_loop(Store.open(config.data), config.retention.interval_s))
+        if config.cleaner.enabled:
+            self.cleaner_store = Store.open(config.data)
+            loops.append(_cleaner_loop(self.cleaner_store, config.cleaner.interval_s))
+        return loops
+
+    # ----------------------------------------------------------------------------------------------- status
+    def status(self, store: Store) -> dict[str, Any]:
+        sources = [{"name": ingest.name, "topic": ingest.topic, "type": ingest.kind, **asdict(ingest.stats)}
+                   for ingest in self.ingests]
+        loops = {loop.name: {"interval_s": loop.interval_s, **asdict(loop.stats)} for loop in self.loops}
+        topic_errors: dict[str, list[str]] = {}
+        for loop in self.loops:
+            for topic, error in loop.stats.topic_errors.items():
+                topic_errors.setdefault(topic, []).append(f"{loop.name}: {error}")
+        for ingest, source in zip(self.ingests, sources, strict=True):
+            if source["last_error"]:
+                topic_errors.setdefault(ingest.topic, []).append(f"source {ingest.name}: {source['last_error']}")
+        return service_status(store, started_ms=self.started_ms, now_ms=time.time_ns() // 1_000_000,
+                              sources=sources, loops=loops, topic_errors=topic_errors,
+                              cleaner=self.cleaner_store.cleaner if self.cleaner_store else None)
+
+
+def _compaction_loop(store: Store, interval_s: float) -> PeriodicTask:
+    scheduler = CompactionScheduler(store, interval_s=interval_s)
+    store.close()
+
+    def check() -> dict[str, str]:
+        for topic, result in scheduler.check_once():
+            log_event(logger, logging.INFO, "compaction.done", topic=topic, partition=result.partition,
+                      ledger=result.ledger_id, horizon=result.horizon, read=result.messages_read,
+                      kept=result.messages_kept, removed=result.messages_removed)
+        return {}  # a failed run is its partition's ERROR status, which the status endpoint shows
+
+    return PeriodicTask("compaction", interval_s, check, close=scheduler.stop)
+
+
+def _retention_loop(store: Store, interval_s: float) -> PeriodicTask:
+    retention = RetentionLoop(store, interval_s=interval_s)
+    store.close()
+
+    def run_once() -> dict[str, str]:
+        for segment in retention.run_once():
+            log_event(logger, logging.INFO, "retention.deleted", topic=segment.topic, partition=segment.partition,
+                      base_offset=segment.base_offset, next_offset=segment.next_offset,
+                      size_bytes=segment.size_bytes, reason=segment.reason.value)
+        for topic, error in retention.failures.items():
+            log_event(logger, logging.ERROR, "retention.failed", topic=topic, error=error)
+        return dict(retention.failures)
+
+    return PeriodicTask("retention", interval_s, run_once, close=retention.stop)
+
+
+def _cleaner_loop(store: Store, interval_s: float) -> PeriodicTask:
+    """Kafka's in-place cleaning of every compact topic, on the loop's thread with ``store`` (its own)."""
+
+    def run_once() -> dict[str, str]:
+        cleaned, failures = for_each_topic(store, store.clean)
+        for stats in cleaned:
+            log_event(logger, logging.INFO, "cleaner.cleaned", topic=stats.topic, partition=stats.partition,
+                      first_dirty_offset=stats.first_dirty_offset, end_offset=stats.end_offset,
+                      dirty_ratio=round(stats.dirty_ratio, 4), read=stats.messages_read,
+                      written=stats.messages_written, tombstones_removed=stats.tombstones_removed)
+        for (topic, partition), error in store.cleaner.uncleanable().items():
+            failures.setdefault(topic, f"partition {partition} is uncleanable: {error}")
+        for topic, error in failures.items():
+            log_event(logger, logging.ERROR, "cleaner.failed", topic=topic, error=error)
+        return failures
+
+    return PeriodicTask("cleaner", interval_s, run_once, close=store.close)
+
+
+def serve(config: ServiceConfig) -> int:
+    configure_logging(config.service.log_level)
+    return Service(config).run()

@@ -1,0 +1,150 @@
+"""Ingest sources: where the service's messages come from, behind one small interface.
+
+A source is deterministic given its position: ``read(position)`` returns the same messages every time for the
+same position (and config). That is what lets the ingest worker (ledgerview/service/ingest.py) replay after a crash
+and append exactly the messages that did not make it. Positions are small JSON-able dicts the worker stores in its
+checkpoint.
+
+Built in: the generator (a synthetic keyed changelog at a steady rate) and the directory source (files of text or
+JSON lines, read in name order with the produce command's parser). A Spark Structured Streaming query would be a
+source of the same shape once the ``ledgerview`` Spark sink is on main.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ledgerview.changelog import key_names
+from ledgerview.errors import MalformedInputError
+from ledgerview.input_lines import CHUNK_BYTES, LineError, LineFormat, line_number_in, parse_chunk
+from ledgerview.service.config import SourceSection
+
+Position = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SourceBatch:
+    messages: pa.Table
+    """Columns key, value and optionally timestamp, as Store.append takes them."""
+    next_position: Position
+    """Where the read after this one starts."""
+    more: bool
+    """Whether the source has more right now (the worker then reads again without pausing)."""
+
+
+class Source(Protocol):
+    name: str
+    topic: str
+
+    def initial_position(self) -> Position: ...
+
+    def read(self, position: Position) -> SourceBatch | None:
+        """The next messages from ``position``; None when there is nothing new now."""
+
+
+class GeneratorSource:
+    """Message n has key ``key<n mod keys>`` and value ``n=<n>`` padded to value_bytes; every
+    ``tombstone_every``-th is a tombstone. ``batch_messages`` per read, until ``limit`` (0: forever)."""
+
+    def __init__(self, section: SourceSection) -> None:
+        self.name, self.topic = section.name, section.topic
+        self.section = section
+        self._keys = key_names(section.keys)
+
+    def initial_position(self) -> Position:
+        return {"seq": 0}
+
+    def read(self, position: Position) -> SourceBatch | None:
+        first = int(position["seq"])
+        last = first + self.section.batch_messages
+        if self.section.limit:
+            last = min(last, self.section.limit)
+        if last <= first:
+            return None
+        numbers = np.arange(first, last, dtype=np.int64)
+        text = pc.binary_join_element_wise(pa.scalar("n="), pa.array(numbers).cast(pa.string()), pa.scalar(""))
+        values = pc.utf8_rpad(text, width=self.section.value_bytes, padding=".").cast(pa.binary())
+        if self.section.tombstone_every:
+            tombstone = pa.array(numbers % self.section.tombstone_every == self.section.tombstone_every - 1)
+            values = pc.if_else(tombstone, pa.scalar(None, pa.binary()), values)
+        keys = self._keys.take(pa.array(numbers % self.section.keys))
+        return SourceBatch(pa.table({"key": keys, "value": values}), {"seq": last}, more=False)
+
+
+class DirectorySource:
+    """Lines of the files in a folder whose names match ``pattern``, in name order. A file must be complete when
+    it appears (write it under another name, then rename); a file whose name sorts before the current one is
+    never read. A malformed line stops the source at its chunk, naming the file and line, until the file is
+    fixed and the service restarted."""
+
+    def __init__(self, section: SourceSection) -> None:
+        self.name, self.topic = section.name, section.topic
+        self.folder = Path(section.path)
+        self.pattern = section.pattern
+        self.line_format = LineFormat(json=section.format == "json", separator=section.separator.encode(),
+                                      null_marker=None if section.null_marker is None else section.null_marker.encode())
+        self.chunk_bytes = CHUNK_BYTES
+
+    def initial_position(self) -> Position:
+        return {"file": "", "offset": 0}
+
+    def read(self, position: Position) -> SourceBatch | None:
+        current, offset = str(position["file"]), int(position["offset"])
+        for name in self._files_from(current):
+            path = self.folder / name
+            start = offset if name == current else 0
+            size = path.stat().st_size
+            if start >= size:
+                continue
+            chunk, end = self._chunk(path, start, size)
+            try:
+                messages = parse_chunk(chunk, self.line_format)
+            except LineError as error:
+                line_number = _lines_before(path, start) + line_number_in(chunk, error.line_index)
+                raise MalformedInputError(str(path), line_number, error.line, error.reason, consequence=(
+                    "The source stopped before the chunk holding this line; fix the file and restart the service."
+                )) from None
+            return SourceBatch(messages, {"file": name, "offset": end}, more=True)
+        return None
+
+    def _files_from(self, current: str) -> list[str]:
+        try:
+            names = os.listdir(self.folder)
+        except FileNotFoundError:
+            return []
+        return sorted(name for name in names if fnmatch.fnmatchcase(name, self.pattern) and name >= current)
+
+    def _chunk(self, path: Path, start: int, size: int) -> tuple[bytes, int]:
+        """Whole lines from ``start``, at most chunk_bytes unless one line is longer; the file's last line may
+        lack its line end."""
+        with path.open("rb") as file:
+            file.seek(start)
+            data = file.read(self.chunk_bytes)
+            if start + len(data) < size:
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    rest = file.readline()
+                    data += rest
+                    cut = len(data)
+                data = data[:cut]
+        return data, start + len(data)
+
+
+def _lines_before(path: Path, offset: int) -> int:
+    """Lines before byte ``offset`` of the file (on the error path only)."""
+    with path.open("rb") as file:
+        return file.read(offset).count(b"\n")
+
+
+def open_source(section: SourceSection) -> Source:
+    if section.type == "generator":
+        return GeneratorSource(section)
+    return DirectorySource(section)

@@ -1,0 +1,161 @@
+"""What the service reports: per-partition status (offsets, sizes, horizon, dirty ratio, compaction and cleaner
+state, last errors) as JSON, and the same figures as Prometheus text metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict
+from typing import Any
+
+from compactor import Compactor
+from storage import Store
+from storage.cleaner_manager import CleanerManager, first_dirty_offset, log_to_clean
+from storage.compacted import CompactedLedgers
+from storage.partition_log import PartitionLog
+
+
+def partition_statuses(store: Store, topic: str, cleaner: CleanerManager | None) -> list[dict[str, Any]]:
+    """Offsets, sizes, compaction horizon and backlog of each partition, with its last compaction run and, for
+    compact topics, the in-place cleaner's view of it.
+
+    ``dirty_ratio`` is the share of the partition's bytes above the horizon, not yet in the compacted view (for a
+    topic never compacted, all of it). The cleaner's ``dirty_ratio`` is Kafka's: cleanable bytes over clean plus
+    cleanable bytes."""
+    statuses = []
+    compactions = Compactor(store).status(topic)
+    checkpoints = cleaner.read_checkpoints() if cleaner else {}
+    uncleanable = cleaner.uncleanable() if cleaner else {}
+    for compaction in compactions:
+        log = store.partition_log(topic, compaction.partition)
+        log.refresh()
+        cursor = CompactedLedgers(log.folder).read_cursor()
+        horizon = cursor.horizon if cursor else -1
+        size = log.size_bytes
+        dirty = log.bytes_above(horizon) if log.end_offset > max(horizon + 1, log.log_start_offset) else 0
+        errors = [compaction.last_error] if compaction.last_error else []
+        key = (topic, compaction.partition)
+        if key in uncleanable:
+            errors.append(f"cleaner: {uncleanable[key]}")
+        statuses.append({
+            "partition": compaction.partition,
+            "start_offset": log.log_start_offset,
+            "end_offset": log.end_offset,
+            "size_bytes": size,
+            "segments": len(log.segments),
+            "horizon": horizon,
+            "compacted_messages": cursor.messages_kept if cursor else 0,
+            "ledger_bytes": cursor.ledger_bytes if cursor else 0,
+            "dirty_bytes": dirty,
+            "dirty_ratio": round(dirty / size, 6) if size else 0.0,
+            "compaction": compaction.as_record(),
+            "cleaner": _cleaner_status(store, log, cleaner, checkpoints.get(key), uncleanable.get(key)),
+            "last_errors": errors,
+        })
+    return statuses
+
+
+def _cleaner_status(store: Store, log: PartitionLog, cleaner: CleanerManager | None, checkpoint: int | None,
+                    uncleanable: str | None) -> dict[str, Any] | None:
+    """None when the topic is not compact or the service runs no cleaner."""
+    if cleaner is None or not log.config.is_compact:
+        return None
+    first_dirty, _ = first_dirty_offset(log, checkpoint)
+    to_clean = log_to_clean(log, first_dirty, hold=store.retention_hold(log.topic, log.partition),
+                            now_ms=store.clock())
+    return {"state": cleaner.state((log.topic, log.partition)).value, "first_dirty_offset": first_dirty,
+            "first_uncleanable_offset": to_clean.first_uncleanable_offset, "clean_bytes": to_clean.clean_bytes,
+            "cleanable_bytes": to_clean.cleanable_bytes, "dirty_ratio": round(to_clean.dirty_ratio, 6),
+            "uncleanable": uncleanable}
+
+
+def service_status(store: Store, *, started_ms: int, now_ms: int, sources: list[dict[str, Any]],
+                   loops: dict[str, Any], topic_errors: dict[str, list[str]],
+                   cleaner: CleanerManager | None) -> dict[str, Any]:
+    """``topic_errors``: the last failures of loops and sources per topic, shown with the topic."""
+    topics = []
+    for topic in store.list_topics():
+        metadata = store.topic_metadata(topic)
+        topics.append({"topic": topic, "partitions": partition_statuses(store, topic, cleaner),
+                       "config": dict(metadata.overrides), "last_errors": topic_errors.get(topic, [])})
+    failed = [source["name"] for source in sources if source["state"] == "failed"]
+    return {
+        "status": "degraded" if failed else "ok",
+        "failed_sources": failed,
+        "data": str(store.root.resolve()),
+        "started_ms": started_ms,
+        "uptime_s": round((now_ms - started_ms) / 1000, 3),
+        "sources": sources,
+        "loops": loops,
+        "topics": topics,
+    }
+
+
+COMPACTION_STATES = ("NOT_RUN", "RUNNING", "SUCCESS", "ERROR")
+_PARTITION_GAUGES = (
+    ("start_offset", "ledgerview_partition_start_offset", "The partition's log start offset."),
+    ("end_offset", "ledgerview_partition_end_offset", "The offset the next appended message gets."),
+    ("size_bytes", "ledgerview_partition_size_bytes", "Bytes of the partition's raw segments."),
+    ("segments", "ledgerview_partition_segments", "Number of raw segments."),
+    ("horizon", "ledgerview_partition_compaction_horizon", "Last offset the compacted view covers (-1: none)."),
+    ("compacted_messages", "ledgerview_partition_compacted_messages", "Messages in the compacted ledger."),
+    ("ledger_bytes", "ledgerview_partition_ledger_bytes", "Bytes of the compacted ledger."),
+    ("dirty_bytes", "ledgerview_partition_dirty_bytes", "Raw bytes above the compaction horizon."),
+    ("dirty_ratio", "ledgerview_partition_dirty_ratio", "Share of raw bytes above the compaction horizon."),
+)
+_CLEANER_GAUGES = (
+    ("first_dirty_offset", "ledgerview_partition_cleaner_first_dirty_offset",
+     "First offset the in-place cleaner has not cleaned yet (compact topics)."),
+    ("cleanable_bytes", "ledgerview_partition_cleaner_cleanable_bytes", "Bytes the in-place cleaner may clean now."),
+    ("dirty_ratio", "ledgerview_partition_cleaner_dirty_ratio",
+     "Cleanable bytes over clean plus cleanable bytes (Kafka's dirty ratio)."),
+)
+_SOURCE_COUNTERS = (
+    ("messages", "ledgerview_source_messages_total", "Messages the source appended since the service started."),
+    ("appends", "ledgerview_source_appends_total", "Appends the source made since the service started."),
+    ("errors", "ledgerview_source_errors_total", "Failures of the source since the service started."),
+)
+_LOOP_COUNTERS = (
+    ("runs", "ledgerview_loop_runs_total", "Passes of the service loop since the service started."),
+    ("errors", "ledgerview_loop_errors_total", "Failed passes of the service loop since the service started."),
+)
+
+
+def prometheus_text(status: dict[str, Any]) -> str:
+    """The status as Prometheus text exposition format (version 0.0.4)."""
+    lines = ["# HELP ledgerview_up 1 while the service runs.", "# TYPE ledgerview_up gauge", "ledgerview_up 1",
+             "# HELP ledgerview_uptime_seconds Seconds since the service started.",
+             "# TYPE ledgerview_uptime_seconds gauge", f"ledgerview_uptime_seconds {status['uptime_s']}"]
+    partitions = [({"topic": topic["topic"], "partition": str(p["partition"])}, p)
+                  for topic in status["topics"] for p in topic["partitions"]]
+    for key, name, help_text in _PARTITION_GAUGES:
+        lines += _family(name, "gauge", help_text, ((labels, p[key]) for labels, p in partitions))
+    lines += _family("ledgerview_partition_compaction_state", "gauge",
+                     "1 for the state of the partition's last compaction run, 0 for the others.",
+                     (({**labels, "state": state}, int(p["compaction"]["state"] == state))
+                      for labels, p in partitions for state in COMPACTION_STATES))
+    cleaned = [(labels, p["cleaner"]) for labels, p in partitions if p["cleaner"] is not None]
+    for key, name, help_text in _CLEANER_GAUGES:
+        lines += _family(name, "gauge", help_text, ((labels, cleaner[key]) for labels, cleaner in cleaned))
+    sources = [({"source": s["name"], "topic": s["topic"]}, s) for s in status["sources"]]
+    for key, name, help_text in _SOURCE_COUNTERS:
+        lines += _family(name, "counter", help_text, ((labels, s[key]) for labels, s in sources))
+    loops = [({"loop": name}, stats) for name, stats in status["loops"].items()]
+    for key, name, help_text in _LOOP_COUNTERS:
+        lines += _family(name, "counter", help_text, ((labels, stats[key]) for labels, stats in loops))
+    return "\n".join(lines) + "\n"
+
+
+def _family(name: str, kind: str, help_text: str, samples: Iterable[tuple[dict[str, str], object]]) -> list[str]:
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+    for labels, value in samples:
+        rendered = ",".join(f'{key}="{_escape(label)}"' for key, label in labels.items())
+        lines.append(f"{name}{{{rendered}}} {value}")
+    return lines
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def stats_record(stats: object) -> dict[str, Any]:
+    return asdict(stats)  # type: ignore[call-overload, no-any-return]

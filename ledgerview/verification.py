@@ -1,0 +1,234 @@
+"""Checking a whole store: every batch's CRC, the order of offsets, both indexes of every segment, the compaction
+cursor and its ledger (CRCs, horizon, counts, key index), and subscription cursors. Read-only: nothing is fixed,
+every finding is reported.
+
+A **problem** is damage to what is on disk (a CRC mismatch, offsets out of order, an index entry pointing at the
+wrong batch, a corrupt cursor): the store is not sound, even where reads work around it (a wrong index entry only
+makes them slower). A **warning** is something the store repairs by itself when
+a writer next opens the partition (an incomplete batch at the end of the last segment, which is what a writer
+killed mid-append leaves or what a live writer is appending now; a missing index).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ledgerview.batch_files import BatchFile, ScannedBatch
+from storage import Store
+from storage.codec import BatchFormatError
+from storage.compacted import CompactedLedgers
+from storage.cursors import read_subscription_cursor
+from storage.errors import LedgerviewError
+from storage.files import (
+    LOG_SUFFIX,
+    SUBSCRIPTIONS_FOLDER,
+    key_index_folder,
+    ledger_file,
+    parse_segment_file,
+    partition_folder,
+)
+from storage.index import OffsetIndex, TimeIndex
+from storage.key_index import KeyIndex
+
+Advance = Callable[[int], None]
+
+
+@dataclass
+class Report:
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    partitions: int = 0
+    segments: int = 0
+    ledgers: int = 0
+    batches: int = 0
+    bytes_checked: int = 0
+
+    @property
+    def sound(self) -> bool:
+        return not self.problems
+
+
+def files_to_check(store: Store, topics: list[str]) -> list[Path]:
+    """The segment and ledger files a verify of ``topics`` reads (for sizing a progress bar)."""
+    files = []
+    for topic in topics:
+        for partition in range(store.topic_metadata(topic).partitions):
+            folder = partition_folder(store.root, topic, partition)
+            files += [folder / name for name, _ in _segment_names(folder)]
+    return files
+
+
+def verify_topics(store: Store, topics: list[str], advance: Advance) -> Report:
+    report = Report()
+    for topic in topics:
+        for partition in range(store.topic_metadata(topic).partitions):
+            folder = partition_folder(store.root, topic, partition)
+            report.partitions += 1
+            _verify_segments(folder, report, advance)
+            _verify_compacted(folder, report)
+            _verify_subscriptions(folder, partition, report)
+    return report
+
+
+def _segment_names(folder: Path) -> list[tuple[str, int]]:
+    parsed = [(name, result) for name in _names(folder) if (result := parse_segment_file(name))]
+    return sorted(((name, base) for name, (base, suffix, temp) in parsed if suffix == LOG_SUFFIX and temp is None),
+                  key=lambda item: item[1])
+
+
+def _verify_segments(folder: Path, report: Report, advance: Advance) -> None:
+    segments = _segment_names(folder)
+    if not segments:
+        report.problems.append(f"{folder}: no segment files")
+    next_offset = None
+    for index, (name, base_offset) in enumerate(segments):
+        path = folder / name
+        is_last = index == len(segments) - 1
+        report.segments += 1
+        if next_offset is not None and base_offset < next_offset:
+            report.problems.append(f"{path}: starts at offset {base_offset}, below the previous segment's end "
+                                   f"{next_offset}")
+        scanned = _check_batches(path, report, first_allowed=base_offset, tail_is_warning=is_last)
+        next_offset = scanned[-1].header.next_offset if scanned else max(next_offset or 0, base_offset)
+        _check_offset_index(path.with_suffix(".index"), base_offset, scanned, report)
+        _check_time_index(path.with_suffix(".timeindex"), base_offset, scanned, report, sealed=not is_last)
+        advance(path.stat().st_size)
+
+
+def _check_batches(path: Path, report: Report, *, first_allowed: int, tail_is_warning: bool) -> list[ScannedBatch]:
+    """Every batch of the file: CRC and increasing offsets; the scanned batches, in file order."""
+    file = BatchFile(path)
+    scanned = list(file.scan())
+    expected = first_allowed
+    for batch in scanned:
+        header = batch.header
+        report.batches += 1
+        if not batch.crc_valid:
+            report.problems.append(f"{path}: batch at position {header.position} (offsets {header.base_offset} to "
+                                   f"{header.last_offset}): {batch.crc_problem}")
+        if header.base_offset < expected:
+            report.problems.append(f"{path}: batch at position {header.position} starts at offset "
+                                   f"{header.base_offset}, below {expected}")
+        expected = header.next_offset
+    report.bytes_checked += file.size_bytes
+    if file.tail is not None:
+        finding = (f"{path}: {file.tail.remaining_bytes} bytes at position {file.tail.position} are not a complete "
+                   f"batch ({file.tail.reason})")
+        if tail_is_warning:
+            report.warnings.append(finding + "; a write in progress, or a torn tail the next writer cuts")
+        else:
+            report.problems.append(finding)
+    return scanned
+
+
+def _check_offset_index(path: Path, base_offset: int, scanned: list[ScannedBatch], report: Report) -> None:
+    index = OffsetIndex(path)
+    if not index.load():
+        report.warnings.append(f"{path}: missing or not whole entries; rebuilt when the partition is opened")
+        return
+    starts = {batch.header.position: batch.header.base_offset - base_offset for batch in scanned}
+    previous = (-1, -1)
+    for number, (relative, position) in enumerate(zip(index.keys, index.values, strict=True)):
+        if starts.get(position) != relative:
+            report.problems.append(f"{path}: entry {number} (offset {base_offset + relative}, position {position}) "
+                                   "does not point at the batch holding that offset")
+        if (relative, position) <= previous:
+            report.problems.append(f"{path}: entry {number} is not above the one before it")
+        previous = (relative, position)
+
+
+def _check_time_index(path: Path, base_offset: int, scanned: list[ScannedBatch], report: Report, *,
+                      sealed: bool) -> None:
+    """Each entry (T, o) says every message of the batches before offset o has a timestamp at most T."""
+    index = TimeIndex(path)
+    if not index.load():
+        report.warnings.append(f"{path}: missing or not whole entries; rebuilt when the partition is opened")
+        return
+    bases = [batch.header.base_offset - base_offset for batch in scanned]
+    running_max, maxima = -1, []
+    for batch in scanned:
+        running_max = max(running_max, batch.header.max_timestamp)
+        maxima.append(running_max)
+    end = scanned[-1].header.next_offset - base_offset if scanned else 0
+    previous_timestamp = None
+    for number, (timestamp, relative) in enumerate(zip(index.keys, index.values, strict=True)):
+        before = bisect.bisect_left(bases, relative)
+        if relative != end and (before == len(bases) or bases[before] != relative):
+            report.problems.append(f"{path}: entry {number} names offset {base_offset + relative}, where no batch "
+                                   "starts")
+        elif before and maxima[before - 1] > timestamp:
+            report.problems.append(f"{path}: entry {number} says timestamps before offset {base_offset + relative} "
+                                   f"are at most {timestamp}, but one is {maxima[before - 1]}")
+        if previous_timestamp is not None and timestamp <= previous_timestamp:
+            report.problems.append(f"{path}: entry {number} is not above the one before it")
+        previous_timestamp = timestamp
+    if sealed and scanned and (not index.keys or index.keys[-1] < maxima[-1]):
+        report.warnings.append(f"{path}: a sealed segment's time index does not end with its largest timestamp")
+
+
+def _verify_compacted(folder: Path, report: Report) -> None:
+    ledgers = CompactedLedgers(folder)
+    try:
+        cursor = ledgers.read_cursor()
+    except LedgerviewError as error:
+        report.problems.append(str(error))
+        return
+    if cursor is None:
+        return
+    path = ledger_file(folder, cursor.ledger_id)
+    if not path.exists():
+        report.problems.append(f"{ledgers.cursor_path}: names ledger {cursor.ledger_id}, but {path} is missing")
+        return
+    report.ledgers += 1
+    scanned = _check_batches(path, report, first_allowed=0, tail_is_warning=False)
+    keyed = _keyed_messages(path, scanned, report)
+    messages = sum(batch.header.record_count for batch in scanned)
+    if messages != cursor.messages_kept:
+        report.problems.append(f"{path}: holds {messages} messages, its cursor says {cursor.messages_kept}")
+    if scanned and scanned[-1].header.last_offset > cursor.horizon:
+        report.problems.append(f"{path}: holds offset {scanned[-1].header.last_offset}, above the horizon "
+                               f"{cursor.horizon}")
+    try:
+        keys = KeyIndex(key_index_folder(folder, cursor.ledger_id))
+    except Exception as error:  # rocksdict raises a bare Exception for an unreadable database
+        report.problems.append(f"{key_index_folder(folder, cursor.ledger_id)}: cannot be opened ({error})")
+        return
+    try:
+        indexed = sum(1 for _ in keys.keys())  # noqa: SIM118  # KeyIndex is no dict
+    finally:
+        keys.close()
+    if keyed is not None and indexed != keyed:
+        report.problems.append(f"{key_index_folder(folder, cursor.ledger_id)}: indexes {indexed} keys, the ledger "
+                               f"holds {keyed} keyed messages")
+
+
+def _keyed_messages(path: Path, scanned: list[ScannedBatch], report: Report) -> int | None:
+    file = BatchFile(path)
+    keyed = 0
+    for batch in scanned:
+        try:
+            keys = file.decode(batch.header).column(2)
+        except BatchFormatError as error:
+            report.problems.append(f"{path}: batch at position {batch.header.position}: {error.reason}")
+            return None
+        keyed += len(keys) - keys.null_count
+    return keyed
+
+
+def _verify_subscriptions(folder: Path, partition: int, report: Report) -> None:
+    for name in _names(folder / SUBSCRIPTIONS_FOLDER):
+        if name.endswith(".json"):
+            try:
+                read_subscription_cursor(folder, name.removesuffix(".json"), partition)
+            except LedgerviewError as error:
+                report.problems.append(str(error))
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return sorted(entry.name for entry in folder.iterdir())
+    except FileNotFoundError:
+        return []

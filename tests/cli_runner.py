@@ -1,0 +1,35 @@
+"""Running the ``ledgerview`` command line as a real subprocess, as a user or a script would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Completed:
+    code: int
+    out: str
+    err: str
+
+    def json_lines(self) -> list[Any]:
+        return [json.loads(line) for line in self.out.splitlines() if line]
+
+
+def run_cli(data: Path, *args: str, input: str | bytes | None = None, check: bool = True) -> Completed:
+    """``python -m ledgerview ARGS`` with LEDGERVIEW_DATA set to ``data``; with ``check``, a non-zero exit fails."""
+    payload = input.encode() if isinstance(input, str) else input
+    env = {**os.environ, "LEDGERVIEW_DATA": str(data)}
+    result = subprocess.run([sys.executable, "-m", "ledgerview", *args], input=payload, capture_output=True,
+                            env=env, timeout=TIMEOUT_S)
+    completed = Completed(result.returncode, result.stdout.decode(), result.stderr.decode())
+    if check and completed.code != 0:
+        raise AssertionError(f"ledgerview {' '.join(args)} exited {completed.code}: {completed.err}")
+    return completed

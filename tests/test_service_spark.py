@@ -1,0 +1,60 @@
+"""The service with [spark] enabled: a directory source and a topic source run as Structured Streaming queries into
+the ledgerview sink; kill -9 then restart, SIGTERM then restart, and every line arrives exactly once (DESIGN.md
+invariants 1 and 7)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from readers import read_table
+from tests.service_process import ServiceProcess, write_config
+
+pytestmark = pytest.mark.spark
+
+
+def end_offsets(service: ServiceProcess) -> dict[str, int]:
+    return {topic["topic"]: sum(p["end_offset"] for p in topic["partitions"]) for topic in service.status()["topics"]}
+
+
+def test_spark_queries_ingest_exactly_once_across_kill_and_restart(tmp_path: Path) -> None:
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    (incoming / "001.tsv").write_text("".join(f"k{i % 7}\tv{i}\n" for i in range(100)) + "k3\t-\n")
+    path = write_config(tmp_path / "ledgerview.toml", {
+        "store": {"data": str(tmp_path / "data")}, "service": {"flush_interval_s": 0.2}, "http": {"port": 0},
+        "spark": {"enabled": True, "master": "local[1]"},
+    }, {
+        "topics": [{"name": "prices", "partitions": 2}, {"name": "mirror", "partitions": 1}],
+        "sources": [
+            {"name": "drops", "type": "directory", "topic": "prices", "path": str(incoming), "pattern": "*.tsv",
+             "null_marker": "-", "interval_s": 0.2},
+            {"name": "copy", "type": "topic", "topic": "mirror", "source_topic": "prices", "interval_s": 0.2},
+        ],
+    })
+    first = ServiceProcess(path)
+    first.wait_until(lambda: end_offsets(first) == {"prices": 101, "mirror": 101}, "the first file in both topics",
+                     deadline_s=240)
+    sources: list[dict[str, Any]] = first.status()["sources"]
+    assert [(s["name"], s["type"], s["state"]) for s in sources] == [("drops", "directory", "running"),
+                                                                    ("copy", "topic", "running")]
+    first.kill()
+
+    (incoming / "002.tsv").write_text("".join(f"k{i % 7}\tv{i}\n" for i in range(100, 150)))
+    second = ServiceProcess(path)
+    second.wait_until(lambda: end_offsets(second) == {"prices": 151, "mirror": 151}, "the second file",
+                      deadline_s=240)
+    assert second.terminate() == 0
+
+    (incoming / "003.tsv").write_text("k1\tv150\n")
+    third = ServiceProcess(path)
+    third.wait_until(lambda: end_offsets(third) == {"prices": 152, "mirror": 152}, "the third file",
+                     deadline_s=240)
+    assert third.terminate() == 0
+
+    expected = sorted([f"v{i}".encode() for i in range(151)] + [None], key=lambda v: v or b"")
+    for topic in ("prices", "mirror"):
+        values = read_table(tmp_path / "data", topic)["value"].to_pylist()
+        assert sorted(values, key=lambda v: v or b"") == expected
