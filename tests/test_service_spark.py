@@ -58,3 +58,37 @@ def test_spark_queries_ingest_exactly_once_across_kill_and_restart(tmp_path: Pat
     for topic in ("prices", "mirror"):
         values = read_table(tmp_path / "data", topic)["value"].to_pylist()
         assert sorted(values, key=lambda v: v or b"") == expected
+
+
+def test_a_kafka_source_mirrors_a_kafka_topic_partition_for_partition(tmp_path: Path) -> None:
+    """The service config lists a mirror: a topic of a Kafka cluster (here ledgerview's own endpoint over another
+    data folder) lands in a service topic with the same partitions, offsets and values."""
+    from ledgerview.kafka import KafkaEndpoint
+    from storage import Store
+
+    upstream = tmp_path / "upstream"
+    with Store.open(upstream) as store:
+        store.create_topic("orders", partitions=2)
+        for partition in range(2):
+            store.append("orders", [(b"k%d" % i, b"p%d-%d" % (partition, i)) for i in range(50)], partition)
+    with KafkaEndpoint(upstream, port=0) as endpoint:
+        path = write_config(tmp_path / "ledgerview.toml", {
+            "store": {"data": str(tmp_path / "data")}, "service": {"flush_interval_s": 0.2}, "http": {"port": 0},
+            "spark": {"enabled": True, "master": "local[1]"},
+        }, {
+            "topics": [{"name": "orders-copy", "partitions": 2}],
+            "sources": [{"name": "orders", "type": "kafka", "topic": "orders-copy", "source_topic": "orders",
+                         "bootstrap_servers": f"127.0.0.1:{endpoint.port}", "interval_s": 0.2}],
+        })
+        service = ServiceProcess(path)
+        try:
+            service.wait_until(lambda: end_offsets(service) == {"orders-copy": 100}, "the mirrored topic",
+                               deadline_s=240)
+            assert service.terminate() == 0
+        finally:
+            service.kill()
+    with Store.open(tmp_path / "data") as mirror, Store.open(upstream) as original:
+        for partition in range(2):
+            columns = ["offset", "key", "value"]
+            assert (mirror.read("orders-copy", partition).select(columns).to_pylist()
+                    == original.read("orders", partition).select(columns).to_pylist())
