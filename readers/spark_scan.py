@@ -140,9 +140,10 @@ class TopicScan(DataSourceReader):
         read = open_partition_read(store, topic, partition, EARLIEST, read_compacted=True)
         try:
             offsets = self.filters.offsets
-            read.ledger_start, read.raw_start = max(read.ledger_start, offsets.low or 0), max(read.raw_start,
-                                                                                            offsets.low or 0)
-            read.end_offset = min(read.end_offset, planned.end_offset, offsets.high or planned.end_offset)
+            low = 0 if offsets.low is None else offsets.low  # 0 is a bound too: never test bounds by truth
+            high = planned.end_offset if offsets.high is None else offsets.high
+            read.ledger_start, read.raw_start = max(read.ledger_start, low), max(read.raw_start, low)
+            read.end_offset = min(read.end_offset, planned.end_offset, high)
             if self.filters.keys is not None and read.ledger is not None:
                 yield from _ledger_lookups(read, self.filters.keys)
                 read.ledger.close()

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from storage.codec import BatchFormatError, BatchHeader, decode_payload, encode_batch, verify_batch
-from storage.errors import CorruptSegmentError
+from storage.errors import CorruptSegmentError, LedgerviewError
 from storage.fileio import fsync_folder
 from storage.key_index import KeyIndex, KeyIndexWriter
 from storage.segment import scan_headers
@@ -123,8 +123,14 @@ class Ledger:
         offset = self.keys.locate(key)
         if offset is None:
             return None
-        batch = self._decode(self.headers[bisect.bisect_right(self._bases, offset) - 1])
-        row = int(np.searchsorted(batch.column(0).to_numpy(), offset))
+        index = bisect.bisect_right(self._bases, offset) - 1
+        batch = self._decode(self.headers[index]) if index >= 0 else None
+        offsets = batch.column(0).to_numpy() if batch is not None else np.empty(0, np.int64)
+        row = int(np.searchsorted(offsets, offset))
+        if batch is None or row >= len(offsets) or offsets[row] != offset:
+            # A damaged or stale index must not hand out a neighbouring message as this key's.
+            raise LedgerviewError(f"Key index of {self.path} sends key {key!r} to offset {offset}, which the ledger "
+                                  "does not hold. The index is damaged: compact again to rebuild it.")
         return batch.slice(row, 1)
 
     def close(self) -> None:

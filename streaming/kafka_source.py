@@ -185,9 +185,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: Offsets, end: Offsets) -> list[KafkaRange]:
         ranges = []
+        earliest: Offsets | None = None
         for topic, parts in end.items():
             for partition, stop in parts.items():
-                first = start.get(topic, {}).get(partition, stop)
+                first = start.get(topic, {}).get(partition)
+                if first is None:  # a partition added since the start: from its beginning, as latestOffset plans
+                    earliest = earliest or self._beginning_offsets()
+                    first = earliest[topic][partition]
                 if first < stop:
                     ranges.append(KafkaRange(self.options.bootstrap_servers, topic, int(partition), first, stop))
         return ranges

@@ -36,7 +36,7 @@ from pyspark.sql.types import (
 
 from readers.spark_scan import cached_store
 from storage.errors import LedgerviewError
-from storage.files import sink_folder, staged_file_name, topic_sinks_folder
+from storage.files import sink_folder, staged_file_name
 from streaming.sink_commit import SinkFolders, commit_batch, remove_staged_batch
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -145,11 +145,12 @@ class StreamSink(DataSourceStreamArrowWriter):
         commit_messages(self.options, messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """A failed task's message is None (even a successful task's may be): clean up by batch id."""
+        """Remove the batch's staged files of this query only (its sink id is in its tasks' messages; other
+        queries writing the topic have their own batch ids). A failed task's message is None: what it staged is
+        removed by the commit of that batch id's retry or a later one (``_remove_finished_files``)."""
         store = cached_store(self.options.path)
-        folder = topic_sinks_folder(store.root, self.options.topic)
-        for sink in folder.iterdir() if folder.is_dir() else ():
-            remove_staged_batch(store, self.options.topic, sink.name, batchId)
+        for sink_id in {message.sink_id for message in messages if isinstance(message, StagedFiles)}:
+            remove_staged_batch(store, self.options.topic, sink_id, batchId)
 
 
 class BatchSink(DataSourceArrowWriter):

@@ -7,10 +7,10 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ledgerview.batch_files import BatchFile
 from ledgerview.commands.common import Subparsers, add_command
 from ledgerview.errors import UsageError
 from ledgerview.progress import ByteProgress
+from storage.batch_files import BatchFile
 from storage.codec import LOG_APPEND_TIME_FLAG, BatchFormatError, BatchHeader
 from storage.files import LEDGER_SUFFIX, LOG_SUFFIX, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX, parse_ledger_file
 from storage.files import parse_segment_file as parse_segment_name

@@ -7,7 +7,7 @@ import argparse
 from ledgerview.commands.common import Subparsers, add_command, open_existing_store, print_json, require_topic, say
 from ledgerview.exit_codes import ExitCode
 from ledgerview.progress import ByteProgress
-from ledgerview.verification import files_to_check, verify_topics
+from storage.verification import files_to_check, verify_topics
 
 DESCRIPTION = """Check every batch's CRC-32C, the order of offsets, every offset and time index entry, each
 compaction cursor with its ledger and key index, and the subscription cursors. Nothing is changed.

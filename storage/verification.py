@@ -16,8 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ledgerview.batch_files import BatchFile, ScannedBatch
-from storage import Store
+from storage.batch_files import BatchFile, ScannedBatch
 from storage.codec import BatchFormatError
 from storage.compacted import CompactedLedgers
 from storage.cursors import read_subscription_cursor
@@ -32,6 +31,7 @@ from storage.files import (
 )
 from storage.index import OffsetIndex, TimeIndex
 from storage.key_index import KeyIndex
+from storage.store import Store
 
 Advance = Callable[[int], None]
 
@@ -52,7 +52,8 @@ class Report:
 
 
 def files_to_check(store: Store, topics: list[str]) -> list[Path]:
-    """The segment and ledger files a verify of ``topics`` reads (for sizing a progress bar)."""
+    """The segment files a verify of ``topics`` reads, for sizing a progress bar (ledgers are small and are not
+    counted)."""
     files = []
     for topic in topics:
         for partition in range(store.topic_metadata(topic).partitions):
