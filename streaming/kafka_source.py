@@ -193,7 +193,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """One range per partition with messages to read; a start below the partition's first offset is data
         loss (see the module docstring), and a partition added since the start is read from its beginning."""
         ranges = []
-        earliest = self._beginning_offsets()
+        planned = [TopicPartition(topic, int(partition)) for topic, parts in end.items() for partition in parts]
+        earliest = _by_topic(self._client().beginning_offsets(planned))
         fail = self.options.fail_on_data_loss
         for topic, parts in end.items():
             for partition, stop in parts.items():
