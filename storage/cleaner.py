@@ -451,7 +451,7 @@ def _raw(header: BatchHeader, buffer: pa.Buffer) -> EncodedBatch:
     """An input batch as it is stored, ready to append elsewhere."""
     header_bytes = buffer.slice(header.position, HEADER_BYTES).to_pybytes()
     payload = buffer.slice(header.position + HEADER_BYTES, header.batch_length - HEADER_BYTES)
-    return EncodedBatch(BatchHeader(**{**_fields(header), "position": 0}), header_bytes, payload)
+    return EncodedBatch(BatchHeader(**{**_fields(header), "position": 0}), header_bytes, (payload,))
 
 
 # -------------------------------------------------------------------------------------------------------- pass

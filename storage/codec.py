@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import Final, TypeAlias
 
 import crc32c
 import numpy as np
@@ -111,14 +111,71 @@ def _ipc_schema_prefix_bytes(compression: str | None) -> int:
 _SCHEMA_PREFIX = {name: _ipc_schema_prefix_bytes(name) for name in COMPRESSION_CODES}
 _WRITE_OPTIONS = {name: pa.ipc.IpcWriteOptions(compression=name) for name in COMPRESSION_CODES}
 
+Piece: TypeAlias = pa.Buffer | bytes
+"""Part of a payload: a zero-copy slice of a column's buffer, or bytes Arrow made (metadata, padding)."""
+
 
 @dataclass(frozen=True, slots=True)
 class EncodedBatch:
-    """A batch ready to write: ``header_bytes`` then ``payload``; ``header.position`` is still 0."""
+    """A batch ready to write: ``header_bytes`` then the ``payload`` pieces; ``header.position`` is still 0."""
 
     header: BatchHeader
     header_bytes: bytes
-    payload: pa.Buffer
+    payload: tuple[Piece, ...]
+
+    @property
+    def pieces(self) -> list[Piece]:
+        """Everything to write, in order, for one ``os.writev``."""
+        return [self.header_bytes, *self.payload]
+
+
+class _PayloadCollector:
+    """The file Arrow's IPC stream writer writes one record batch to.
+
+    It keeps the pieces instead of copying them (column buffers arrive as zero-copy ``pa.Buffer`` slices) and drops
+    the schema message every stream starts with: an appended batch is never assembled in memory, only checksummed
+    and written with one ``writev``, as the Arrow IPC file writer writes it.
+    """
+
+    closed = False
+
+    def __init__(self, skip_bytes: int) -> None:
+        self.skip_bytes = skip_bytes
+        self.position = 0
+        self.pieces: list[Piece] = []
+
+    def write(self, data: Piece) -> int:
+        size = len(data) if isinstance(data, bytes) else data.size
+        start = self.position
+        self.position += size
+        if self.position > self.skip_bytes:
+            if start < self.skip_bytes:
+                data = data[self.skip_bytes - start :]
+            self.pieces.append(data)
+        return size
+
+    def tell(self) -> int:
+        return self.position
+
+    def writable(self) -> bool:
+        return True
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _payload(batch: pa.RecordBatch, compression: str | None) -> tuple[tuple[Piece, ...], int]:
+    """The batch's Arrow IPC record-batch message as pieces, and its size."""
+    collector = _PayloadCollector(_SCHEMA_PREFIX[compression])
+    writer = pa.ipc.new_stream(pa.PythonFile(collector, mode="w"), STORED_SCHEMA,
+                               options=_WRITE_OPTIONS[compression])
+    writer.write_batch(batch)
+    pieces, size = tuple(collector.pieces), collector.position - collector.skip_bytes
+    writer.close()  # its end-of-stream marker lands after the pieces taken above
+    return pieces, size
 
 
 def encode_batch(
@@ -134,15 +191,7 @@ def encode_batch(
     """
     if compression not in COMPRESSION_CODES:
         raise ValueError(f"compression {compression!r}; allowed: none, lz4, zstd")
-    if compression is None:
-        payload = batch.serialize()
-    else:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, STORED_SCHEMA, options=_WRITE_OPTIONS[compression]) as writer:
-            writer.write_batch(batch)
-        stream = sink.getvalue()
-        start = _SCHEMA_PREFIX[compression]
-        payload = stream.slice(start, stream.size - start - 8)
+    payload, payload_bytes = _payload(batch, compression)
     offsets = batch.column(0).to_numpy()
     timestamps = batch.column(1).to_numpy()
     base_offset, last_offset = offset_range or (int(offsets[0]), int(offsets[-1]))
@@ -153,7 +202,7 @@ def encode_batch(
         first_timestamp = delete_horizon_ms
     header = BatchHeader(
         base_offset=base_offset,
-        batch_length=HEADER_BYTES + payload.size,
+        batch_length=HEADER_BYTES + payload_bytes,
         crc=0,
         attributes=attributes,
         last_offset_delta=last_offset - base_offset,
@@ -165,10 +214,12 @@ def encode_batch(
     return with_checksum(header, payload)
 
 
-def with_checksum(header: BatchHeader, payload: pa.Buffer) -> EncodedBatch:
+def with_checksum(header: BatchHeader, payload: tuple[Piece, ...]) -> EncodedBatch:
     """The batch ready to write, its CRC-32C computed over ``header`` (whatever its crc field) and ``payload``."""
     body = _pack(header)
-    crc = crc32c.crc32c(payload, crc32c.crc32c(body[CRC_START:], crc32c.crc32c(body[:CRC_OFFSET])))
+    crc = crc32c.crc32c(body[CRC_START:], crc32c.crc32c(body[:CRC_OFFSET]))
+    for piece in payload:
+        crc = crc32c.crc32c(piece, crc)
     sealed = replace(header, crc=crc, position=0)
     return EncodedBatch(sealed, _pack(sealed), payload)
 

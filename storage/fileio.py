@@ -8,7 +8,10 @@ crash. Every record that must be replaced atomically (checkpoints, topic metadat
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
+
+import pyarrow as pa
 
 from storage import faults
 from storage.files import TEMP_SUFFIX
@@ -31,13 +34,23 @@ def _fsync(path: Path, flags: int) -> None:
         os.close(fd)
 
 
+def write_all(fd: int, pieces: Sequence[bytes | pa.Buffer]) -> None:
+    """Write every piece, in order, with as few ``writev`` calls as the kernel allows (it may write part)."""
+    views = [memoryview(piece) for piece in pieces]
+    while views:
+        written = os.writev(fd, views)
+        while views and written >= len(views[0]):
+            written -= len(views[0])
+            views.pop(0)
+        if views and written:
+            views[0] = views[0][written:]
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     temp = path.with_name(path.name + TEMP_SUFFIX)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, [data])
         os.fsync(fd)
     finally:
         os.close(fd)

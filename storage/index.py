@@ -28,6 +28,8 @@ class _AppendOnlyIndex:
         self._entry = entry
         self.keys: list[int] = []
         self.values: list[int] = []
+        self._append_fd: int | None = None
+        """Kept open while the segment is active: opening the file for every entry cost more than the write."""
 
     def load(self) -> bool:
         """Read the entries from disk; False when the file is missing or not a whole number of entries."""
@@ -45,8 +47,14 @@ class _AppendOnlyIndex:
     def append(self, key: int, value: int) -> None:
         self.keys.append(key)
         self.values.append(value)
-        with open(self.path, "ab") as file:
-            file.write(self._entry.pack(key, value))
+        if self._append_fd is None:
+            self._append_fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(self._append_fd, self._entry.pack(key, value))
+
+    def close(self) -> None:
+        if self._append_fd is not None:
+            os.close(self._append_fd)
+            self._append_fd = None
 
     def rewrite(self, pairs: list[tuple[int, int]]) -> None:
         self.keys = [pair[0] for pair in pairs]
@@ -54,7 +62,9 @@ class _AppendOnlyIndex:
         self.path.write_bytes(b"".join(self._entry.pack(*pair) for pair in pairs))
 
     def fsync(self) -> None:
-        if self.path.exists():
+        if self._append_fd is not None:
+            os.fsync(self._append_fd)
+        elif self.path.exists():
             fd = os.open(self.path, os.O_RDONLY)
             try:
                 os.fsync(fd)

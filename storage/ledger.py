@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from storage.codec import BatchFormatError, BatchHeader, decode_payload, encode_batch, verify_batch
 from storage.errors import CorruptSegmentError, LedgerviewError
-from storage.fileio import fsync_folder
+from storage.fileio import fsync_folder, write_all
 from storage.key_index import KeyIndex, KeyIndexWriter
 from storage.segment import scan_headers
 
@@ -43,10 +43,7 @@ class LedgerWriter:
         if offsets[0].as_py() <= self._last_offset:
             raise ValueError(f"ledger offsets must increase: {offsets[0].as_py()} after {self._last_offset}")
         encoded = encode_batch(batch, compression=self.compression)
-        data = [memoryview(encoded.header_bytes), memoryview(encoded.payload)]
-        for part in data:
-            while part:
-                part = part[os.write(self._fd, part) :]
+        write_all(self._fd, encoded.pieces)
         self.size_bytes += encoded.header.batch_length
         self.messages += batch.num_rows
         self._last_offset = int(offsets[-1].as_py())

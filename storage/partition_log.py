@@ -20,6 +20,7 @@ replaces with Kafka's ``.cleaned`` -> ``.swap`` -> ``.deleted`` renames (``repla
 from __future__ import annotations
 
 import bisect
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
         self._folder_mtime_ns = folder.stat().st_mtime_ns
+        self._listing = _listing(folder)
 
     # ------------------------------------------------------------------------------------------------- state
     @property
@@ -105,11 +107,15 @@ class PartitionLog:
         """Catch up with what other processes did to the files: new or removed segments, appended batches."""
         mtime_ns = self.folder.stat().st_mtime_ns
         # A folder's mtime moves in ticks of the kernel's coarse clock: a segment created within the tick of the
-        # last look leaves it unchanged, so a recent mtime is no proof that nothing changed.
+        # last look leaves it unchanged, so a recent mtime is no proof that nothing changed. Then the names and
+        # inodes of the files decide (a cleaned segment keeps its name but not its inode).
         unsettled = time.time_ns() - mtime_ns < MTIME_TICK_NS
         if mtime_ns != self._folder_mtime_ns or unsettled:
             self._folder_mtime_ns = mtime_ns
-            self._relist_segments()
+            listing = _listing(self.folder)
+            if listing != self._listing:
+                self._listing = listing
+                self._relist_segments()
         self.active.follow_growth()
         self.log_start_offset = max(self.checkpoints.read_log_start_offset(), self.segments[0].base_offset)
 
@@ -339,6 +345,12 @@ class PartitionLog:
                 if found is not None:
                     return found
         return None
+
+
+def _listing(folder: Path) -> frozenset[tuple[str, int]]:
+    """The folder's file names with their inodes, from one directory read (no stat per file)."""
+    with os.scandir(folder) as entries:
+        return frozenset((entry.name, entry.inode()) for entry in entries)
 
 
 def _single_array(column: pa.ChunkedArray) -> pa.Array:

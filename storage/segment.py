@@ -18,8 +18,17 @@ import numpy as np
 import pyarrow as pa
 
 from storage import faults
-from storage.codec import BatchFormatError, BatchHeader, EncodedBatch, decode_payload, read_header, verify_batch
+from storage.codec import (
+    HEADER_BYTES,
+    BatchFormatError,
+    BatchHeader,
+    EncodedBatch,
+    decode_payload,
+    read_header,
+    verify_batch,
+)
 from storage.errors import CorruptSegmentError
+from storage.fileio import write_all
 from storage.files import (
     DELETED_SUFFIX,
     LOG_SUFFIX,
@@ -172,17 +181,11 @@ class Segment:
         already_verified = self._verified_bytes == self.size_bytes
         if self._write_fd is None:
             self._write_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
-        buffers = [memoryview(encoded.header_bytes), memoryview(encoded.payload)]
         if faults.is_armed("segment.torn_write"):
-            os.write(self._write_fd, bytes(buffers[0]) + bytes(buffers[1][: len(buffers[1]) // 2]))
+            whole = b"".join(bytes(piece) for piece in encoded.pieces)
+            os.write(self._write_fd, whole[: HEADER_BYTES + (len(whole) - HEADER_BYTES) // 2])
             faults.crash()
-        while buffers:
-            written = os.writev(self._write_fd, buffers)
-            while buffers and written >= len(buffers[0]):
-                written -= len(buffers[0])
-                buffers.pop(0)
-            if buffers and written:
-                buffers[0] = buffers[0][written:]
+        write_all(self._write_fd, encoded.pieces)
         faults.crash_point("segment.after_write")
         offset_entry, time_entry = self._take_in(header)
         if already_verified:
@@ -229,10 +232,12 @@ class Segment:
         self._map = None
 
     def close_write_handle(self) -> None:
-        """Close the append descriptor but keep the memory map, so a read in progress can finish."""
+        """Close the append descriptors but keep the memory map, so a read in progress can finish."""
         if self._write_fd is not None:
             os.close(self._write_fd)
             self._write_fd = None
+        self.offset_index.close()
+        self.time_index.close()
 
     def rename_to_deleted(self, *, deleted_ms: int) -> None:
         """Kafka's ``changeFileSuffixes("", ".deleted")``: rename the log and both indexes ``.deleted``, the first

@@ -377,6 +377,9 @@ class Store:
         codec = None if codec in (None, "uncompressed", "none") else codec
         if codec not in (None, "lz4", "zstd"):
             raise InvalidMessagesError(f"compression {compression!r} is not supported; allowed: lz4, zstd, none.")
+        if partition is not None:  # the common producer case: no grouping to do
+            first = self.partition_log(topic, partition).append(table, sizes=sizes, compression=codec)
+            return AppendResult(targets, np.arange(first, first + table.num_rows, dtype=np.int64))
         offsets = np.empty(table.num_rows, dtype=np.int64)
         order = np.argsort(targets, kind="stable")
         groups = np.split(order, np.flatnonzero(np.diff(targets[order])) + 1)
