@@ -19,7 +19,7 @@ from typing import Any
 
 from storage import faults
 from storage.errors import LedgerviewError, PartitionLockedError
-from storage.fileio import write_atomically
+from storage.fileio import holds_temporary_files, remove_stray_temporary_files, write_atomically
 from storage.files import (
     COMPACTION_CURSOR,
     COMPACTION_LOCK,
@@ -151,6 +151,18 @@ class CompactedLedgers:
             for path in self.ledger_paths(previous.ledger_id):
                 if path.exists():
                     path.rename(path.with_name(path.name + DELETED_SUFFIX))
+
+    def remove_stray_record_temporaries(self) -> list[Path]:
+        """Remove the temporaries of cursor and status writes a crash interrupted; returns what was removed.
+        Those writes happen under ``lock``: it is tried without waiting, and a run in progress leaves its files
+        alone (the next sweep takes them). The lock is taken only when there is something to remove."""
+        if not holds_temporary_files(self.folder):
+            return []
+        try:
+            with self.lock(wait=False):
+                return remove_stray_temporary_files(self.folder)
+        except PartitionLockedError:
+            return []
 
     def _retired_exists(self, ledger_id: int) -> bool:
         ledger, _ = self.ledger_paths(ledger_id)

@@ -14,8 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from storage.errors import InvalidTopicNameError, LedgerviewError
-from storage.fileio import fsync_folder, write_atomically
-from storage.files import MAX_TOPIC_NAME_LENGTH, TEMP_SUFFIX, subscription_file, validate_topic_name
+from storage.fileio import fsync_folder, holds_temporary_files, remove_stray_temporary_files, write_atomically
+from storage.files import (
+    MAX_TOPIC_NAME_LENGTH,
+    SUBSCRIPTIONS_LOCK,
+    TEMP_SUFFIX,
+    subscription_file,
+    subscriptions_folder,
+    validate_topic_name,
+)
+from storage.locks import FileLock
 
 CURSOR_VERSION = 1
 FILE_NAME_BYTES_MAX = 255
@@ -118,9 +126,22 @@ def read_subscription_cursor(partition_folder: Path, subscription: str, partitio
 
 
 def write_subscription_cursor(partition_folder: Path, cursor: SubscriptionCursor) -> None:
-    """Replace the record atomically; the first write also creates (and makes durable) the subscriptions folder."""
+    """Replace the record atomically, holding the folder's lock so that a sweep of stray temporaries
+    (``remove_stray_cursor_temporaries``) never takes this write's; the first write also creates (and makes
+    durable) the subscriptions folder."""
     path = subscription_file(partition_folder, cursor.subscription)
     if not path.parent.exists():
         path.parent.mkdir(exist_ok=True)
         fsync_folder(path.parent.parent)
-    write_atomically(path, cursor.encode())
+    with FileLock(path.parent / SUBSCRIPTIONS_LOCK):
+        write_atomically(path, cursor.encode())
+
+
+def remove_stray_cursor_temporaries(partition_folder: Path) -> list[Path]:
+    """Remove the temporaries of cursor writes a crash interrupted; returns what was removed. Under the folder's
+    lock, taken only when there is something to remove, so a write in progress keeps its temporary."""
+    folder = subscriptions_folder(partition_folder)
+    if not holds_temporary_files(folder):
+        return []
+    with FileLock(folder / SUBSCRIPTIONS_LOCK):
+        return remove_stray_temporary_files(folder)

@@ -59,6 +59,14 @@ def write_atomically(path: Path, data: bytes) -> None:
     fsync_folder(path.parent)
 
 
+def holds_temporary_files(folder: Path) -> bool:
+    """Whether ``folder`` (if it exists) holds ``*.tmp`` files: a cheap look before taking a lock to remove them."""
+    try:
+        return any(entry.name.endswith(TEMP_SUFFIX) for entry in folder.iterdir())
+    except FileNotFoundError:
+        return False
+
+
 def remove_stray_temporary_files(folder: Path) -> list[Path]:
     """Remove ``*.tmp`` files an interrupted ``write_atomically`` left behind; returns what was removed."""
     removed = []

@@ -96,6 +96,7 @@ COMPACTION_CURSOR = "cursor.json"
 COMPACTION_STATUS = "status.json"
 COMPACTION_LOCK = ".compaction.lock"
 SUBSCRIPTIONS_FOLDER = "subscriptions"
+SUBSCRIPTIONS_LOCK = ".subscriptions.lock"
 _LEDGER_FILE = re.compile(r"(?P<id>\d{20})(?P<suffix>\.ledger|\.keys)(?P<temp>\.[a-z]+)?")
 
 
@@ -118,8 +119,12 @@ def parse_ledger_file(name: str) -> tuple[int, str, str | None] | None:
     return (int(match["id"]), match["suffix"], match["temp"]) if match else None
 
 
+def subscriptions_folder(partition: Path) -> Path:
+    return partition / SUBSCRIPTIONS_FOLDER
+
+
 def subscription_file(partition: Path, subscription: str) -> Path:
-    return partition / SUBSCRIPTIONS_FOLDER / f"{validate_topic_name(subscription)}.json"
+    return subscriptions_folder(partition) / f"{validate_topic_name(subscription)}.json"
 
 
 SINKS_FOLDER = "__sinks"

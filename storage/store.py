@@ -65,6 +65,7 @@ from storage.partition_log import Clock, PartitionCheckpoints, PartitionLog, est
 from storage.partitioner import partition_for_keys
 from storage.retention import DeletedSegment, DeleteRecordsResult, delete_records, enforce_partition_retention
 from storage.schema import MESSAGE_SCHEMA, Message, messages_from_table, normalize_input, with_partition_column
+from storage.stray_records import remove_stray_record_temporaries
 from storage.topics import TopicMetadata
 
 CONFIG_KEY_NAMES = frozenset(key.name for key in CONFIG_KEYS)
@@ -155,6 +156,7 @@ class Store:
                     cleaner_config=cleaner_config or CleanerConfig())
         store._remove_deleted_folders()
         store._remove_stray_temporary_files()
+        remove_stray_record_temporaries(root)
         return store
 
     def __enter__(self) -> Store:

@@ -3,7 +3,7 @@ of either view, streaming source over the raw log), a local session helper and S
 
 from streaming.datasource import LedgerviewDataSource
 from streaming.session import local_session
-from streaming.source import DataLossError
+from streaming.source_offsets import DataLossError
 from streaming.views import register_views
 
 __all__ = ["DataLossError", "LedgerviewDataSource", "local_session", "register_views"]

@@ -6,6 +6,7 @@
         .option("subscribe", "orders,payments")           # one topic or several, comma-separated
         .option("startingOffsets", "earliest")            # "latest", or JSON {"orders": {"0": 42, "1": -2}}
         .option("maxOffsetsPerTrigger", "100000")         # optional: messages per micro-batch, over all partitions
+        .option("failOnDataLoss", "true")                 # default; see below
         .load()
 
 Rows have Spark's Kafka-source columns: key, value, topic, partition, offset, timestamp, timestampType, headers;
@@ -18,6 +19,11 @@ from their end. Together with an idempotent sink (ledgerview's, by batch id) a t
 Ranges may contain gaps (compacted topics, transaction markers): a partition's read ends when the consumer's
 position reaches the range's end, not after a count of messages. ``trigger(availableNow=True)`` reads up to the
 end offsets at the start, in micro-batches of at most maxOffsetsPerTrigger messages.
+
+Data loss: retention (or DeleteRecords) on the cluster may delete offsets a query has not read yet, when it plans
+a micro-batch or while a task reads one. With failOnDataLoss (the default) the query fails with DataLossError
+naming the partition and the lost range; without it the read skips to the partition's first offset and goes on,
+as Spark's Kafka source does. A partition added to a topic after the query started is read from its beginning.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import OffsetOutOfRangeError
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
@@ -43,6 +50,7 @@ from pyspark.sql.types import (
 )
 
 from storage.errors import LedgerviewError
+from streaming.source_offsets import EARLIEST, LATEST, admitted, checked_start
 
 SCHEMA = StructType([
     StructField("key", BinaryType()),
@@ -56,7 +64,6 @@ SCHEMA = StructType([
                                                  StructField("value", BinaryType())]))),
 ])
 ARROW_SCHEMA = to_arrow_schema(SCHEMA)
-EARLIEST, LATEST = -2, -1
 POLL_TIMEOUT_MS = 500
 READ_TIMEOUT_POLLS = 120
 """Empty polls in a row after which a read gives up on reaching its range's end (a minute)."""
@@ -84,6 +91,7 @@ class SourceOptions:
     topics: tuple[str, ...]
     starting_offsets: str | Mapping[str, Mapping[str, int]]
     max_offsets_per_trigger: int | None
+    fail_on_data_loss: bool
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -104,7 +112,10 @@ class SourceOptions:
         limit = options.get("maxOffsetsPerTrigger")
         if limit is not None and (not limit.isdigit() or int(limit) < 1):
             raise KafkaSourceOptionError("maxOffsetsPerTrigger", limit, "an integer >= 1")
-        return cls(servers, topics, starting, int(limit) if limit else None)
+        fail = options.get("failOnDataLoss", "true").lower()
+        if fail not in ("true", "false"):
+            raise KafkaSourceOptionError("failOnDataLoss", fail, "true or false")
+        return cls(servers, topics, starting, int(limit) if limit else None, fail == "true")
 
 
 class KafkaSource(DataSource):
@@ -130,6 +141,7 @@ class KafkaRange(InputPartition):
     partition: int
     start: int
     end: int
+    fail_on_data_loss: bool
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -167,37 +179,40 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         """The end of the next micro-batch: every partition's end (or the availableNow target), then at most
-        ``max_rows`` messages over all partitions, shared in proportion to what each has waiting."""
+        ``max_rows`` messages over all partitions (``admitted``); a partition added since the start from its
+        beginning."""
         ends = self._target if self._target is not None else self._end_offsets()
         earliest = self._beginning_offsets()
-        current = {topic: {p: start.get(topic, {}).get(p, earliest[topic][p]) for p in parts}
-                   for topic, parts in ends.items()}
-        waiting = {(t, p): max(ends[t][p] - current[t][p], 0) for t in ends for p in ends[t]}
-        total = sum(waiting.values())
-        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else total
-        if total <= budget:
-            return {t: {p: current[t][p] + waiting[(t, p)] for p in ends[t]} for t in ends}
-        taken = {key: count * budget // total for key, count in waiting.items()}
-        leftover = budget - sum(taken.values())
-        for key in sorted(waiting, key=lambda k: waiting[k] - taken[k], reverse=True)[:leftover]:
-            taken[key] += 1
-        return {t: {p: current[t][p] + taken[(t, p)] for p in ends[t]} for t in ends}
+        current = {(t, p): start.get(t, {}).get(p, earliest[t][p]) for t, parts in ends.items() for p in parts}
+        stops = {(t, p): max(end, current[(t, p)]) for t, parts in ends.items() for p, end in parts.items()}
+        if isinstance(limit, ReadMaxRows):
+            stops = admitted(current, stops, limit.max_rows)
+        return {t: {p: stops[(t, p)] for p in parts} for t, parts in ends.items()}
 
     def partitions(self, start: Offsets, end: Offsets) -> list[KafkaRange]:
+        """One range per partition with messages to read; a start below the partition's first offset is data
+        loss (see the module docstring), and a partition added since the start is read from its beginning."""
         ranges = []
-        earliest: Offsets | None = None
+        planned = [TopicPartition(topic, int(partition)) for topic, parts in end.items() for partition in parts]
+        earliest = _by_topic(self._client().beginning_offsets(planned))
+        fail = self.options.fail_on_data_loss
         for topic, parts in end.items():
             for partition, stop in parts.items():
-                first = start.get(topic, {}).get(partition)
-                if first is None:  # a partition added since the start: from its beginning, as latestOffset plans
-                    earliest = earliest or self._beginning_offsets()
-                    first = earliest[topic][partition]
-                if first < stop:
-                    ranges.append(KafkaRange(self.options.bootstrap_servers, topic, int(partition), first, stop))
+                first = earliest[topic][partition]
+                wanted = start.get(topic, {}).get(partition, first)
+                begin = checked_start(topic, int(partition), wanted, first, fail_on_data_loss=fail)
+                if begin < stop:
+                    ranges.append(KafkaRange(self.options.bootstrap_servers, topic, int(partition), begin, stop, fail))
         return ranges
 
     def commit(self, end: Offsets) -> None:
         """Nothing to do: the offsets are in Spark's checkpoint, and Kafka keeps the data."""
+
+    def stop(self) -> None:
+        """The query stopped: close the planner's connection to the cluster."""
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
 
     def _client(self) -> KafkaConsumer:
         if self._consumer is None:
@@ -235,16 +250,27 @@ def _by_topic(offsets: Mapping[TopicPartition, int]) -> Offsets:
 
 
 def read_range(kafka_range: KafkaRange) -> Iterator[pa.RecordBatch]:
-    """The messages of [start, end) of one partition, one record batch per poll."""
+    """The messages of [start, end) of one partition, one record batch per poll.
+
+    The consumer has no reset policy: a position that retention deleted while the task read raises, and is data
+    loss (``checked_start``), never kafka-python's silent jump to either end of the partition."""
     consumer = KafkaConsumer(bootstrap_servers=kafka_range.bootstrap_servers, group_id=None,
-                             enable_auto_commit=False)
+                             enable_auto_commit=False, auto_offset_reset="none")
     try:
         target = TopicPartition(kafka_range.topic, kafka_range.partition)
         consumer.assign([target])
         consumer.seek(target, kafka_range.start)
         empty_polls = 0
         while consumer.position(target) < kafka_range.end:
-            polled = consumer.poll(timeout_ms=POLL_TIMEOUT_MS).get(target, [])
+            try:
+                polled = consumer.poll(timeout_ms=POLL_TIMEOUT_MS).get(target, [])
+            except OffsetOutOfRangeError:
+                position, first = consumer.position(target), consumer.beginning_offsets([target])[target]
+                if position >= first:  # out of range for another reason than retention: nothing to skip
+                    raise
+                consumer.seek(target, checked_start(kafka_range.topic, kafka_range.partition, position, first,
+                                                    fail_on_data_loss=kafka_range.fail_on_data_loss))
+                continue
             records = [record for record in polled if record.offset < kafka_range.end]
             if not records:
                 empty_polls += 1

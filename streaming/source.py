@@ -28,24 +28,13 @@ from readers.spark_rows import SparkRows
 from readers.spark_scan import cached_store
 from storage import Store
 from storage.errors import LedgerviewError, OffsetOutOfRangeError
-
-EARLIEST, LATEST = -2, -1
+from streaming.source_offsets import EARLIEST, LATEST, admitted, checked_start
 
 
 class InvalidSourceOptionError(LedgerviewError):
     def __init__(self, option: str, value: object, allowed: str) -> None:
         super().__init__(f"Option {option}={value!r} is not valid for readStream.format('ledgerview'); "
                          f"allowed: {allowed}.")
-
-
-class DataLossError(LedgerviewError):
-    def __init__(self, topic: str, partition: int, wanted: int, log_start: int) -> None:
-        self.topic, self.partition, self.wanted, self.log_start = topic, partition, wanted, log_start
-        super().__init__(
-            f"Data loss in {topic}-{partition}: the query needs offsets from {wanted}, but retention deleted "
-            f"everything below {log_start} ({log_start - wanted} messages lost). Set failOnDataLoss=false to "
-            "skip them and go on from the log start."
-        )
 
 
 @dataclass(frozen=True)
@@ -159,12 +148,9 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _checked_start(self, partition: int, wanted: int) -> int:
         """``wanted``, or the log start when retention deleted it and failOnDataLoss is off."""
-        log_start = self.store.start_offset(self.options.topic, partition)
-        if wanted >= log_start:
-            return wanted
-        if self.options.fail_on_data_loss:
-            raise DataLossError(self.options.topic, partition, wanted, log_start)
-        return log_start
+        return checked_start(self.options.topic, partition, wanted,
+                             self.store.start_offset(self.options.topic, partition),
+                             fail_on_data_loss=self.options.fail_on_data_loss)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, OffsetRange):
@@ -179,20 +165,3 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: the store keeps no per-query state for readers."""
 
-
-def admitted(begin: dict[int, int], ends: dict[int, int], max_rows: int) -> dict[int, int]:
-    """End offsets admitting at most ``max_rows`` messages, shared in proportion to what each partition has
-    waiting (at least one message overall, so a query always moves)."""
-    waiting = {p: max(0, end - begin.get(p, 0)) for p, end in ends.items()}
-    total = sum(waiting.values())
-    if total <= max_rows:
-        return ends
-    shares = {p: waiting[p] * max_rows // total for p in waiting}
-    spare = max_rows - sum(shares.values())
-    for p in sorted(waiting, key=lambda p: waiting[p] - shares[p], reverse=True):
-        if spare == 0:
-            break
-        if shares[p] < waiting[p]:
-            shares[p] += 1
-            spare -= 1
-    return {p: begin.get(p, 0) + shares[p] for p in ends}

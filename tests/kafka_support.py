@@ -50,6 +50,17 @@ def wait_for(condition: Callable[[], T | None], what: str, timeout_seconds: floa
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def established_connections_to(port: int) -> int:
+    """TCP connections to ``port`` on loopback that are open now, counted from the client side (Linux's
+    /proc/net/tcp: local address, remote address, state; 01 is ESTABLISHED)."""
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+            count += 1
+    return count
+
+
 class RawClient:
     """One connection speaking kafka-python's protocol classes directly, to see the exact error codes."""
 

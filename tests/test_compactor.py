@@ -8,13 +8,16 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from rocksdict import Options, Rdict
 
 from compactor import CompactionInProgressError, CompactionState, Compactor
 from compactor.scheduler import CompactionScheduler
 from ledgerview.changelog import ChangelogSpec, generate
 from storage import Store
 from storage.compacted import CompactedLedgers
-from storage.errors import CorruptSegmentError
+from storage.errors import CorruptSegmentError, LedgerviewError
+from storage.files import key_index_folder
+from storage.key_index import LOCATION
 from storage.schema import STORED_SCHEMA
 from tests.conftest import TINY
 
@@ -204,6 +207,35 @@ def test_key_index_finds_each_kept_message(store: Store) -> None:
         assert found is not None and found.to_pylist()[0]["value"] == b"5"
         assert ledger.lookup(b"b") is None  # tombstoned
         assert ledger.lookup(b"zzz") is None
+    finally:
+        ledger.close()
+
+
+@pytest.mark.parametrize(("key", "wrong_offset"), [(b"d", 7), (b"c", 99)],
+                         ids=["a tombstone's offset between kept messages", "past the ledger's last message"])
+def test_key_index_pointing_at_an_offset_the_ledger_lacks_is_an_error_not_a_neighbour(
+        store: Store, key: bytes, wrong_offset: int) -> None:
+    """A damaged key index must not hand out another key's message (or an empty row) as ``key``'s."""
+    store.create_topic("t", config=TINY)
+    store.append("t", MESSAGES, partition=0)
+    Compactor(store).compact("t")
+    folder = store.partition_log("t", 0).folder
+    cursor = CompactedLedgers(folder).read_cursor()
+    assert cursor is not None
+    index = Rdict(str(key_index_folder(folder, cursor.ledger_id)), Options(raw_mode=True))
+    try:
+        index[key] = LOCATION.pack(wrong_offset)
+    finally:
+        index.close()
+    opened = CompactedLedgers(folder).open_current()
+    assert opened is not None
+    _, ledger = opened
+    try:
+        with pytest.raises(LedgerviewError, match=f"sends key {key!r} to offset {wrong_offset}, which the ledger "
+                                                  "does not hold"):
+            ledger.lookup(key)
+        found = ledger.lookup(b"a")  # the undamaged entries still answer
+        assert found is not None and found.to_pylist()[0]["offset"] == 2
     finally:
         ledger.close()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import operator
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,6 +84,44 @@ def test_pushed_filters_give_the_readers_rows(spark: SparkSession, data: Path, v
     # The same rows when Spark evaluates the condition itself, after a scan that pushes nothing.
     unpushed = spark.read.format("ledgerview").option("topic", TOPIC).option("view", view).load(str(data))
     assert rows_of(unpushed.localCheckpoint().where(condition)) == answer
+
+
+ZERO_BOUNDS = {"offset > 0": operator.gt, "offset >= 0": operator.ge, "offset < 0": operator.lt,
+               "offset <= 0": operator.le}
+
+
+@pytest.mark.parametrize("view", ["compacted", "raw"])
+@pytest.mark.parametrize("condition", list(ZERO_BOUNDS))
+def test_an_offset_bound_of_zero_is_a_bound(spark: SparkSession, data: Path, view: str, condition: str) -> None:
+    """0 is a bound like any other: each view's rows filtered in Python, not every row or none."""
+    frame = spark.read.format("ledgerview").option("topic", TOPIC).option("view", view).load(str(data))
+    unfiltered = read_table(data, TOPIC, read_compacted=view == "compacted")
+    passes = ZERO_BOUNDS[condition]
+    answer = sorted(row for row in zip(*(unfiltered.column(c).to_pylist() for c in ("partition", "offset", "key",
+                                                                                   "value")), strict=True)
+                    if passes(row[1], 0))
+    assert rows_of(frame.where(condition)) == answer
+
+
+def test_a_compacted_scan_below_offset_0_reads_no_raw_segment(spark: SparkSession, tmp_path: Path) -> None:
+    """``offset < 0`` is applied where the scan reads, not after: a damaged sealed raw segment above the horizon
+    is not touched (an unbounded scan of the same view does reach it, and fails naming it)."""
+    folder = tmp_path / "data"
+    with Store.open(folder) as store:
+        store.create_topic(TOPIC, config=TINY)
+        store.append(TOPIC, numbered_rows(200))
+        horizon = Compactor(store).compact(TOPIC)[0].horizon
+        store.append(TOPIC, numbered_rows(400, start=200))
+        sealed_above_horizon = [segment.log_path for segment in store.partition_log(TOPIC, 0).segments[:-1]
+                                if segment.base_offset > horizon]
+    damaged = sealed_above_horizon[0]
+    contents = bytearray(damaged.read_bytes())
+    contents[-10] ^= 0xFF  # inside the last batch's Arrow payload: its CRC no longer verifies
+    damaged.write_bytes(bytes(contents))
+    frame = spark.read.format("ledgerview").option("topic", TOPIC).option("view", "compacted").load(str(folder))
+    assert rows_of(frame.where("offset < 0")) == []
+    with pytest.raises(PySparkException, match=f"Corrupt batch in {damaged}"):
+        frame.where("offset >= 0").collect()
 
 
 def test_views_answer_sql_for_every_topic_and_see_new_data(spark: SparkSession, data: Path,

@@ -1,0 +1,55 @@
+"""What both streaming sources (the ledgerview source and the Kafka ingest source) share about offsets: Kafka's
+codes for earliest and latest, the split of a micro-batch's row limit over partitions, and the data-loss error
+reported when retention deleted offsets a query still had to read."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import TypeVar
+
+from storage.errors import LedgerviewError
+
+EARLIEST, LATEST = -2, -1
+"""startingOffsets codes in JSON, as in Spark's Kafka source."""
+
+PartitionKey = TypeVar("PartitionKey", bound=Hashable)
+
+
+class DataLossError(LedgerviewError):
+    def __init__(self, topic: str, partition: int, wanted: int, log_start: int) -> None:
+        self.topic, self.partition, self.wanted, self.log_start = topic, partition, wanted, log_start
+        super().__init__(
+            f"Data loss in {topic}-{partition}: the query needs offsets from {wanted}, but retention deleted "
+            f"everything below {log_start} ({log_start - wanted} messages lost). Set failOnDataLoss=false to "
+            "skip them and go on from the log start."
+        )
+
+
+def checked_start(topic: str, partition: int, wanted: int, log_start: int, *, fail_on_data_loss: bool) -> int:
+    """Where a read planned from ``wanted`` starts: ``wanted`` itself, or the log start when retention deleted
+    the offsets in between and failOnDataLoss is off (with it on, DataLossError)."""
+    if wanted >= log_start:
+        return wanted
+    if fail_on_data_loss:
+        raise DataLossError(topic, partition, wanted, log_start)
+    return log_start
+
+
+def admitted(begin: Mapping[PartitionKey, int], ends: Mapping[PartitionKey, int],
+             max_rows: int) -> dict[PartitionKey, int]:
+    """End offsets admitting at most ``max_rows`` messages after ``begin`` (0 for a partition it lacks), shared
+    in proportion to what each partition has waiting, the remainder to the largest fractions (at least one
+    message overall, so a query always moves)."""
+    waiting = {p: max(0, end - begin.get(p, 0)) for p, end in ends.items()}
+    total = sum(waiting.values())
+    if total <= max_rows:
+        return dict(ends)
+    shares = {p: waiting[p] * max_rows // total for p in waiting}
+    spare = max_rows - sum(shares.values())
+    for p in sorted(waiting, key=lambda p: waiting[p] - shares[p], reverse=True):
+        if spare == 0:
+            break
+        if shares[p] < waiting[p]:
+            shares[p] += 1
+            spare -= 1
+    return {p: begin.get(p, 0) + shares[p] for p in ends}
