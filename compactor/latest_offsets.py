@@ -10,8 +10,8 @@ Steps:
    Arrow's hash aggregation, which keeps the largest number per key. Offsets only grow, so that number belongs to
    the key's latest message, and its low bit says whether that message is a tombstone. The aggregation's memory
    grows with the distinct keys it has seen (GROUP_BYTES_PER_KEY beyond the code, measured; once per thread
-   when threaded), not with the messages. The first pass reads ahead on another thread (compactor/prefetch.py),
-   so the CRC checks of the first read overlap the aggregation.
+   when threaded), not with the messages. A pass reads its input (CRC checks included) and cuts it into the
+   aggregation's pieces on another thread (compactor/prefetch.py), so that work overlaps the grouping.
 3. If even one distinct key per message would fit the budget, one threaded pass over everything. Otherwise
    one single-threaded pass, *watched*: before each batch it reads how much Arrow's memory pool holds, and past
    WATCHED_SHARE of the budget (the hash table may grow once more) it stops. Most inputs repeat their keys
@@ -32,7 +32,6 @@ The passes change how much memory and time phase one takes, never its result.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import math
@@ -62,11 +61,12 @@ WATCHED_SHARE: Final = 0.6
 """A watched pass stops when the memory pool has grown past this share of the budget: the hash table may still
 grow once more (measured: the peak is at most 1.6 times the last reading)."""
 SPLIT_MARGIN: Final = 1.25
-AGGREGATE_BATCH_MESSAGES: Final = 1 << 15
-"""Keyed messages handed to the aggregation at a time: it costs a third less in batches this large than in the
-log's (often small) ones; larger ones gain little and make the aggregation's read-ahead queue hold more."""
+AGGREGATE_BATCH_MESSAGES: Final = 1 << 17
+"""Keyed messages handed to the aggregation at a time: grouping 10M messages cost 0.59 s in pieces of 32k and
+0.41 s in pieces of 128k (fewer calls, better cache reuse); a watched pass with a small budget uses smaller ones."""
 MIN_WATCHED_BATCH_MESSAGES: Final = 256
-PREFETCH_BATCHES: Final = 16
+PREFETCH_PIECES: Final = 4
+"""Pieces made ahead of the aggregation (each AGGREGATE_BATCH_MESSAGES codes and numbers at most)."""
 _CODE_TYPE: Final = pa.int64()
 
 
@@ -157,15 +157,12 @@ def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, 
             rows = _chunk_rows(watched, per_key)
             try:
                 if spill is not None and spill.codes is not None:
-                    live, survivors.messages_read = _latest_live(
-                        functools.partial(from_spill, spill, coding, part, rows), coding, limit=watched,
-                        chunk_rows=rows, threaded=threaded)
+                    read = functools.partial(from_spill, spill, coding, part, rows)
                 else:
-                    with _reading(input_batches, ahead=spill is None) as batches:
-                        hashes = spill.hashes if spill is not None else None
-                        live, survivors.messages_read = _latest_live(
-                            functools.partial(from_batches, batches, coding, part, hashes), coding, limit=watched,
-                            chunk_rows=rows, threaded=threaded)
+                    hashes = spill.hashes if spill is not None else None
+                    read = functools.partial(from_batches, input_batches(), coding, part, hashes)
+                live, survivors.messages_read = _latest_live(read, coding, limit=watched, chunk_rows=rows,
+                                                             threaded=threaded)
             except _Overflow as overflow:
                 assert watched is not None  # only a watched pass overflows
                 if survivors.spill_folder is None:
@@ -199,20 +196,6 @@ def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, 
     return survivors
 
 
-@contextlib.contextmanager
-def _reading(input_batches: InputBatches, *, ahead: bool) -> Iterator[Iterable[pa.RecordBatch]]:
-    """The input, read ahead on another thread for the first read (its CRC checks then overlap the
-    aggregation); the reading thread is stopped when the pass ends, however it ends."""
-    if not ahead:
-        yield input_batches()
-        return
-    batches = prefetched(input_batches(), depth=PREFETCH_BATCHES)
-    try:
-        yield batches
-    finally:
-        batches.close()
-
-
 def _chunk_rows(limit: int | None, per_key: int) -> int:
     """Messages handed to the aggregation at a time; watched, few enough for the readings between batches to
     catch the growth."""
@@ -230,7 +213,8 @@ def _latest_live(read: Callable[[Scan], Pieces], coding: KeyCoding, *, limit: in
     start_bytes = pool.bytes_allocated()
     scan = Scan()
 
-    def pieces() -> Iterator[pa.RecordBatch]:
+    def prepared() -> Iterator[tuple[pa.RecordBatch, int]]:
+        """Pieces for the aggregation, each with how many keyed messages the scan had read when it was made."""
         held = 0
         grouped: list[pa.Array] = []
         numbers: list[np.ndarray] = []
@@ -240,12 +224,22 @@ def _latest_live(read: Callable[[Scan], Pieces], coding: KeyCoding, *, limit: in
                 numbers.append(mine[start : start + chunk_rows])
                 held += len(numbers[-1])
                 if held >= chunk_rows:
-                    if limit is not None and pool.bytes_allocated() - start_bytes > limit:
-                        raise _Overflow(scan.keyed)
-                    yield _piece(grouped, numbers, schema)
+                    yield _piece(grouped, numbers, schema), scan.keyed
                     grouped, numbers, held = [], [], 0
         if held:
-            yield _piece(grouped, numbers, schema)
+            yield _piece(grouped, numbers, schema), scan.keyed
+
+    def pieces() -> Iterator[pa.RecordBatch]:
+        # Reading, checking and cutting the input into pieces runs on another core than the aggregation: with
+        # one thread, Acero would wait for each piece to be made before it groups it.
+        ready = prefetched(prepared(), depth=PREFETCH_PIECES)
+        try:
+            for piece, keyed in ready:
+                if limit is not None and pool.bytes_allocated() - start_bytes > limit:
+                    raise _Overflow(keyed)
+                yield piece
+        finally:
+            ready.close()
 
     source = acero.Declaration("record_batch_reader_source", acero.RecordBatchReaderSourceNodeOptions(
         pa.RecordBatchReader.from_batches(schema, pieces())))
