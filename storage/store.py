@@ -439,10 +439,14 @@ class Store:
             if len(bad):
                 raise UnknownPartitionError(metadata.name, int(chosen[bad[0]]), count)
             return np.asarray(chosen, dtype=np.int32)
-        keys = table.column("key").combine_chunks()
-        keyless = keys.is_null().to_numpy(zero_copy_only=False)
         keyless_target = next(self._keyless_turn) if keyless_partition is None else keyless_partition
         chosen = np.full(table.num_rows, keyless_target % count, dtype=np.int32)
+        if count == 1:
+            return chosen
+        keys = table.column("key").combine_chunks()
+        if not keys.null_count:
+            return partition_for_keys(keys, count)
+        keyless = keys.is_null().to_numpy(zero_copy_only=False)
         if not keyless.all():
             keyed = np.flatnonzero(~keyless)
             chosen[keyed] = partition_for_keys(keys.take(pa.array(keyed)), count)

@@ -13,7 +13,6 @@ one partition per task and batch, chosen from both, so that a replayed batch lan
 
 from __future__ import annotations
 
-import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -37,7 +36,7 @@ from pyspark.sql.types import (
 from readers.spark_scan import cached_store
 from storage.errors import LedgerviewError
 from storage.files import sink_folder, staged_file_name
-from streaming.sink_commit import SinkFolders, commit_batch, remove_staged_batch
+from streaming.sink_commit import SinkFolders, commit_batch, file_checksum, partition_runs, remove_staged_batch
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -85,46 +84,52 @@ class SinkOptions:
 
 @dataclass
 class StagedFiles(WriterCommitMessage):
-    """What one task staged for one batch (its files may be none)."""
+    """What one task staged for one batch (its files may be none), each file with its CRC-32C."""
 
     sink_id: str
     batch_id: int
-    files: list[str]
+    files: dict[str, int]
 
 
 def stage_task_rows(options: SinkOptions, sink_id: str, batch_id: int,
                     batches: Iterator[pa.RecordBatch]) -> StagedFiles:
-    """Validate, route and stage one task's rows as one Arrow file (fsynced), named by the batch id."""
+    """Validate and route one task's rows and stage them as one Arrow file named by the batch id, each record
+    batch the rows of one target partition, so that the commit takes them without copying.
+
+    The file is not fsynced: the commit reads it in the same boot as this task wrote it (a reboot ends the Spark
+    application, and the replay stages anew). Its CRC-32C goes in the message, so that a commit resumed after a
+    power loss can tell whether it survived (streaming/sink_commit.py, ``commit_batch`` step 2)."""
     context = TaskContext.get()
     task, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
     store = cached_store(options.path)
     count = store.topic_metadata(options.topic).partitions
     staging = SinkFolders.of(store, options.topic, sink_id).staging
     staging.mkdir(parents=True, exist_ok=True)
-    name = staged_file_name(batch_id, task, attempt, uuid.uuid4().hex[:12])
+    path = staging / staged_file_name(batch_id, task, attempt, uuid.uuid4().hex[:12])
     rows, writer = 0, None
-    with pa.OSFile(str(staging / name), "wb") as sink:
+    with pa.OSFile(str(path), "wb") as sink:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
             routed = store.routed(options.topic, batch, keyless_partition=(batch_id + task) % count)
             if writer is None:
                 writer = pa.ipc.new_file(sink, routed.schema)
-            writer.write_table(routed)
+            for run in partition_runs(routed):
+                writer.write_table(run)
             rows += routed.num_rows
         if writer is not None:
             writer.close()
-            os.fsync(sink.fileno())
     if rows == 0:
-        (staging / name).unlink()
-    return StagedFiles(sink_id, batch_id, [name] if rows else [])
+        path.unlink()
+        return StagedFiles(sink_id, batch_id, {})
+    return StagedFiles(sink_id, batch_id, {path.name: file_checksum(path)})
 
 
 def commit_messages(options: SinkOptions, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
     staged = [message for message in messages if isinstance(message, StagedFiles)]
     if staged:
         commit_batch(cached_store(options.path), options.topic, staged[0].sink_id, batch_id,
-                     [name for message in staged for name in message.files])
+                     {name: checksum for message in staged for name, checksum in message.files.items()})
 
 
 class StreamSink(DataSourceStreamArrowWriter):

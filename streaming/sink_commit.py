@@ -2,8 +2,8 @@
 
 A sink (one streaming query, named by Spark's query id, which survives restarts from the checkpoint) keeps a
 record in the store, ``__sinks/<topic>/<sink id>/sink.json``: the last committed batch id and, while a commit is
-under way, the pending one: its files (moved out of staging) and, per partition, the offset its rows start at
-and how many of its rows were already in the log then. The record is replaced atomically
+under way, the pending one: its files (moved out of staging) with their CRC-32C and, per partition, the offset its
+rows start at and how many of its rows were already in the log then. The record is replaced atomically
 (storage.fileio.write_atomically) and only under the writer locks of every partition of the topic.
 """
 
@@ -16,12 +16,13 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import crc32c
 import numpy as np
 import pyarrow as pa
 
 from storage import Store, faults
 from storage.errors import LedgerviewError, OffsetOutOfRangeError
-from storage.fileio import fsync_folder, write_atomically
+from storage.fileio import write_atomically
 from storage.files import (
     SINK_PENDING_FOLDER,
     SINK_RECORD,
@@ -58,6 +59,8 @@ class SinkRecord:
     pending_files: tuple[str, ...] = ()
     """Its staged files, moved into ``pending/``, in task order."""
     pending_starts: dict[int, PartitionStart] = field(default_factory=dict)
+    pending_checksums: tuple[int, ...] = ()
+    """The CRC-32C of each pending file (none in records of versions that fsynced staged files instead)."""
 
     def encode(self) -> bytes:
         record = asdict(self)
@@ -79,6 +82,7 @@ class SinkRecord:
             pending_batch=data["pending_batch"],
             pending_files=tuple(data["pending_files"]),
             pending_starts={int(p): PartitionStart(**start) for p, start in data["pending_starts"].items()},
+            pending_checksums=tuple(data.get("pending_checksums", ())),
         )
 
 
@@ -100,20 +104,25 @@ def read_committed_batch(store: Store, topic: str, sink_id: str) -> int:
     return SinkRecord.read(SinkFolders.of(store, topic, sink_id).record).committed_batch
 
 
-def commit_batch(store: Store, topic: str, sink_id: str, batch_id: int, staged: list[str]) -> bool:
-    """Append the staged files of ``batch_id`` to ``topic`` exactly once; False when it was already committed.
+def commit_batch(store: Store, topic: str, sink_id: str, batch_id: int, staged: dict[str, int]) -> bool:
+    """Append the staged files of ``batch_id`` (names and CRC-32C, in task order) to ``topic`` exactly once;
+    False when it was already committed.
 
     Every step runs under the writer locks of all the topic's partitions (taken in partition order), so no other
     commit and no other writer moves the logs meanwhile; a ``kill -9`` releases them.
 
     1. Read the sink record. If it says ``batch_id`` is committed (Spark re-runs a batch whose commit it did not
        see finish), go to 6: nothing is appended twice.
-    2. If no commit is pending: move this attempt's staged files into ``pending/`` (fsync the folder), then write
-       the record naming them as the pending batch, with each partition's end offset as its rows' start and 0
+    2. If no commit is pending: move this attempt's staged files into ``pending/``, then write the record naming
+       them and their CRC-32C as the pending batch, with each partition's end offset as its rows' start and 0
        rows before. A crash before the record write leaves files in ``pending/`` that no record names: step 6 of
        the next commit removes them and the replayed batch is staged anew. After it, the batch's content is
        fixed: a replay rolls it forward from these files, whatever the re-run's own files hold.
-       If a commit is pending it must be ``batch_id`` (Spark replays the unfinished batch first).
+       If a commit is pending it must be ``batch_id`` (Spark replays the unfinished batch first). Staged files
+       are never fsynced (tasks and the commit that reads them run in one boot, so the page cache holds them): if
+       a pending file is missing or fails its CRC-32C, a power loss took it, and this attempt's files replace
+       the pending ones in the record, with the recorded starts. The re-run staged the same rows (exactly-once
+       requires a source that replays a batch as it was), so step 3 still finds what the log holds.
     3. For each partition, find how many of the pending rows are in the log: the batches from the recorded start
        whose key, value and headers equal the next rows (a crash keeps a prefix of an append; whatever other
        writers appended after the crash follows it and does not match). When some rows are missing and some
@@ -134,11 +143,15 @@ def commit_batch(store: Store, topic: str, sink_id: str, batch_id: int, staged: 
         record = SinkRecord.read(folders.record)
         if record.committed_batch < batch_id:
             if record.pending_batch is None:
-                record = _begin(store, topic, folders, record, batch_id, staged)
+                partitions = store.topic_metadata(topic).partitions
+                starts = {p: PartitionStart(store.end_offset(topic, p), 0) for p in range(partitions)}
+                record = _pend(folders, record, batch_id, staged, starts)
                 _crash_at("sink.commit.after_pending_record")
             elif record.pending_batch != batch_id:
                 raise SinkStateError(folders.root, f"batch {record.pending_batch} is pending and batch {batch_id} "
                                      "was asked to commit; was the checkpoint replaced or shared?")
+            elif not _pending_files_intact(folders, record):
+                record = _pend(folders, record, batch_id, staged, record.pending_starts)
             _roll_forward(store, topic, folders, record)
             store.flush(topic)
             _crash_at("sink.commit.before_committed_record")
@@ -157,25 +170,40 @@ def remove_staged_batch(store: Store, topic: str, sink_id: str, batch_id: int) -
             _unlink(staging / name)
 
 
-def _begin(store: Store, topic: str, folders: SinkFolders, record: SinkRecord, batch_id: int,
-           staged: list[str]) -> SinkRecord:
-    for name in _names(folders.pending):  # moved by a begin that died before its record (step 2)
+def file_checksum(path: Path) -> int:
+    """CRC-32C of a whole file, read through a memory map."""
+    with pa.memory_map(str(path)) as source:
+        return int(crc32c.crc32c(source.read_buffer()))
+
+
+def _pend(folders: SinkFolders, record: SinkRecord, batch_id: int, staged: dict[str, int],
+          starts: dict[int, PartitionStart]) -> SinkRecord:
+    """Step 2: ``staged`` become the pending files of ``batch_id`` (replacing any in ``pending/``)."""
+    for name in _names(folders.pending):  # moved by a begin that died before its record, or damaged (step 2)
         _unlink(folders.pending / name)
     for name in staged:
         os.replace(folders.staging / name, folders.pending / name)
-    fsync_folder(folders.pending)
-    fsync_folder(folders.staging)
-    partitions = store.topic_metadata(topic).partitions
-    starts = {p: PartitionStart(store.end_offset(topic, p), 0) for p in range(partitions)}
-    pending = SinkRecord(record.committed_batch, batch_id, tuple(staged), starts)
+    pending = SinkRecord(record.committed_batch, batch_id, tuple(staged), starts, tuple(staged.values()))
     write_atomically(folders.record, pending.encode())
     return pending
 
 
+def _pending_files_intact(folders: SinkFolders, record: SinkRecord) -> bool:
+    """Whether every pending file is there with its recorded CRC-32C (records without them: trusted)."""
+    if not record.pending_checksums:
+        return True
+    for name, checksum in zip(record.pending_files, record.pending_checksums, strict=True):
+        try:
+            if file_checksum(folders.pending / name) != checksum:
+                return False
+        except FileNotFoundError:
+            return False
+    return True
+
+
 def _roll_forward(store: Store, topic: str, folders: SinkFolders, record: SinkRecord) -> None:
-    table = read_staged(folders.pending, record.pending_files)
     starts = dict(record.pending_starts)
-    for partition, rows in _rows_by_partition(table):
+    for partition, rows in read_staged(folders.pending, record.pending_files).items():
         start = starts[partition]
         try:
             present = start.rows_before + _rows_in_log(store, topic, partition, start.offset,
@@ -206,25 +234,32 @@ def _rows_in_log(store: Store, topic: str, partition: int, start: int, rows: pa.
     return present
 
 
-def _rows_by_partition(table: pa.Table) -> Iterator[tuple[int, pa.Table]]:
-    """The rows of each target partition, in staged order (no partition column)."""
-    if table.num_rows == 0:
-        return
+def partition_runs(table: pa.Table) -> Iterator[pa.Table]:
+    """The rows of ``table`` (with a partition column) of each target partition in turn, in their order; the
+    table itself, without a copy, when they all go to one partition."""
     targets = table.column("partition").to_numpy()
+    if targets.min() == targets.max():
+        yield table
+        return
     order = np.argsort(targets, kind="stable")
     bounds = np.flatnonzero(np.diff(targets[order])) + 1
-    rows = table.drop_columns(["partition"])
-    for chosen in np.split(order, bounds):
-        yield int(targets[chosen[0]]), rows.take(pa.array(chosen))
+    grouped = table.take(pa.array(order))
+    for start, stop in zip([0, *bounds], [*bounds, table.num_rows], strict=True):
+        yield grouped.slice(start, stop - start)
 
 
-def read_staged(folder: Path, names: tuple[str, ...] | list[str]) -> pa.Table:
-    """The staged files as one table (columns key, value, timestamp, headers, partition)."""
-    tables = []
+def read_staged(folder: Path, names: tuple[str, ...] | list[str]) -> dict[int, pa.Table]:
+    """The staged files' rows of each target partition, in task order, without the partition column; zero-copy
+    from the files' memory maps when each record batch is one partition's, as tasks write them."""
+    runs: dict[int, list[pa.Table]] = {}
     for name in names:
         with pa.memory_map(str(folder / name)) as source:
-            tables.append(pa.ipc.open_file(source).read_all())
-    return pa.concat_tables(tables) if tables else pa.table({})
+            reader = pa.ipc.open_file(source)
+            for index in range(reader.num_record_batches):
+                for run in partition_runs(pa.Table.from_batches([reader.get_batch(index)])):
+                    partition = int(run.column("partition")[0].as_py())
+                    runs.setdefault(partition, []).append(run.drop_columns(["partition"]))
+    return {partition: pa.concat_tables(tables) for partition, tables in sorted(runs.items())}
 
 
 def _remove_finished_files(folders: SinkFolders, record: SinkRecord) -> None:
