@@ -85,7 +85,9 @@ class KeyCoding:
         padded[:, : matrix.shape[1]] = matrix
         words = padded.view(">u8").astype(np.uint64)
         if words.shape[1] <= 1:
-            return np.argsort(words.ravel(), kind="stable")
+            # Not a stable sort: equal codes are one key, and numpy's stable sort of 64-bit words was 3 to 5
+            # times slower (0.14 to 0.23 s for 1M keys against 0.04 s).
+            return np.argsort(words.ravel())
         order: npt.NDArray[np.intp] = np.lexsort([words[:, j] for j in reversed(range(words.shape[1]))])
         return order
 
