@@ -63,8 +63,12 @@ grow once more (measured: the peak is at most 1.6 times the last reading)."""
 SPLIT_MARGIN: Final = 1.25
 AGGREGATE_BATCH_MESSAGES: Final = 1 << 17
 """Keyed messages handed to the aggregation at a time: grouping 10M messages cost 0.59 s in pieces of 32k and
-0.41 s in pieces of 128k (fewer calls, better cache reuse); a watched pass with a small budget uses smaller ones."""
+0.41 s in pieces of 128k (fewer calls into the aggregation); a watched pass uses smaller ones with a small budget
+and once the pool nears its limit."""
 MIN_WATCHED_BATCH_MESSAGES: Final = 256
+NEAR_LIMIT_BATCH_MESSAGES: Final = 1 << 15
+"""Piece size of a watched pass past a quarter of its limit (10M distinct keys at 256 MiB peaked at 0.62 GiB
+anonymous memory in pieces of 128k throughout, 0.52 GiB switching at half the limit, 0.39 GiB at a quarter)."""
 PREFETCH_PIECES: Final = 4
 """Pieces made ahead of the aggregation (each AGGREGATE_BATCH_MESSAGES codes and numbers at most)."""
 _CODE_TYPE: Final = pa.int64()
@@ -170,9 +174,12 @@ def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, 
                 if spill is None:
                     spill = write_spill(input_batches(), coding, Path(survivors.spill_folder.name))
                     distinct = distinct_keys(spill.hashes)
-                ways = math.ceil(SPLIT_MARGIN * len(spill.hashes) / max(1, overflow.scanned))
-                if part.modulus == 1:  # the estimate of distinct keys is sharper than the growth so far
-                    ways = min(ways, math.ceil(SPLIT_MARGIN * distinct * per_key / watched))
+                if part.modulus == 1:
+                    # The estimate of distinct keys is sharper than the growth so far, which lags: the aggregation
+                    # reads pieces ahead of the readings, so a late reading would choose too few ways.
+                    ways = math.ceil(SPLIT_MARGIN * distinct * per_key / watched)
+                else:
+                    ways = math.ceil(SPLIT_MARGIN * len(spill.hashes) / max(1, overflow.scanned))
                 todo.extend(part.split(min(max(2, ways), max(2, MAX_PASSES // part.modulus))))
                 continue
             offsets = np.sort(live.offsets)
@@ -213,17 +220,28 @@ def _latest_live(read: Callable[[Scan], Pieces], coding: KeyCoding, *, limit: in
     start_bytes = pool.bytes_allocated()
     scan = Scan()
 
+    def piece_rows() -> int:
+        """Past a quarter of the limit, smaller pieces: the readings between them must catch the growth in time,
+        yet the aggregation reads ahead of them and its hash table doubles within a piece."""
+        if limit is not None and pool.bytes_allocated() - start_bytes > limit // 4:
+            return min(chunk_rows, NEAR_LIMIT_BATCH_MESSAGES)
+        return chunk_rows
+
     def prepared() -> Iterator[tuple[pa.RecordBatch, int]]:
         """Pieces for the aggregation, each with how many keyed messages the scan had read when it was made."""
         held = 0
         grouped: list[pa.Array] = []
         numbers: list[np.ndarray] = []
         for codes, mine in read(scan):
-            for start in range(0, len(mine), chunk_rows):
-                grouped.append(codes.slice(start, chunk_rows))
-                numbers.append(mine[start : start + chunk_rows])
-                held += len(numbers[-1])
-                if held >= chunk_rows:
+            start = 0
+            while start < len(mine):
+                wanted = piece_rows()
+                if held < wanted:
+                    grouped.append(codes.slice(start, wanted - held))
+                    numbers.append(mine[start : start + wanted - held])
+                    held += len(numbers[-1])
+                    start += len(numbers[-1])
+                if held >= wanted:
                     yield _piece(grouped, numbers, schema), scan.keyed
                     grouped, numbers, held = [], [], 0
         if held:
