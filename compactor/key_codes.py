@@ -18,6 +18,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storage.binary_arrays import value_offsets
 from storage.partitioner import murmur2
 
 MAX_CODED_KEY_BYTES: Final = 64
@@ -120,11 +121,8 @@ def code_matrix(codes: pa.Array) -> npt.NDArray[np.uint8]:
 
 
 def _offsets_and_data(keys: pa.Array) -> tuple[npt.NDArray[np.int64], pa.Buffer]:
-    _, offsets_buffer, data = keys.buffers()
-    if offsets_buffer is None:
-        return np.zeros(1, np.int64), pa.py_buffer(b"")
-    offsets = np.frombuffer(offsets_buffer, np.int32, len(keys) + 1, keys.offset * 4).astype(np.int64)
-    return offsets, data if data is not None else pa.py_buffer(b"")
+    data = keys.buffers()[2]
+    return value_offsets(keys).astype(np.int64), data if data is not None else pa.py_buffer(b"")
 
 
 def _mix(values: U64) -> U64:

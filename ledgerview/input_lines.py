@@ -25,6 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
+from storage.binary_arrays import value_offsets
+
 CHUNK_BYTES = 8 * 1024 * 1024
 JSON_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()), ("timestamp", pa.int64()),
                          ("partition", pa.int32())])
@@ -181,6 +183,6 @@ def concatenated_values(array: pa.Array) -> memoryview:
     """The bytes of a binary array without nulls, back to back, straight from its data buffer (no copy)."""
     if len(array) == 0:
         return memoryview(b"")
-    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(array) + 1, offset=array.offset * 4)
+    offsets = value_offsets(array)
     data = array.buffers()[2]
     return memoryview(data)[int(offsets[0]) : int(offsets[-1])]

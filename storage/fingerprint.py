@@ -17,6 +17,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from storage.binary_arrays import value_offsets
+
 U64 = npt.NDArray[np.uint64]
 
 _SEED = np.uint64(0x9E3779B97F4A7C15)
@@ -33,7 +35,7 @@ def fingerprints(keys: pa.Array) -> U64:
     count = len(keys)
     if count == 0:
         return np.empty(0, dtype=np.uint64)
-    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=count + 1, offset=keys.offset * 4)
+    offsets = value_offsets(keys)
     first = int(offsets[0])
     starts = offsets[:-1] - first
     lengths = np.diff(offsets)

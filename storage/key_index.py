@@ -21,6 +21,7 @@ import numpy.typing as npt
 import pyarrow as pa
 from rocksdict import AccessType, IngestExternalFileOptions, Options, Rdict, SstFileWriter
 
+from storage.binary_arrays import value_offsets
 from storage.errors import LedgerviewError
 from storage.fileio import fsync_file, fsync_folder
 
@@ -87,8 +88,8 @@ class KeyIndexWriter:
 
 def _key_list(keys: pa.Array) -> list[bytes]:
     """The keys as Python bytes; keys of one length go through numpy, several times faster than to_pylist."""
-    _, offsets_buffer, data = keys.buffers()
-    offsets = np.frombuffer(offsets_buffer, np.int32, len(keys) + 1, keys.offset * 4)
+    data = keys.buffers()[2]
+    offsets = value_offsets(keys)
     width = int(offsets[1] - offsets[0])
     if width == 0 or data is None or int(offsets[-1] - offsets[0]) != width * len(keys):
         return list(keys.to_pylist())

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from storage import faults
+from storage.binary_arrays import value_lengths
 from storage.codec import HEADER_BYTES, BatchHeader, encode_batch
 from storage.config import TopicConfig
 from storage.errors import OffsetOutOfRangeError
@@ -376,15 +377,9 @@ MAX_BATCH_MESSAGES = 1 << 20
 MESSAGE_OVERHEAD_BYTES = 24  # offset, timestamp and the offsets into key and value
 
 
-def _value_offsets(array: pa.Array) -> np.ndarray:
-    """The int32 value offsets of a binary array, zero-copy, honouring a slice."""
-    buffer = array.buffers()[1]
-    return np.frombuffer(buffer, dtype=np.int32, count=len(array) + 1, offset=array.offset * 4)
-
-
 def _binary_lengths(column: pa.ChunkedArray) -> np.ndarray:
     """Length of each binary value from the offsets buffer (a null's slot is empty, so it counts 0)."""
-    parts = [np.diff(_value_offsets(chunk)) for chunk in column.chunks]
+    parts = [value_lengths(chunk) for chunk in column.chunks]
     return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 

@@ -31,6 +31,7 @@ from ledgerview.kafka.protocol import ErrorCode
 from ledgerview.kafka.records import encode_batch, encode_empty_batch
 from ledgerview.kafka.topics import TopicView, resolve_topic
 from readers.partition_read import open_partition_read
+from storage.binary_arrays import value_lengths
 from storage.errors import InvalidTopicNameError, LedgerviewError, OffsetOutOfRangeError, UnknownTopicError
 
 log = logging.getLogger(__name__)
@@ -145,9 +146,7 @@ def _cached(broker: Broker, view: TopicView, partition: int, batch: pa.RecordBat
 def _message_bytes(batch: pa.RecordBatch) -> np.ndarray:
     sizes = np.full(batch.num_rows, RECORD_OVERHEAD_BYTES, dtype=np.int64)
     for name in ("key", "value"):
-        column = batch.column(name)
-        offsets = np.frombuffer(column.buffers()[1], dtype=np.int32, count=len(column) + 1, offset=column.offset * 4)
-        sizes += np.diff(offsets)
+        sizes += value_lengths(batch.column(name))
     return sizes
 
 

@@ -34,6 +34,7 @@ from ledgerview.kafka.varints import (
     write_varints,
     zigzag,
 )
+from storage.binary_arrays import value_lengths, value_offsets
 from storage.schema import HEADER_TYPE
 
 BATCH_HEADER: Final = struct.Struct(">qiibIhiqqqhii")
@@ -302,8 +303,7 @@ def _frame(records: np.ndarray, base_offset: int, last_delta: int, base_timestam
 
 def _binary_lengths(array: pa.Array) -> np.ndarray:
     """Length of each value, -1 for a null (Kafka's null key or value)."""
-    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(array) + 1, offset=array.offset * 4)
-    lengths = np.diff(offsets).astype(np.int64)
+    lengths = value_lengths(array).astype(np.int64)
     if array.null_count:
         lengths[~np.asarray(array.is_valid())] = -1
     return lengths
@@ -311,7 +311,7 @@ def _binary_lengths(array: pa.Array) -> np.ndarray:
 
 def _scatter_binary(out: np.ndarray, positions: np.ndarray, array: pa.Array, lengths: np.ndarray) -> None:
     """Copy each value of the binary ``array`` to ``out`` at its position, in one masked assignment."""
-    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(array) + 1, offset=array.offset * 4)
+    offsets = value_offsets(array)
     first, last = int(offsets[0]), int(offsets[-1])
     if last == first:
         return
