@@ -3,9 +3,10 @@ whether the value is null.
 
 Steps:
 
-1. The key coding (compactor/key_codes.py: exact fixed-width codes when all keys have one length, never a lossy
-   hash) is chosen from the first keyed batch; a later batch with other lengths turns it to binary and phase one
-   starts again (this can only happen before any pass has finished: the first pass or the hashing reads it all).
+1. The key coding (compactor/key_codes.py: exact fixed-width codes, uint64 words where they fit, when all keys
+   have one length; never a lossy hash) is chosen from the first keyed batch; a later batch it refuses widens it
+   and phase one starts again (this can only happen before any pass has finished: the first pass or the hashing
+   reads it all).
 2. A pass streams, batch by batch, (code, 2 * offset + (1 if the value is not null)) of its keyed messages into
    Arrow's hash aggregation, which keeps the largest number per key. Offsets only grow, so that number belongs to
    the key's latest message, and its low bit says whether that message is a tombstone. The aggregation's memory
@@ -46,8 +47,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.acero as acero
 
-from compactor.key_codes import KeyCoding
-from compactor.passes import CodingChanged, Part, Pieces, Scan, from_batches, keyed_numbers
+from compactor.key_codes import KeyCoding, KeysRefused
+from compactor.passes import Part, Pieces, Scan, from_batches, keyed_numbers
 from compactor.prefetch import prefetched
 from compactor.spill import Spill, distinct_keys, from_spill, write_spill
 
@@ -133,15 +134,15 @@ class _Overflow(Exception):
 def find_survivors(input_batches: InputBatches, *, messages_bound: int, memory_budget_bytes: int,
                    retain_null_key: bool, on_pass: Callable[[LiveKeys], None] | None = None) -> Survivors:
     """``messages_bound``: at least the number of messages ``input_batches`` yields."""
-    keyed = (keys for keys, _ in map(keyed_numbers, input_batches()) if len(keys))
+    keyed = (keys for keys, _ in (keyed_numbers([batch]) for batch in input_batches()) if len(keys))
     first_keys = next(keyed, pa.array([], pa.binary()))
     coding = KeyCoding.for_keys(first_keys)
     while True:
         try:
             return _find(input_batches, coding, first_keys, messages_bound=messages_bound,
                          memory_budget_bytes=memory_budget_bytes, retain_null_key=retain_null_key, on_pass=on_pass)
-        except CodingChanged:
-            coding = KeyCoding(0)
+        except KeysRefused as changed:
+            coding = coding.widened(changed.refused)
 
 
 def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, *, messages_bound: int,

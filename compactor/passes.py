@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -24,18 +25,40 @@ class Part:
         return [Part(self.modulus * ways, self.residue + self.modulus * j) for j in range(ways)]
 
 
-class CodingChanged(Exception):
-    """A batch's keys do not fit the coding chosen from the first batch."""
+GROUP_MESSAGES: Final = 1 << 17
+"""Input batches are taken this many messages at a time: each step costs a few numpy and Arrow calls, whose fixed
+cost would otherwise be paid per input batch (often a few thousand messages)."""
 
 
-def keyed_numbers(batch: pa.RecordBatch) -> tuple[pa.Array, npt.NDArray[np.int64]]:
-    """The keys of the keyed messages of a batch and their numbers 2 * offset + (1 if the value is not null)."""
-    keys = batch.column(2)
-    codes = batch.column(0).to_numpy() * 2 + batch.column(3).is_valid().to_numpy(zero_copy_only=False)
+def grouped(batches: Iterable[pa.RecordBatch], messages: int = GROUP_MESSAGES) -> Iterator[list[pa.RecordBatch]]:
+    """Consecutive batches, in lists of about ``messages`` messages (a bigger batch alone)."""
+    group: list[pa.RecordBatch] = []
+    held = 0
+    for batch in batches:
+        group.append(batch)
+        held += batch.num_rows
+        if held >= messages:
+            yield group
+            group, held = [], 0
+    if group:
+        yield group
+
+
+def keyed_numbers(batches: list[pa.RecordBatch]) -> tuple[pa.Array, npt.NDArray[np.int64]]:
+    """The keys of the keyed messages of some batches and their numbers 2 * offset + (1 if the value is not
+    null)."""
+    def column(index: int) -> pa.Array | pa.ChunkedArray:
+        return batches[0].column(index) if len(batches) == 1 else pa.chunked_array(b.column(index) for b in batches)
+
+    keys = column(2)
+    numbers = column(0).to_numpy() << 1
+    numbers |= column(3).is_valid().to_numpy(zero_copy_only=False)
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
     if keys.null_count:
         keyed = keys.is_valid()
-        return keys.filter(keyed), codes[keyed.to_numpy(zero_copy_only=False)]
-    return keys, codes
+        return keys.filter(keyed), numbers[keyed.to_numpy(zero_copy_only=False)]
+    return keys, numbers
 
 
 @dataclass
@@ -51,12 +74,10 @@ Pieces = Iterator[tuple[pa.Array, np.ndarray]]
 
 def from_batches(batches: Iterable[pa.RecordBatch], coding: KeyCoding, part: Part, hashes: np.ndarray | None,
                   scan: Scan) -> Pieces:
-    """(codes, numbers) of the pass's keyed messages, batch by batch from the input."""
-    for batch in batches:
-        scan.messages += batch.num_rows
-        keys, numbers = keyed_numbers(batch)
-        if not coding.accepts(keys):
-            raise CodingChanged()
+    """(codes, numbers) of the pass's keyed messages, a group of input batches at a time."""
+    for group in grouped(batches):
+        scan.messages += sum(batch.num_rows for batch in group)
+        keys, numbers = keyed_numbers(group)
         codes = coding.encode(keys)
         if hashes is not None and part.modulus > 1:
             mine = hashes[scan.keyed : scan.keyed + len(keys)] % np.uint64(part.modulus) == part.residue

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from compactor.key_codes import KeyCoding, code_matrix
-from compactor.passes import CodingChanged, Part, Pieces, Scan, keyed_numbers
+from compactor.passes import Part, Pieces, Scan, grouped, keyed_numbers
 
 SAMPLED_HASHES: Final = 1 << 17
 """Hashed messages the estimate of distinct keys samples, about."""
@@ -44,18 +44,16 @@ def distinct_keys(hashes: np.ndarray) -> int:
 def write_spill(batches: Iterable[pa.RecordBatch], coding: KeyCoding, folder: Path) -> Spill:
     """Hash every keyed message's key once, into a memory-mapped file (8 bytes a message), so that later passes
     only compare; with fixed-width codes also write the codes and numbers, so that they read nothing else."""
-    columns = ["hashes"] + (["codes", "numbers"] if coding.width else [])
+    columns = ["hashes"] + (["codes", "numbers"] if coding.code_bytes else [])
     files = {name: (folder / f"{name}.bin").open("wb") for name in columns}
     messages = 0
     try:
-        for batch in batches:
-            messages += batch.num_rows
-            keys, numbers = keyed_numbers(batch)
-            if not coding.accepts(keys):
-                raise CodingChanged()
+        for group in grouped(batches):
+            messages += sum(batch.num_rows for batch in group)
+            keys, numbers = keyed_numbers(group)
             codes = coding.encode(keys)
             files["hashes"].write(coding.hashes(codes).tobytes())
-            if coding.width:
+            if coding.code_bytes:
                 files["codes"].write(code_matrix(codes).tobytes())
                 files["numbers"].write(numbers.astype(np.int64).tobytes())
     finally:
@@ -69,9 +67,9 @@ def write_spill(batches: Iterable[pa.RecordBatch], coding: KeyCoding, folder: Pa
         array = np.memmap(folder / f"{name}.bin", dtype=dtype, mode="r")
         return array.reshape(-1, width) if width > 1 else array
 
-    if not coding.width:
+    if not coding.code_bytes:
         return Spill(mapped("hashes", np.uint64), None, None, messages)
-    return Spill(mapped("hashes", np.uint64), mapped("codes", np.uint8, coding.width), mapped("numbers", np.int64),
+    return Spill(mapped("hashes", np.uint64), mapped("codes", np.uint8, coding.code_bytes), mapped("numbers", np.int64),
                   messages)
 
 
@@ -84,5 +82,5 @@ def from_spill(spill: Spill, coding: KeyCoding, part: Part, rows: int, scan: Sca
         mine = np.flatnonzero(spill.hashes[start : start + step] % np.uint64(part.modulus) == part.residue) + start
         scan.keyed = min(len(spill.hashes), start + step)
         codes = np.ascontiguousarray(spill.codes[mine])
-        yield (pa.FixedSizeBinaryArray.from_buffers(coding.arrow_type, len(mine), [None, pa.py_buffer(codes)]),
+        yield (pa.Array.from_buffers(coding.arrow_type, len(mine), [None, pa.py_buffer(codes)]),
                np.asarray(spill.numbers[mine]))

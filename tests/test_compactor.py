@@ -181,18 +181,31 @@ def test_the_key_index_of_a_run_split_into_passes_finds_every_live_key(data_dir:
 
 
 @pytest.mark.parametrize("budget", ["100000000", "65536"])
-def test_keys_of_one_length_then_of_others_are_grouped_exactly(data_dir: Path, budget: str) -> None:
-    """Phase one codes keys by the first batch's single length; a later batch of other lengths makes it start
-    again with binary keys (with a small budget, while hashing for the split): the ledger is still the model's."""
-    first: list[tuple[bytes | None, bytes | None]] = [(b"k%04d" % (i % 700), b"v%d" % i) for i in range(3000)]
+@pytest.mark.parametrize(("first_key", "later_key"), [(b"k%04d", b"k%d"), (b"user-%08d", b"item-%08d")],
+                         ids=["other lengths", "same length, other prefix"])
+def test_keys_the_first_coding_refuses_are_grouped_exactly(data_dir: Path, budget: str, first_key: bytes,
+                                                           later_key: bytes) -> None:
+    """Phase one codes keys by the first batch; a later batch of other lengths, or of the same length but not
+    sharing the prefix its word codes leave out, makes it start again with a wider coding (with a small budget,
+    while hashing for the split): the ledger is still the model's."""
+    first: list[tuple[bytes | None, bytes | None]] = [(first_key % (i % 700), b"v%d" % i) for i in range(3000)]
     later: list[tuple[bytes | None, bytes | None]] = [
-        (b"k%d" % (i % 900), None if i % 13 == 0 else b"w%d" % i) for i in range(3000)]
+        (later_key % (i % 900), None if i % 13 == 0 else b"w%d" % i) for i in range(3000)]
     with Store.open(data_dir) as store:
         store.create_topic("t", config={"compaction.memory.bytes": budget})
         store.append("t", first, partition=0)
         store.append("t", later, partition=0)
         Compactor(store).compact("t")
         assert [row["offset"] for row in ledger_rows(store, "t")] == latest_live(first + later)
+        opened = CompactedLedgers(store.partition_log("t", 0).folder).open_current()
+        assert opened is not None
+        _, ledger = opened
+        try:
+            latest = {key: offset for offset, (key, _) in enumerate(first + later)}
+            for key in (first_key % 5, later_key % 7, later_key % 13):
+                assert ledger.keys.locate(key) == latest[key]
+        finally:
+            ledger.close()
 
 
 def test_key_index_finds_each_kept_message(store: Store) -> None:

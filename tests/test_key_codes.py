@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compactor.key_codes import MAX_CODED_KEY_BYTES, KeyCoding
+from compactor.key_codes import MAX_CODED_KEY_BYTES, KeyCoding, KeysRefused
 
 short_keys = st.lists(st.binary(max_size=12), min_size=1, max_size=60)
 """Keys of several lengths, trailing and leading zero bytes and the empty key included: they stay binary."""
@@ -21,16 +22,18 @@ prefixed_keys = st.tuples(st.binary(min_size=1, max_size=10), fixed_keys).map(
 long_keys = st.lists(st.binary(max_size=MAX_CODED_KEY_BYTES + 8), min_size=1, max_size=20)
 
 
-def coded(keys: list[bytes]) -> tuple[KeyCoding, pa.Array]:
+def coded(keys: list[bytes], *, words: bool) -> tuple[KeyCoding, pa.Array]:
+    """``words``: the coding the keys choose (words where they fit); else the fixed coding where it fits."""
     array = pa.array(keys, pa.binary())
     coding = KeyCoding.for_keys(array)
-    assert coding.accepts(array)
+    if not words and coding.prefix is not None:
+        coding = KeyCoding(coding.width)
     return coding, coding.encode(array)
 
 
-@given(st.one_of(short_keys, fixed_keys, prefixed_keys, long_keys))
-def test_codes_are_exact_decode_back_and_sort_as_the_keys_do(keys: list[bytes]) -> None:
-    coding, codes = coded(keys)
+@given(st.one_of(short_keys, fixed_keys, prefixed_keys, long_keys), st.booleans())
+def test_codes_are_exact_decode_back_and_sort_as_the_keys_do(keys: list[bytes], words: bool) -> None:
+    coding, codes = coded(keys, words=words)
     assert coding.decode(codes).to_pylist() == keys
     assert len(set(codes.to_pylist())) == len(set(keys))
     assert [keys[row] for row in coding.sort_order(codes)] == sorted(keys)
@@ -41,24 +44,40 @@ def test_codes_are_exact_decode_back_and_sort_as_the_keys_do(keys: list[bytes]) 
     assert all(len(found) == 1 for found in by_key.values())
 
 
-def test_the_coding_follows_the_key_lengths() -> None:
+def test_the_coding_follows_the_key_lengths_and_shared_prefix() -> None:
     def coding(*keys: bytes) -> KeyCoding:
         return KeyCoding.for_keys(pa.array(keys, pa.binary()))
 
-    assert coding(b"abc", b"xyz") == KeyCoding(3)  # zero-copy: the keys' own bytes
+    assert coding(b"abc", b"xyz") == KeyCoding(3, b"")  # at most 8 bytes: a word
+    assert coding(b"user-00000001", b"user-00000002") == KeyCoding(13, b"user-")  # the last 8 bytes differ
+    assert coding(b"user-00000001", b"usEr-00000002") == KeyCoding(13)  # the shared part is not shared
     assert coding(b"abc", b"xy") == coding(b"", b"") == coding(b"x" * (MAX_CODED_KEY_BYTES + 1)) == KeyCoding(0)
-    assert not KeyCoding(3).accepts(pa.array([b"abc", b"ab"], pa.binary()))
-    assert KeyCoding(0).accepts(pa.array([b"abc", b"ab"], pa.binary()))
+    with pytest.raises(KeysRefused):
+        KeyCoding(3, b"").encode(pa.array([b"abc", b"ab"], pa.binary()))
+    assert KeyCoding(0).encode(pa.array([b"abc", b"ab"], pa.binary())).to_pylist() == [b"abc", b"ab"]
+
+
+def test_a_refused_batch_widens_the_coding_to_one_that_takes_every_key_so_far() -> None:
+    word = KeyCoding(13, b"user-")
+    other_prefix = pa.array([b"item-00000001"], pa.binary())
+    with pytest.raises(KeysRefused):
+        word.encode(other_prefix)
+    fixed = word.widened(other_prefix)
+    assert fixed == KeyCoding(13)
+    for keys in (other_prefix, pa.array([b"user-00000001"], pa.binary())):
+        assert fixed.decode(fixed.encode(keys)) == keys
+    other_length = pa.array([b"user-1"], pa.binary())
+    assert word.widened(other_length) == fixed.widened(other_length) == KeyCoding(0)
 
 
 def test_a_slice_of_fixed_width_keys_codes_only_its_own_keys() -> None:
     keys = pa.array([b"k%03d" % i for i in range(100)], pa.binary()).slice(40, 10)
-    coding = KeyCoding(4)
-    assert coding.decode(coding.encode(keys)).to_pylist() == [b"k%03d" % i for i in range(40, 50)]
+    for coding in (KeyCoding(4), KeyCoding(4, b"")):
+        assert coding.decode(coding.encode(keys)).to_pylist() == [b"k%03d" % i for i in range(40, 50)]
 
 
 def test_hashes_spread_keys_that_differ_only_in_their_last_bytes() -> None:
     keys = pa.array([b"key%07d" % i for i in range(20_000)], pa.binary())
-    coding = KeyCoding(10)
-    counts = np.bincount((coding.hashes(coding.encode(keys)) % np.uint64(16)).astype(np.int64), minlength=16)
-    assert counts.min() > 20_000 / 16 * 0.8
+    for coding in (KeyCoding(10), KeyCoding(10, b"ke")):
+        counts = np.bincount((coding.hashes(coding.encode(keys)) % np.uint64(16)).astype(np.int64), minlength=16)
+        assert counts.min() > 20_000 / 16 * 0.8
