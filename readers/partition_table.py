@@ -3,7 +3,8 @@
 State:
 
 - the ledger the compaction cursor names, kept open. Point lookups go through its rocksdict key index
-  (``Ledger.lookup``: one RocksDB get and one batch decode), never a scan. Ledgers hold no tombstones.
+  (``Ledger.lookup``: one RocksDB seek, a search of one group of keys and one batch decode), never a scan.
+  Ledgers hold no tombstones.
 - the tail: for each key written to the raw log above the horizon, its last message (offset, timestamp, value;
   a null value is a tombstone), and whether the ledger holds the key too. It is folded columnar: a group-by on the
   new raw batches finds each key's last row, and only those rows become dict entries.

@@ -4,6 +4,7 @@ retention hold and ledger lifecycle (invariants 3, 4, 5 and 9)."""
 from __future__ import annotations
 
 import hashlib
+import struct
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,7 +18,6 @@ from storage import Store
 from storage.compacted import CompactedLedgers
 from storage.errors import CorruptSegmentError, LedgerviewError
 from storage.files import key_index_folder
-from storage.key_index import LOCATION
 from storage.schema import STORED_SCHEMA
 from tests.conftest import TINY
 
@@ -235,11 +235,7 @@ def test_key_index_pointing_at_an_offset_the_ledger_lacks_is_an_error_not_a_neig
     folder = store.partition_log("t", 0).folder
     cursor = CompactedLedgers(folder).read_cursor()
     assert cursor is not None
-    index = Rdict(str(key_index_folder(folder, cursor.ledger_id)), Options(raw_mode=True))
-    try:
-        index[key] = LOCATION.pack(wrong_offset)
-    finally:
-        index.close()
+    _point_key_at(key_index_folder(folder, cursor.ledger_id), key, wrong_offset)
     opened = CompactedLedgers(folder).open_current()
     assert opened is not None
     _, ledger = opened
@@ -251,6 +247,21 @@ def test_key_index_pointing_at_an_offset_the_ledger_lacks_is_an_error_not_a_neig
         assert found is not None and found.to_pylist()[0]["offset"] == 2
     finally:
         ledger.close()
+
+
+def _point_key_at(index_folder: Path, key: bytes, offset: int) -> None:
+    """Rewrite ``key``'s offset in its group, as docs/FORMAT.md lays a group out (the index here has one)."""
+    index = Rdict(str(index_folder), Options(raw_mode=True))
+    try:
+        [(entry, group)] = list(index.items())
+        count = struct.unpack_from("<I", group)[0]
+        bounds = struct.unpack_from(f"<{count + 1}I", group, 4)
+        keys_start = 4 + 4 * (count + 1)
+        keys = [group[keys_start + bounds[row] : keys_start + bounds[row + 1]] for row in range(count)]
+        at = keys_start + bounds[-1] + 8 * keys.index(key)
+        index[entry] = group[:at] + struct.pack(">q", offset) + group[at + 8 :]
+    finally:
+        index.close()
 
 
 def test_a_second_run_while_one_holds_the_lock_is_refused(store: Store) -> None:
