@@ -229,24 +229,26 @@ def _latest_live(read: Callable[[Scan], Pieces], coding: KeyCoding, *, limit: in
         return chunk_rows
 
     def prepared() -> Iterator[tuple[pa.RecordBatch, int]]:
-        """Pieces for the aggregation, each with how many keyed messages the scan had read when it was made."""
+        """Pieces for the aggregation, each with how many keyed messages the scan had read when it was made. A
+        piece is a slice of what ``read`` yields, copied only where less than half a piece is left over."""
+        carried: list[tuple[pa.Array, np.ndarray]] = []
         held = 0
-        grouped: list[pa.Array] = []
-        numbers: list[np.ndarray] = []
         for codes, mine in read(scan):
             start = 0
             while start < len(mine):
                 wanted = piece_rows()
-                if held < wanted:
-                    grouped.append(codes.slice(start, wanted - held))
-                    numbers.append(mine[start : start + wanted - held])
-                    held += len(numbers[-1])
-                    start += len(numbers[-1])
-                if held >= wanted:
-                    yield _piece(grouped, numbers, schema), scan.keyed
-                    grouped, numbers, held = [], [], 0
-        if held:
-            yield _piece(grouped, numbers, schema), scan.keyed
+                left = len(mine) - start
+                if held + left < wanted // 2:
+                    carried.append((codes.slice(start), mine[start:]))
+                    held += left
+                    break
+                size = left if held + left <= wanted + wanted // 2 else wanted - held
+                carried.append((codes.slice(start, size), mine[start : start + size]))
+                start += size
+                yield _piece(carried, schema), scan.keyed
+                carried, held = [], 0
+        if carried:
+            yield _piece(carried, schema), scan.keyed
 
     def pieces() -> Iterator[pa.RecordBatch]:
         # Reading, checking and cutting the input into pieces runs on another core than the aggregation: with
@@ -271,9 +273,12 @@ def _latest_live(read: Callable[[Scan], Pieces], coding: KeyCoding, *, limit: in
     return LiveKeys(coding, codes, latest[live] >> 1), scan.messages
 
 
-def _piece(grouped: list[pa.Array], numbers: list[np.ndarray], schema: pa.Schema) -> pa.RecordBatch:
-    return pa.record_batch([pa.concat_arrays(grouped), pa.array(np.concatenate(numbers), _CODE_TYPE)],
-                           schema=schema)
+def _piece(parts: list[tuple[pa.Array, np.ndarray]], schema: pa.Schema) -> pa.RecordBatch:
+    if len(parts) == 1:
+        codes, numbers = parts[0]
+        return pa.record_batch([codes, pa.array(numbers, _CODE_TYPE)], schema=schema)
+    return pa.record_batch([pa.concat_arrays([codes for codes, _ in parts]),
+                            pa.array(np.concatenate([numbers for _, numbers in parts]), _CODE_TYPE)], schema=schema)
 
 
 def _keyless_offsets(batch: pa.RecordBatch) -> np.ndarray:

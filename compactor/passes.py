@@ -47,14 +47,15 @@ def grouped(batches: Iterable[pa.RecordBatch], messages: int = GROUP_MESSAGES) -
 def keyed_numbers(batches: list[pa.RecordBatch]) -> tuple[pa.Array, npt.NDArray[np.int64]]:
     """The keys of the keyed messages of some batches and their numbers 2 * offset + (1 if the value is not
     null)."""
-    def column(index: int) -> pa.Array | pa.ChunkedArray:
-        return batches[0].column(index) if len(batches) == 1 else pa.chunked_array(b.column(index) for b in batches)
-
-    keys = column(2)
-    numbers = column(0).to_numpy() << 1
-    numbers |= column(3).is_valid().to_numpy(zero_copy_only=False)
-    if isinstance(keys, pa.ChunkedArray):
-        keys = keys.combine_chunks()
+    numbers = np.empty(sum(batch.num_rows for batch in batches), np.int64)
+    start = 0
+    for batch in batches:
+        mine = numbers[start : start + batch.num_rows]
+        np.left_shift(batch.column(0).to_numpy(), 1, out=mine)
+        values = batch.column(3)
+        np.bitwise_or(mine, values.is_valid().to_numpy(zero_copy_only=False) if values.null_count else 1, out=mine)
+        start += batch.num_rows
+    keys = batches[0].column(2) if len(batches) == 1 else pa.concat_arrays([batch.column(2) for batch in batches])
     if keys.null_count:
         keyed = keys.is_valid()
         return keys.filter(keyed), numbers[keyed.to_numpy(zero_copy_only=False)]
