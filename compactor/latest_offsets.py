@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.acero as acero
 
 from compactor.key_codes import KeyCoding, KeysRefused
-from compactor.passes import Part, Pieces, Scan, from_batches, keyed_numbers
+from compactor.passes import Part, Piece, Pieces, Scan, cut_pieces, from_batches, keyed_numbers
 from compactor.prefetch import prefetched
 from compactor.spill import Spill, distinct_keys, from_spill, write_spill
 
@@ -71,7 +71,7 @@ NEAR_LIMIT_BATCH_MESSAGES: Final = 1 << 15
 """Piece size of a watched pass past a quarter of its limit (10M distinct keys at 256 MiB peaked at 0.62 GiB
 anonymous memory in pieces of 128k throughout, 0.52 GiB switching at half the limit, 0.39 GiB at a quarter)."""
 PREFETCH_PIECES: Final = 4
-"""Pieces made ahead of the aggregation (each AGGREGATE_BATCH_MESSAGES codes and numbers at most)."""
+"""Pieces made ahead of the aggregation (each 1.5 times AGGREGATE_BATCH_MESSAGES codes and numbers at most)."""
 _CODE_TYPE: Final = pa.int64()
 
 
@@ -229,26 +229,9 @@ def _latest_live(read: Callable[[Scan], Pieces], coding: KeyCoding, *, limit: in
         return chunk_rows
 
     def prepared() -> Iterator[tuple[pa.RecordBatch, int]]:
-        """Pieces for the aggregation, each with how many keyed messages the scan had read when it was made. A
-        piece is a slice of what ``read`` yields, copied only where less than half a piece is left over."""
-        carried: list[tuple[pa.Array, np.ndarray]] = []
-        held = 0
-        for codes, mine in read(scan):
-            start = 0
-            while start < len(mine):
-                wanted = piece_rows()
-                left = len(mine) - start
-                if held + left < wanted // 2:
-                    carried.append((codes.slice(start), mine[start:]))
-                    held += left
-                    break
-                size = left if held + left <= wanted + wanted // 2 else wanted - held
-                carried.append((codes.slice(start, size), mine[start : start + size]))
-                start += size
-                yield _piece(carried, schema), scan.keyed
-                carried, held = [], 0
-        if carried:
-            yield _piece(carried, schema), scan.keyed
+        """Pieces for the aggregation, each with how many keyed messages the scan had read when it was made."""
+        for parts in cut_pieces(read(scan), piece_rows):
+            yield _piece(parts, schema), scan.keyed
 
     def pieces() -> Iterator[pa.RecordBatch]:
         # Reading, checking and cutting the input into pieces runs on another core than the aggregation: with
@@ -273,7 +256,7 @@ def _latest_live(read: Callable[[Scan], Pieces], coding: KeyCoding, *, limit: in
     return LiveKeys(coding, codes, latest[live] >> 1), scan.messages
 
 
-def _piece(parts: list[tuple[pa.Array, np.ndarray]], schema: pa.Schema) -> pa.RecordBatch:
+def _piece(parts: list[Piece], schema: pa.Schema) -> pa.RecordBatch:
     if len(parts) == 1:
         codes, numbers = parts[0]
         return pa.record_batch([codes, pa.array(numbers, _CODE_TYPE)], schema=schema)

@@ -3,7 +3,7 @@ input batches (compactor/latest_offsets.py) or from the spill files (compactor/s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -70,7 +70,34 @@ class Scan:
     keyed: int = 0
 
 
-Pieces = Iterator[tuple[pa.Array, np.ndarray]]
+Piece = tuple[pa.Array, np.ndarray]
+"""Codes and numbers of some keyed messages."""
+Pieces = Iterator[Piece]
+
+
+def cut_pieces(pieces: Pieces, piece_rows: Callable[[], int]) -> Iterator[list[Piece]]:
+    """``pieces`` cut into runs of about ``piece_rows()`` messages (asked before each cut: it may change), each
+    made of slices of the input: one slice unless less than half a piece was left over and carried on (those
+    would be concatenated). Every message is in exactly one, in order."""
+    carried: list[Piece] = []
+    held = 0
+    for codes, numbers in pieces:
+        start = 0
+        while start < len(numbers):
+            wanted = piece_rows()
+            left = len(numbers) - start
+            if held + left < wanted // 2:
+                carried.append((codes.slice(start), numbers[start:]))
+                held += left
+                break
+            size = left if held + left <= wanted + wanted // 2 else max(0, wanted - held)
+            if size:
+                carried.append((codes.slice(start, size), numbers[start : start + size]))
+                start += size
+            yield carried
+            carried, held = [], 0
+    if carried:
+        yield carried
 
 
 def from_batches(batches: Iterable[pa.RecordBatch], coding: KeyCoding, part: Part, hashes: np.ndarray | None,
