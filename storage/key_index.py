@@ -49,9 +49,11 @@ RUNS_FOLDER: Final = "runs"
 
 
 class CorruptKeyIndexError(LedgerviewError):
+    """A key index that cannot be right: lookups through it must not answer."""
+
     def __init__(self, path: Path, key: bytes, reason: str) -> None:
-        super().__init__(f"Key index {path}: the group holding key {key!r} {reason}. The index is damaged or from "
-                         "another format: compact again.")
+        super().__init__(f"Key index {path}: {reason} (looking up key {key!r}). The index is damaged or from "
+                         "another format: compact again to rebuild it.")
 
 
 def _options() -> Options:
@@ -163,10 +165,10 @@ def _layout(group: bytes, path: Path, key: bytes) -> tuple[int, int, int]:
     count = COUNT.unpack_from(group)[0] if len(group) >= COUNT.size else 0
     keys_start = COUNT.size + (count + 1) * BOUND_BYTES
     if not count or len(group) < keys_start:
-        raise CorruptKeyIndexError(path, key, f"is {len(group)} bytes, too short for its keys")
+        raise CorruptKeyIndexError(path, key, f"a group of {len(group)} bytes is too short for its keys")
     offsets_start = keys_start + BOUND.unpack_from(group, keys_start - BOUND_BYTES)[0]
     if len(group) != offsets_start + count * OFFSET_BYTES:
-        raise CorruptKeyIndexError(path, key, f"is {len(group)} bytes, not what its {count} keys take")
+        raise CorruptKeyIndexError(path, key, f"a group of {len(group)} bytes is not what its {count} keys take")
     return count, keys_start, offsets_start
 
 

@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 
 from storage.codec import BatchFormatError, BatchHeader, decode_payload, encode_batch, verify_batch
-from storage.errors import CorruptSegmentError, LedgerviewError
+from storage.errors import CorruptSegmentError
 from storage.fileio import fsync_folder, write_all
-from storage.key_index import KeyIndex, KeyIndexWriter
+from storage.key_index import CorruptKeyIndexError, KeyIndex, KeyIndexWriter
 from storage.segment import scan_headers
 
 
@@ -126,8 +126,8 @@ class Ledger:
         row = int(np.searchsorted(offsets, offset))
         if batch is None or row >= len(offsets) or offsets[row] != offset:
             # A damaged or stale index must not hand out a neighbouring message as this key's.
-            raise LedgerviewError(f"Key index of {self.path} sends key {key!r} to offset {offset}, which the ledger "
-                                  "does not hold. The index is damaged: compact again to rebuild it.")
+            raise CorruptKeyIndexError(self.keys.path, key, f"it sends the key to offset {offset}, which ledger "
+                                       f"{self.path} does not hold")
         return batch.slice(row, 1)
 
     def close(self) -> None:
