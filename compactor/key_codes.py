@@ -121,7 +121,7 @@ class KeyCoding:
             matrix[:, len(self.prefix) :] = words[:, : self.width - len(self.prefix)]
         offsets = np.arange(len(codes) + 1, dtype=np.int32) * self.width
         return pa.BinaryArray.from_buffers(pa.binary(), len(codes),
-                                           [None, pa.py_buffer(offsets), pa.py_buffer(matrix.tobytes())])
+                                           [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(matrix))])
 
     def sort_order(self, codes: pa.Array) -> npt.NDArray[np.intp]:
         """Row order that sorts the keys bytewise (RocksDB's default comparator). Not a stable sort: equal codes
