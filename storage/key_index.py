@@ -130,7 +130,7 @@ def _full_groups_of_one_width(keys: pa.Array, key_bounds: npt.NDArray[np.int64],
     header = np.frombuffer(COUNT.pack(GROUP_KEYS) + (np.arange(GROUP_KEYS + 1) * width).astype("<u4").tobytes(),
                            np.uint8)
     offset_rows = np.asarray(offsets[:rows], ">i8").view(np.uint8).reshape(full, GROUP_KEYS * OFFSET_BYTES)
-    packed = memoryview(np.hstack([np.broadcast_to(header, (full, len(header))), key_rows, offset_rows]).ravel())
+    packed = memoryview(np.hstack([np.broadcast_to(header, (full, len(header))), key_rows, offset_rows]).data).cast("B")
     size = len(header) + GROUP_KEYS * (width + OFFSET_BYTES)
     for at in range(0, full * size, size):
         yield bytes(packed[at + len(header) : at + len(header) + width]), bytes(packed[at : at + size])
