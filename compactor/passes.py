@@ -12,6 +12,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from compactor.key_codes import KeyCoding
+from storage.batch_groups import grouped
 
 
 @dataclass(frozen=True)
@@ -26,22 +27,7 @@ class Part:
 
 
 GROUP_MESSAGES: Final = 1 << 17
-"""Input batches are taken this many messages at a time: each step costs a few numpy and Arrow calls, whose fixed
-cost would otherwise be paid per input batch (often a few thousand messages)."""
-
-
-def grouped(batches: Iterable[pa.RecordBatch], messages: int = GROUP_MESSAGES) -> Iterator[list[pa.RecordBatch]]:
-    """Consecutive batches, in lists of about ``messages`` messages (a bigger batch alone)."""
-    group: list[pa.RecordBatch] = []
-    held = 0
-    for batch in batches:
-        group.append(batch)
-        held += batch.num_rows
-        if held >= messages:
-            yield group
-            group, held = [], 0
-    if group:
-        yield group
+"""Input batches are taken this many messages at a time (storage/batch_groups.py)."""
 
 
 def keyed_numbers(batches: list[pa.RecordBatch]) -> tuple[pa.Array, npt.NDArray[np.int64]]:
@@ -103,7 +89,7 @@ def cut_pieces(pieces: Pieces, piece_rows: Callable[[], int]) -> Iterator[list[P
 def from_batches(batches: Iterable[pa.RecordBatch], coding: KeyCoding, part: Part, hashes: np.ndarray | None,
                   scan: Scan) -> Pieces:
     """(codes, numbers) of the pass's keyed messages, a group of input batches at a time."""
-    for group in grouped(batches):
+    for group in grouped(batches, GROUP_MESSAGES):
         scan.messages += sum(batch.num_rows for batch in group)
         keys, numbers = keyed_numbers(group)
         codes = coding.encode(keys)

@@ -15,7 +15,8 @@ import numpy as np
 import pyarrow as pa
 
 from compactor.key_codes import KeyCoding, code_matrix
-from compactor.passes import Part, Pieces, Scan, grouped, keyed_numbers
+from compactor.passes import GROUP_MESSAGES, Part, Pieces, Scan, keyed_numbers
+from storage.batch_groups import grouped
 
 SAMPLED_HASHES: Final = 1 << 17
 """Hashed messages the estimate of distinct keys samples, about."""
@@ -48,7 +49,7 @@ def write_spill(batches: Iterable[pa.RecordBatch], coding: KeyCoding, folder: Pa
     files = {name: (folder / f"{name}.bin").open("wb") for name in columns}
     messages = 0
     try:
-        for group in grouped(batches):
+        for group in grouped(batches, GROUP_MESSAGES):
             messages += sum(batch.num_rows for batch in group)
             keys, numbers = keyed_numbers(group)
             codes = coding.encode(keys)

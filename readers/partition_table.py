@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage import Store
+from storage.batch_groups import grouped
 from storage.compacted import CompactedLedgers, CompactionCursor
 from storage.ledger import Ledger
 
@@ -92,16 +93,8 @@ class PartitionTable:
         self._tail_end = max(self._tail_end, horizon + 1)
 
     def _fold(self, batches: Iterable[pa.RecordBatch]) -> None:
-        pending: list[pa.RecordBatch] = []
-        rows = 0
-        for batch in batches:
-            pending.append(batch)
-            rows += batch.num_rows
-            if rows >= FOLD_ROWS:
-                self._fold_table(pa.Table.from_batches(pending))
-                pending, rows = [], 0
-        if pending:
-            self._fold_table(pa.Table.from_batches(pending))
+        for group in grouped(batches, FOLD_ROWS):
+            self._fold_table(pa.Table.from_batches(group))
 
     def _fold_table(self, table: pa.Table) -> None:
         """Each key's last message in ``table`` (offset order) into the tail: group-by, then a dict per key."""
