@@ -46,10 +46,9 @@ def admitted(begin: Mapping[PartitionKey, int], ends: Mapping[PartitionKey, int]
         return dict(ends)
     shares = {p: waiting[p] * max_rows // total for p in waiting}
     spare = max_rows - sum(shares.values())
-    for p in sorted(waiting, key=lambda p: waiting[p] - shares[p], reverse=True):
-        if spare == 0:
-            break
-        if shares[p] < waiting[p]:
-            shares[p] += 1
-            spare -= 1
+    # The spare messages are the sum of the shares' fractions (an integer), so the partitions with the largest
+    # fractions, each below 1 and above 0, take one more message each: every share is its exact proportion
+    # rounded down or up.
+    for p in sorted(waiting, key=lambda p: waiting[p] * max_rows % total, reverse=True)[:spare]:
+        shares[p] += 1
     return {p: begin.get(p, 0) + shares[p] for p in ends}

@@ -4,7 +4,7 @@ maxOffsetsPerTrigger over partitions, and where a read starts when retention del
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from streaming.source_offsets import DataLossError, admitted, checked_start
@@ -14,6 +14,8 @@ positions = st.dictionaries(partitions, st.tuples(st.integers(0, 1_000), st.inte
 
 
 @given(positions, st.integers(1, 3_000))
+@example({("orders", "0"): (0, 197), ("orders", "1"): (0, 288), ("payments", "0"): (0, 3230),
+          ("payments", "3"): (0, 4785)}, 1500)  # a share of exactly 570 must not take a spare message
 def test_a_micro_batch_admits_at_most_the_limit_shared_in_proportion(
         offsets: dict[tuple[str, str], tuple[int, int]], max_rows: int) -> None:
     begin = {p: start for p, (start, _) in offsets.items()}
