@@ -1,5 +1,6 @@
 """What a phase-one pass reads: its part of the keys, and (code, number) pieces of its keyed messages, from the
-input batches (compactor/latest_offsets.py) or from the spill files (compactor/spill.py)."""
+input batches (compactor/latest_offsets.py) or from the spill files (compactor/spill.py), cut into the pieces the
+aggregation takes."""
 
 from __future__ import annotations
 
