@@ -53,10 +53,10 @@ def write_spill(batches: Iterable[pa.RecordBatch], coding: KeyCoding, folder: Pa
             messages += sum(batch.num_rows for batch in group)
             keys, numbers = keyed_numbers(group)
             codes = coding.encode(keys)
-            files["hashes"].write(coding.hashes(codes).tobytes())
+            files["hashes"].write(coding.hashes(codes).data)
             if coding.code_bytes:
-                files["codes"].write(code_matrix(codes).tobytes())
-                files["numbers"].write(numbers.astype(np.int64).tobytes())
+                files["codes"].write(code_matrix(codes).data)
+                files["numbers"].write(numbers.data)
     finally:
         for file in files.values():
             file.close()

@@ -110,43 +110,15 @@ class KeyIndexWriter:
 
 
 def _groups(keys: pa.Array, offsets: npt.NDArray[np.int64]) -> Iterator[tuple[bytes, bytes]]:
-    """(first key, packed group) of each GROUP_KEYS consecutive keys."""
-    key_bounds = value_offsets(keys).astype(np.int64)
-    width = int(key_bounds[1] - key_bounds[0]) if len(keys) else 0
-    full = len(keys) // GROUP_KEYS if width and np.all(np.diff(key_bounds) == width) else 0
-    if full:
-        yield from _full_groups_of_one_width(keys, key_bounds, offsets, full, width)
-    yield from _groups_from(keys, key_bounds, offsets, full * GROUP_KEYS)
-
-
-def _full_groups_of_one_width(keys: pa.Array, key_bounds: npt.NDArray[np.int64], offsets: npt.NDArray[np.int64],
-                              full: int, width: int) -> Iterator[tuple[bytes, bytes]]:
-    """The first ``full`` groups when every key is ``width`` bytes: all of them laid out by one numpy copy (the
-    bounds are the same in each), so the loop only cuts them apart (a group at a time took 4.6 µs)."""
-    rows = full * GROUP_KEYS
-    data = keys.buffers()[2]
-    assert data is not None  # keys of a positive width
-    key_rows = np.frombuffer(data, np.uint8, rows * width, int(key_bounds[0])).reshape(full, GROUP_KEYS * width)
-    header = np.frombuffer(COUNT.pack(GROUP_KEYS) + (np.arange(GROUP_KEYS + 1) * width).astype("<u4").tobytes(),
-                           np.uint8)
-    offset_rows = np.asarray(offsets[:rows], ">i8").view(np.uint8).reshape(full, GROUP_KEYS * OFFSET_BYTES)
-    packed = memoryview(np.hstack([np.broadcast_to(header, (full, len(header))), key_rows, offset_rows]).data).cast("B")
-    size = len(header) + GROUP_KEYS * (width + OFFSET_BYTES)
-    for at in range(0, full * size, size):
-        yield bytes(packed[at + len(header) : at + len(header) + width]), bytes(packed[at : at + size])
-
-
-def _groups_from(keys: pa.Array, key_bounds: npt.NDArray[np.int64], offsets: npt.NDArray[np.int64],
-                 first_row: int) -> Iterator[tuple[bytes, bytes]]:
-    """The groups from row ``first_row`` (a multiple of GROUP_KEYS), each packed from slices of three buffers
-    made for all of them at once."""
+    """(first key, packed group) of each GROUP_KEYS consecutive keys, each packed from slices of three buffers
+    made for the whole run at once."""
     count = len(keys)
-    starts = np.arange(first_row, count, GROUP_KEYS)
+    key_bounds = value_offsets(keys).astype(np.int64)
+    starts = np.arange(0, count, GROUP_KEYS)
     ends = np.minimum(starts + GROUP_KEYS, count)
-    # Each group's c + 1 bounds, relative to its first key: group g's are entries starts[g] - first_row + g to
-    # ends[g] - first_row + g.
+    # Each group's c + 1 bounds, relative to its first key: group g's are entries starts[g] + g to ends[g] + g.
     group_of = np.repeat(np.arange(len(starts)), ends - starts + 1)
-    rows = np.arange(len(group_of)) - group_of + first_row
+    rows = np.arange(len(group_of)) - group_of
     bounds = memoryview((key_bounds[rows] - key_bounds[starts][group_of]).astype("<u4").tobytes())
     data = keys.buffers()[2]
     key_bytes = memoryview(data if data is not None else b"")
@@ -154,9 +126,8 @@ def _groups_from(keys: pa.Array, key_bounds: npt.NDArray[np.int64], offsets: npt
     key_starts = key_bounds.tolist()
     for group, (start, end) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
         first, last = key_starts[start], key_starts[end]
-        entry = start - first_row + group
         yield bytes(key_bytes[first : key_starts[start + 1]]), b"".join((
-            COUNT.pack(end - start), bounds[entry * BOUND_BYTES : (entry + end - start + 1) * BOUND_BYTES],
+            COUNT.pack(end - start), bounds[(start + group) * BOUND_BYTES : (end + group + 1) * BOUND_BYTES],
             key_bytes[first:last], offset_bytes[start * OFFSET_BYTES : end * OFFSET_BYTES]))
 
 

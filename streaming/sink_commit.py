@@ -236,7 +236,9 @@ def _rows_in_log(store: Store, topic: str, partition: int, start: int, rows: pa.
 
 def partition_runs(table: pa.Table) -> Iterator[pa.Table]:
     """The rows of ``table`` (with a partition column) of each target partition in turn, in their order; the
-    table itself, without a copy, when they all go to one partition."""
+    table itself, without a copy, when they all go to one partition; nothing for an empty table."""
+    if table.num_rows == 0:
+        return
     targets = table.column("partition").to_numpy()
     if targets.min() == targets.max():
         yield table
