@@ -35,8 +35,8 @@ from storage.schema import with_partition_column
 
 @dataclass
 class PartitionRead:
-    """What one read of one partition serves: ledger messages in [ledger_start, horizon], then raw messages in
-    [raw_start, end_offset)."""
+    """What one read of one partition serves: ledger messages in [ledger_start, horizon] below end_offset, then
+    raw messages in [raw_start, end_offset)."""
 
     store: Store
     topic: str
@@ -65,7 +65,7 @@ class PartitionRead:
     def batches(self) -> Iterator[pa.RecordBatch]:
         """MESSAGE_SCHEMA batches in offset order: the ledger part, then the raw part; zero-copy where stored."""
         if self.ledger is not None:
-            for batch in self.ledger.read_batches(self.ledger_start, self.horizon + 1):
+            for batch in self.ledger.read_batches(self.ledger_start, min(self.horizon + 1, self.end_offset)):
                 yield with_partition_column(batch, self.partition)
         if self.raw_start < self.end_offset:
             yield from self.store.read_batches(self.topic, self.partition, self.raw_start, self.end_offset)

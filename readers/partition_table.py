@@ -28,17 +28,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from readers.snapshot import FOLD_ROWS, last_rows
 from storage import Store
 from storage.batch_groups import grouped
 from storage.compacted import CompactedLedgers, CompactionCursor
 from storage.ledger import Ledger
-
-FOLD_ROWS = 1 << 20
-"""Raw messages folded per group-by: bounds the memory of one fold whatever the length of the tail."""
 
 
 class TailEntry(NamedTuple):
@@ -101,9 +98,7 @@ class PartitionTable:
         keyed = table.select(["offset", "timestamp", "key", "value"]).filter(pc.is_valid(table["key"]))
         if keyed.num_rows == 0:
             return
-        keyed = keyed.append_column("row", pa.array(np.arange(keyed.num_rows, dtype=np.int64)))
-        last_rows = keyed.group_by("key", use_threads=False).aggregate([("row", "max")])["row_max"]
-        latest = keyed.take(last_rows).to_pydict()
+        latest = last_rows(keyed).to_pydict()
         tail = self._tail
         for key, offset, timestamp, value in zip(latest["key"], latest["offset"], latest["timestamp"],
                                                  latest["value"], strict=True):

@@ -1,4 +1,4 @@
-"""The one Spark data source named "ledgerview": batch reads (readers/spark_scan.py), the sink
+"""The one Spark data source named "ledgerview": batch reads (streaming/scan.py), the sink
 (streaming/sink.py) and the streaming source (streaming/source.py). Spark registers a Python data source by name,
 one class per name, so this class composes the parts; each part lives with the layer it belongs to.
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
-from readers.spark_rows import SPARK_SCHEMA
-from readers.spark_scan import ScanOptions, TopicScan
+from streaming.rows import SPARK_SCHEMA
+from streaming.scan import ScanOptions, TopicScan
 from streaming.sink import BatchSink, SinkOptions, StreamSink
 from streaming.source import SourceOptions, TopicStream
 

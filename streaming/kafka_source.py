@@ -28,7 +28,6 @@ as Spark's Kafka source does. A partition added to a topic after the query start
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +49,7 @@ from pyspark.sql.types import (
 )
 
 from storage.errors import LedgerviewError
+from streaming.options import KAFKA_READ, InvalidOptionError, Options
 from streaming.source_offsets import EARLIEST, LATEST, admitted, checked_start
 
 SCHEMA = StructType([
@@ -71,11 +71,6 @@ Offsets = dict[str, dict[str, int]]
 """{topic: {partition (a string, for JSON): offset}}: the next offset to read per partition."""
 
 
-class KafkaSourceOptionError(LedgerviewError):
-    def __init__(self, option: str, value: object, allowed: str) -> None:
-        super().__init__(f"Option {option}={value!r} of the ledgerview-kafka source is invalid; allowed: {allowed}.")
-
-
 class KafkaReadError(LedgerviewError):
     def __init__(self, topic: str, partition: int, position: int, end: int) -> None:
         super().__init__(f"Reading {topic}-{partition} stopped at offset {position} before the end of its range "
@@ -94,28 +89,19 @@ class SourceOptions:
     fail_on_data_loss: bool
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+    def parse(cls, given: Mapping[str, str]) -> SourceOptions:
+        options = Options(given, KAFKA_READ, "readStream.format('ledgerview-kafka')")
         servers = options.get("kafka.bootstrap.servers") or options.get("bootstrap.servers")
         if not servers:
-            raise KafkaSourceOptionError("kafka.bootstrap.servers", servers, "host:port[,host:port...]")
+            raise options.invalid("kafka.bootstrap.servers", servers)
         topics = tuple(t.strip() for t in (options.get("subscribe") or "").split(",") if t.strip())
         if not topics:
-            raise KafkaSourceOptionError("subscribe", options.get("subscribe"), "one topic or several, comma-separated")
-        starting: str | Mapping[str, Mapping[str, int]] = options.get("startingOffsets", "latest")
-        if starting not in ("earliest", "latest"):
-            try:
-                starting = {topic: {str(p): int(o) for p, o in parts.items()}
-                            for topic, parts in json.loads(str(starting)).items()}
-            except (ValueError, AttributeError, TypeError) as error:
-                raise KafkaSourceOptionError("startingOffsets", starting,
-                                             'earliest, latest, or JSON {"topic": {"0": offset}}') from error
-        limit = options.get("maxOffsetsPerTrigger")
-        if limit is not None and (not limit.isdigit() or int(limit) < 1):
-            raise KafkaSourceOptionError("maxOffsetsPerTrigger", limit, "an integer >= 1")
-        fail = options.get("failOnDataLoss", "true").lower()
-        if fail not in ("true", "false"):
-            raise KafkaSourceOptionError("failOnDataLoss", fail, "true or false")
-        return cls(servers, topics, starting, int(limit) if limit else None, fail == "true")
+            raise options.invalid("subscribe", options.get("subscribe"))
+        starting = options.offsets("startingOffsets", "latest", words=("earliest", "latest"))
+        return cls(servers, topics,
+                   starting if isinstance(starting, str) else
+                   {topic: {str(p): o for p, o in parts.items()} for topic, parts in starting.items()},
+                   options.positive("maxOffsetsPerTrigger"), options.flag("failOnDataLoss", True))
 
 
 class KafkaSource(DataSource):
@@ -226,7 +212,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for topic in self.options.topics:
             partitions = client.partitions_for_topic(topic)
             if not partitions:
-                raise KafkaSourceOptionError("subscribe", topic, "topics that exist on the cluster")
+                raise InvalidOptionError("readStream.format('ledgerview-kafka')", "subscribe", topic,
+                                         "topics that exist on the cluster")
             found += [TopicPartition(topic, p) for p in sorted(partitions)]
         return found
 

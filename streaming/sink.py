@@ -33,10 +33,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from readers.spark_scan import cached_store
 from storage.errors import LedgerviewError
 from storage.files import sink_folder, staged_file_name
+from streaming.options import WRITE, Options
 from streaming.sink_commit import SinkFolders, commit_batch, file_checksum, partition_runs, remove_staged_batch
+from streaming.store_cache import cached_store
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -65,9 +66,8 @@ class SinkOptions:
 
     @classmethod
     def parse(cls, options: Any, schema: StructType, overwrite: bool) -> SinkOptions:
-        path, topic = options.get("path"), options.get("topic")
-        if not path or not topic:
-            raise InvalidSinkError(f"option path={path!r} and topic={topic!r} are both required")
+        checked = Options(options, WRITE, "writeStream.format('ledgerview') / write.format('ledgerview')")
+        path, topic = checked.required("path"), checked.required("topic")
         if overwrite:
             raise InvalidSinkError("a topic is an append-only log; overwrite and complete modes are not supported")
         for column in schema.fields:

@@ -1,21 +1,35 @@
-"""The Spark streaming source: ``spark.readStream.format("ledgerview")`` over a topic's raw log.
+"""The Spark streaming source: ``spark.readStream.format("ledgerview")`` over a topic's raw log or its compacted
+view.
 
-Offsets are per partition, as Spark's Kafka source keeps them: ``{"0": 120, "1": 98}``, each the next offset to
-read. The planner runs in one long-lived Python process per query (so the availableNow target survives between
-calls); ``read`` runs in executors and hands Arrow batches through.
+``view=raw`` (the default) reads every message. ``view=compacted`` reads as Pulsar's readCompacted consumer does:
+from earliest, the latest-per-key snapshot first (the compacted ledger, whole: a snapshot is never skipped
+because retention passed its offsets), then every later change (each raw message above the horizon, tombstones
+included). The planner runs in one long-lived Python process per query; ``read`` runs in executors and hands
+Arrow batches through.
 
-Options: ``path``, ``topic``, ``startingOffsets`` ("earliest", "latest", or JSON with an offset per partition,
--2 for earliest and -1 for latest, as Kafka's), ``maxRecordsPerTrigger`` (split over partitions in proportion to
-what each has waiting), ``failOnDataLoss`` (default true).
+Offsets (the checkpoint's JSON) are per partition, each the next offset to read: ``{"0": 120, "1": 98}`` for the
+raw log. The compacted view adds the ledger that the messages below it came from,
+``{"0": {"offset": 120, "ledger": 3}}``, because continuing on a different ledger would skip tombstones: a
+consumer that got key k's value from ledger 3 must see k's tombstone even if ledger 4, published since, no
+longer holds k. So a micro-batch [s, e) of the compacted view serves the current ledger from s (then the raw
+tail) when the messages below s came from that very ledger, or s is 0, or retention no longer holds s; otherwise
+it reads the raw log from s, every version (readers/partition_read.py, ``Resume``). Its end is tagged with the
+ledger it was planned to serve, or none when it was planned to read raw; a compaction published between planning
+and reading makes the task read raw and the next batch see the tag differ, so no batch ever skips a tombstone.
+That keeps a query resumable from its checkpoint across any number of compactions and retention.
 
-Data loss: retention (or delete_records) may delete raw offsets a query has not read yet. With failOnDataLoss the
-query fails with DataLossError naming the partition and the lost range; without it the source skips to the log
-start and goes on, as Kafka's source does.
+Options (streaming/options.py): ``path``, ``topic``, ``view``, ``startingOffsets`` (Kafka's, used only when the
+query first starts), ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` with ``maxTriggerDelay``,
+``failOnDataLoss``.
+
+Data loss: retention (or delete_records) may delete raw offsets a query has not read yet, and the compacted view
+loses them too when its ledger does not cover them. With failOnDataLoss the query fails with DataLossError naming
+the partition and the lost range; without it the source skips to the log start and goes on, as Kafka's does.
 """
 
 from __future__ import annotations
 
-import json
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,48 +38,49 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from readers.spark_rows import SparkRows
-from readers.spark_scan import cached_store
+from readers.partition_read import open_partition_read
+from readers.positions import Resume
 from storage import Store
-from storage.errors import LedgerviewError, OffsetOutOfRangeError
+from storage.compacted import CompactedLedgers, CompactionCursor
+from streaming.options import STREAM_READ, Options, resolve_offsets, topic_offsets
+from streaming.rows import SparkRows
 from streaming.source_offsets import EARLIEST, LATEST, admitted, checked_start
+from streaming.store_cache import cached_store
 
-
-class InvalidSourceOptionError(LedgerviewError):
-    def __init__(self, option: str, value: object, allowed: str) -> None:
-        super().__init__(f"Option {option}={value!r} is not valid for readStream.format('ledgerview'); "
-                         f"allowed: {allowed}.")
+VIEWS = ("raw", "compacted")
+WHERE = "spark.readStream.format('ledgerview')"
+DEFAULT_MAX_TRIGGER_DELAY = "15m"
 
 
 @dataclass(frozen=True)
 class SourceOptions:
     path: str
     topic: str
-    starting: str
-    max_records: int | None
+    compacted: bool
+    starting: str | dict[int, int]
+    max_offsets: int | None
+    min_offsets: int | None
+    max_trigger_delay_ms: int
     fail_on_data_loss: bool
 
     @classmethod
-    def parse(cls, options: Any) -> SourceOptions:
-        path, topic = options.get("path"), options.get("topic")
-        if not path or not topic:
-            raise InvalidSourceOptionError("path/topic", (path, topic), "both, the store's data folder and a topic")
-        starting = options.get("startingOffsets", "latest")
-        if starting not in ("earliest", "latest"):
-            try:
-                parsed = json.loads(starting)
-                if not isinstance(parsed, dict) or not all(isinstance(v, int) for v in parsed.values()):
-                    raise ValueError
-            except ValueError:
-                raise InvalidSourceOptionError("startingOffsets", starting,
-                                               'earliest, latest or JSON such as {"0": 42, "1": -2}') from None
-        limit = options.get("maxRecordsPerTrigger")
-        if limit is not None and (not limit.isdigit() or int(limit) < 1):
-            raise InvalidSourceOptionError("maxRecordsPerTrigger", limit, "a positive integer")
-        fail = options.get("failOnDataLoss", "true").lower()
-        if fail not in ("true", "false"):
-            raise InvalidSourceOptionError("failOnDataLoss", fail, "true or false")
-        return cls(path, topic, starting, int(limit) if limit else None, fail == "true")
+    def parse(cls, given: Any) -> SourceOptions:
+        options = Options(given, STREAM_READ, WHERE)
+        topic = options.required("topic")
+        starting = options.offsets("startingOffsets", "latest", words=("earliest", "latest"))
+        return cls(options.required("path"), topic, options.choice("view", VIEWS, "raw") == "compacted",
+                   starting if isinstance(starting, str) else topic_offsets(WHERE, "startingOffsets", starting, topic),
+                   options.positive("maxOffsetsPerTrigger"), options.positive("minOffsetsPerTrigger"),
+                   options.duration_ms("maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY),
+                   options.flag("failOnDataLoss", True))
+
+
+@dataclass(frozen=True)
+class Position:
+    """A partition's next offset, and for the compacted view the ledger the messages below it came from."""
+
+    offset: int
+    ledger: int | None = None
 
 
 @dataclass(frozen=True)
@@ -73,95 +88,163 @@ class OffsetRange(InputPartition):
     partition: int
     start_offset: int
     end_offset: int
-
-
-def _encode(offsets: dict[int, int]) -> dict[str, int]:
-    return {str(partition): offset for partition, offset in sorted(offsets.items())}
-
-
-def _decode(offsets: dict[str, int]) -> dict[int, int]:
-    return {int(partition): int(offset) for partition, offset in offsets.items()}
+    ledger: int | None
+    """Compacted view: the tag of ``start_offset`` (see the module docstring); raw view: None."""
 
 
 class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batches of a topic's raw log; see the module docstring."""
+    """Micro-batches of a topic's raw log or compacted view; see the module docstring."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.target: dict[int, int] | None = None
         self.rows = SparkRows(options.topic)
+        self._last_batch_ms: float | None = None
 
     @property
     def store(self) -> Store:
         return cached_store(self.options.path)
 
-    def _end_offsets(self) -> dict[int, int]:
-        topic = self.options.topic
-        return {p: self.store.end_offset(topic, p) for p in range(self.store.topic_metadata(topic).partitions)}
+    # ------------------------------------------------------------------------------------- offsets (planner)
+    def _encode(self, positions: dict[int, Position]) -> dict[str, Any]:
+        if self.options.compacted:
+            return {str(p): {"offset": pos.offset, "ledger": pos.ledger} for p, pos in sorted(positions.items())}
+        return {str(p): pos.offset for p, pos in sorted(positions.items())}
 
-    def initialOffset(self) -> dict[str, int]:
+    def _decode(self, offsets: dict[str, Any]) -> dict[int, Position]:
+        return {int(p): Position(int(v["offset"]), v["ledger"]) if isinstance(v, dict) else Position(int(v))
+                for p, v in offsets.items()}
+
+    def _partitions(self) -> range:
+        return range(self.store.topic_metadata(self.options.topic).partitions)
+
+    def _end_offsets(self) -> dict[int, int]:
+        return {p: self.store.end_offset(self.options.topic, p) for p in self._partitions()}
+
+    def _cursor(self, partition: int) -> CompactionCursor | None:
+        if not self.options.compacted:
+            return None
+        return CompactedLedgers(self.store.partition_log(self.options.topic, partition).folder).read_cursor()
+
+    def initialOffset(self) -> dict[str, Any]:
         topic, store = self.options.topic, self.store
         ends = self._end_offsets()
-        starts = {p: store.start_offset(topic, p) for p in ends}
-        if self.options.starting in ("earliest", "latest"):
-            return _encode(starts if self.options.starting == "earliest" else ends)
-        chosen = {int(p): offset for p, offset in json.loads(self.options.starting).items()}
-        unknown = sorted(set(chosen) - set(ends))
-        if unknown:
-            raise InvalidSourceOptionError("startingOffsets", self.options.starting,
-                                           f"partitions 0 to {len(ends) - 1} of {topic}, not {unknown}")
-        resolved = {}
-        for p in ends:
-            offset = chosen.get(p, LATEST)
-            resolved[p] = starts[p] if offset == EARLIEST else ends[p] if offset == LATEST else offset
-            if not starts[p] <= resolved[p] <= ends[p]:
-                raise OffsetOutOfRangeError(topic, p, resolved[p], starts[p], ends[p])
-        return _encode(resolved)
+        earliest = {p: 0 if self.options.compacted else store.start_offset(topic, p) for p in ends}
+        starting = self.options.starting
+        if starting in ("earliest", "latest"):
+            chosen = earliest if starting == "earliest" else ends
+        else:
+            assert isinstance(starting, dict)
+            chosen = resolve_offsets(WHERE, "startingOffsets", starting, topic, earliest=earliest, latest=ends,
+                                     allowed_codes=(EARLIEST, LATEST))
+            for p, offset in chosen.items():
+                checked_start(topic, p, offset, earliest[p], fail_on_data_loss=self.options.fail_on_data_loss)
+        # A chosen start is a fresh read of the view as it is now: the messages below it count as the current
+        # ledger's, so the ledger is served from there.
+        return self._encode({p: Position(offset, _ledger_id(self._cursor(p))) for p, offset in chosen.items()})
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        if self.options.max_records is None:
+        if self.options.max_offsets is None:
             return ReadAllAvailable()
-        return ReadMaxRows(self.options.max_records)
+        return ReadMaxRows(self.options.max_offsets)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = self._end_offsets()
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        begin = _decode(start)
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """The next micro-batch's end: every partition's end (or the availableNow target), at most
+        maxOffsetsPerTrigger offsets, nothing new while fewer than minOffsetsPerTrigger wait and
+        maxTriggerDelay has not passed (availableNow takes what there is: waiting could never end)."""
+        begin = self._decode(start)
         ends = self.target if self.target is not None else self._end_offsets()
-        ends = {p: max(end, begin.get(p, 0)) for p, end in ends.items()}
+        offsets = {p: max(end, begin[p].offset if p in begin else 0) for p, end in ends.items()}
         if isinstance(limit, ReadMaxRows):
-            ends = admitted(begin, ends, limit.max_rows)
-        return _encode(ends)
+            offsets = admitted({p: pos.offset for p, pos in begin.items()}, offsets, limit.max_rows)
+        if self._waits_for_more(begin, offsets):
+            return start
+        self._last_batch_ms = time.monotonic() * 1000
+        return self._encode({p: self._tagged(p, begin.get(p, Position(0)), end) for p, end in offsets.items()})
 
-    def reportLatestOffset(self) -> dict[str, int]:
-        return _encode(self._end_offsets())
+    def _waits_for_more(self, begin: dict[int, Position], ends: dict[int, int]) -> bool:
+        now = time.monotonic() * 1000
+        if self._last_batch_ms is None:
+            self._last_batch_ms = now
+        minimum = self.options.min_offsets
+        if minimum is None or self.target is not None:
+            return False
+        waiting = sum(end - (begin[p].offset if p in begin else 0) for p, end in ends.items())
+        return waiting < minimum and now - self._last_batch_ms < self.options.max_trigger_delay_ms
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        begin, stop = _decode(start), _decode(end)
+    def _tagged(self, partition: int, begin: Position, end: int) -> Position:
+        """The end of a planned range with its ledger tag (see the module docstring)."""
+        if not self.options.compacted:
+            return Position(end)
+        if end <= begin.offset:
+            return Position(begin.offset, begin.ledger)
+        cursor = self._cursor(partition)
+        if cursor is None:
+            return Position(end)
+        log_start = self.store.start_offset(self.options.topic, partition)
+        reads_raw = (0 < begin.offset <= cursor.horizon and begin.offset >= log_start
+                     and begin.ledger != cursor.ledger_id)
+        return Position(end, None if reads_raw else cursor.ledger_id)
+
+    def reportLatestOffset(self) -> dict[str, Any]:
+        return {str(p): end for p, end in sorted(self._end_offsets().items())}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        begin, stop = self._decode(start), self._decode(end)
         ranges = []
-        for partition, end_offset in sorted(stop.items()):
-            start_offset = self._checked_start(partition, begin.get(partition, 0))
-            if start_offset < end_offset:
-                ranges.append(OffsetRange(partition, start_offset, end_offset))
+        for partition, end_position in sorted(stop.items()):
+            first = begin.get(partition, Position(0))
+            start_offset = self._checked_start(partition, first.offset, first.ledger)
+            if start_offset < end_position.offset:
+                ranges.append(OffsetRange(partition, start_offset, end_position.offset, first.ledger))
         return ranges
 
-    def _checked_start(self, partition: int, wanted: int) -> int:
-        """``wanted``, or the log start when retention deleted it and failOnDataLoss is off."""
-        return checked_start(self.options.topic, partition, wanted,
-                             self.store.start_offset(self.options.topic, partition),
-                             fail_on_data_loss=self.options.fail_on_data_loss)
+    def _checked_start(self, partition: int, wanted: int, ledger: int | None) -> int:
+        """Where a read planned from ``wanted`` starts. Raw offsets it needs that retention deleted are data loss
+        (DataLossError with failOnDataLoss; else the read goes on from the log start). The compacted view needs
+        raw offsets from ``wanted``, or only from above the horizon when it serves the ledger (as
+        ``Resume`` does: the tag matches, or ``wanted`` is 0 or below the log start)."""
+        topic = self.options.topic
+        log_start = self.store.start_offset(topic, partition)
+        fail = self.options.fail_on_data_loss
+        if not self.options.compacted:
+            return checked_start(topic, partition, wanted, log_start, fail_on_data_loss=fail)
+        cursor = self._cursor(partition)
+        needed = wanted
+        if cursor is not None and wanted <= cursor.horizon and (
+                wanted == 0 or wanted < log_start or ledger == cursor.ledger_id):
+            needed = cursor.horizon + 1
+        checked_start(topic, partition, needed, log_start, fail_on_data_loss=fail)
+        return wanted
 
+    # ------------------------------------------------------------------------------------- reads (executors)
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, OffsetRange):
             return iter(())
         return self._read(partition)
 
     def _read(self, planned: OffsetRange) -> Iterator[pa.RecordBatch]:
-        start = self._checked_start(planned.partition, planned.start_offset)
-        for batch in self.store.read_batches(self.options.topic, planned.partition, start, planned.end_offset):
-            yield self.rows.convert(batch)
+        start = self._checked_start(planned.partition, planned.start_offset, planned.ledger)
+        if not self.options.compacted:
+            for batch in self.store.read_batches(self.options.topic, planned.partition, start, planned.end_offset):
+                yield self.rows.convert(batch)
+            return
+        read = open_partition_read(self.store, self.options.topic, planned.partition,
+                                   Resume(start, planned.ledger), read_compacted=True)
+        try:
+            read.end_offset = min(read.end_offset, planned.end_offset)
+            for batch in read.batches():
+                if batch.num_rows:
+                    yield self.rows.convert(batch)
+        finally:
+            read.close()
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the store keeps no per-query state for readers."""
 
+
+def _ledger_id(cursor: CompactionCursor | None) -> int | None:
+    return None if cursor is None else cursor.ledger_id

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.kafka_source import KafkaRange, KafkaSourceOptionError, KafkaStreamReader, SourceOptions, read_range
+from streaming.kafka_source import KafkaRange, KafkaStreamReader, SourceOptions, read_range
+from streaming.options import InvalidOptionError, UnknownOptionError
 from streaming.source_offsets import DataLossError
 from tests.kafka_support import Running, established_connections_to, kafka, wait_for
 
@@ -14,14 +15,17 @@ __all__ = ["kafka"]
 
 
 def test_options_are_checked_with_clear_errors() -> None:
-    with pytest.raises(KafkaSourceOptionError, match=r"kafka\.bootstrap\.servers"):
+    with pytest.raises(InvalidOptionError, match=r"kafka\.bootstrap\.servers"):
         SourceOptions.parse({"subscribe": "t"})
-    with pytest.raises(KafkaSourceOptionError, match="startingOffsets"):
+    with pytest.raises(InvalidOptionError, match="startingOffsets"):
         SourceOptions.parse({"bootstrap.servers": "h:1", "subscribe": "t", "startingOffsets": "{bad"})
-    with pytest.raises(KafkaSourceOptionError, match="maxOffsetsPerTrigger"):
+    with pytest.raises(InvalidOptionError, match="maxOffsetsPerTrigger"):
         SourceOptions.parse({"bootstrap.servers": "h:1", "subscribe": "t", "maxOffsetsPerTrigger": "0"})
-    with pytest.raises(KafkaSourceOptionError, match=r"failOnDataLoss='yes'.*allowed: true or false"):
+    with pytest.raises(InvalidOptionError, match=r"failOnDataLoss='yes'.*allowed: true or false"):
         SourceOptions.parse({"bootstrap.servers": "h:1", "subscribe": "t", "failOnDataLoss": "yes"})
+    with pytest.raises(UnknownOptionError, match=r"Unknown option maxoffsetpertrigger .*Valid options: .*"
+                                                 r"maxOffsetsPerTrigger"):
+        SourceOptions.parse({"bootstrap.servers": "h:1", "subscribe": "t", "maxoffsetpertrigger": "5"})
     parsed = SourceOptions.parse({"kafka.bootstrap.servers": "h:1", "subscribe": "a, b",
                                   "startingOffsets": '{"a": {"0": 5, "1": -2}}'})
     assert parsed.topics == ("a", "b") and parsed.starting_offsets == {"a": {"0": 5, "1": -2}}

@@ -1,5 +1,6 @@
 """Model-based test of both views: random appends (tombstones, keyless messages, repeated keys), compactions,
-reads from random starts and reopens, against plain lists and dicts (invariants 2, 3, 4 and 5)."""
+reads from random starts, table snapshots and reopens, against plain lists and dicts (invariants 2, 3, 4 and 5;
+the table shape of DESIGN.md's "Two shapes of the compacted view")."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from compactor import Compactor
 from readers import Reader, TableView
+from readers.snapshot import snapshot_batches
 from storage import MESSAGE_SCHEMA, Store
 
 PARTITIONS = 2
@@ -74,6 +76,24 @@ class ViewsModel(RuleBasedStateMachine):
             assert rows == compacted_model(log, self.horizons[partition], start)
         else:
             assert rows == [(offset, *log[offset]) for offset in range(start, len(log))]
+
+    @rule(partition=st.integers(0, PARTITIONS - 1), data=st.data())
+    def snapshot(self, partition: int, data: st.DataObject) -> None:
+        """The table shape: one row per live key, its latest message, whatever the horizon; with keys pushed
+        down, those keys' rows; with a ledger offset range, the ledger rows outside it are left out."""
+        log = self.logs[partition]
+        keys = data.draw(st.one_of(st.none(), st.frozensets(st.sampled_from(KEYS))))
+        low = data.draw(st.integers(0, len(log)))
+        latest = {key: offset for offset, (key, _) in enumerate(log) if key is not None}
+        expected = sorted((offset, key, log[offset][1]) for key, offset in latest.items()
+                          if log[offset][1] is not None and (keys is None or key in keys)
+                          and (offset >= low or offset > self.horizons[partition]))
+        rows = [row for batch in snapshot_batches(self.store, "t", partition, len(log), keys=keys,
+                                                  ledger_offsets=(low, None))
+                for row in zip(batch["offset"].to_pylist(), batch["key"].to_pylist(), batch["value"].to_pylist(),
+                               strict=True)]
+        assert sorted(rows) == expected
+        assert len({key for _, key, _ in rows}) == len(rows)
 
     @invariant()
     def table_view_holds_the_latest_live_value_per_key(self) -> None:

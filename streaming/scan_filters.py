@@ -21,7 +21,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from readers.spark_rows import TIMESTAMP_TYPE
+from streaming.rows import TIMESTAMP_TYPE
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 RANGE_FILTERS = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)

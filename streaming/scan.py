@@ -1,0 +1,218 @@
+"""The Spark SQL batch source over a topic: ``spark.read.format("ledgerview")`` (a PySpark Python Data Source).
+
+Three views (``option("view", ...)``):
+
+- ``compacted`` (the default, and the views ``register_views`` makes): a **table**, one row per live key with its
+  latest message as of planning, tombstoned keys absent: the ledger merged with the raw tail at read time
+  (readers/snapshot.py).
+- ``read_compacted``: the rows a ``read_compacted`` consumer gets, Pulsar's shape (DESIGN.md invariant 4): the
+  ledger, then every raw message above the horizon, tombstones and older versions included.
+- ``raw``: every message of the log.
+
+Planning (one Python planner process): options are checked (streaming/options.py), pushed filters are folded into
+ScanFilters, and each log partition the filters allow becomes one Spark partition, its end offset fixed then, so
+every task reads one consistent cut; a raw partition larger than ``maxPartitionBytes`` is split into runs of
+whole segments. ``startingOffsets`` / ``endingOffsets`` bound ``raw`` and ``read_compacted`` reads, as in Spark's
+Kafka source; a table is always read whole, as of planning (filter ``offset`` to narrow it).
+
+Reading (executor processes): batches stay Arrow from the segment to Spark. With keys pushed down, the ledger is
+answered through its key index instead of a scan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
+
+from readers.partition_read import PartitionRead, open_partition_read
+from readers.positions import EARLIEST as EARLIEST_POSITION
+from readers.snapshot import snapshot_batches
+from storage import Store
+from storage.errors import OffsetOutOfRangeError
+from storage.schema import with_partition_column
+from streaming.options import BATCH_READ, InvalidOptionError, Options, resolve_offsets, topic_offsets
+from streaming.rows import SparkRows
+from streaming.scan_filters import ScanFilters
+from streaming.source_offsets import EARLIEST, LATEST, checked_start
+from streaming.store_cache import cached_store
+
+VIEWS = ("compacted", "read_compacted", "raw")
+DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
+WHERE = "spark.read.format('ledgerview')"
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """What ``spark.read.format("ledgerview")`` is asked for."""
+
+    path: str
+    topic: str
+    view: str
+    starting: str | dict[int, int]
+    """"earliest", or an offset (or -2 / -1) per partition."""
+    ending: str | dict[int, int]
+    """"latest", or an offset (or -1) per partition."""
+    fail_on_data_loss: bool
+    max_partition_bytes: int
+
+    @classmethod
+    def parse(cls, given: Any) -> ScanOptions:
+        options = Options(given, BATCH_READ, WHERE)
+        topic = options.required("topic")
+        view = options.choice("view", VIEWS, "compacted")
+        for bound in ("startingOffsets", "endingOffsets"):
+            if view == "compacted" and options.get(bound) is not None:
+                raise InvalidOptionError(WHERE, bound, options.get(bound), "no offset bounds with view=compacted (a "
+                                         "table is read whole, as of planning); use view=read_compacted or raw for "
+                                         "offset ranges, or filter on offset")
+        starting = options.offsets("startingOffsets", "earliest", words=("earliest",))
+        ending = options.offsets("endingOffsets", "latest", words=("latest",))
+        return cls(options.required("path"), topic, view,
+                   starting if isinstance(starting, str) else topic_offsets(WHERE, "startingOffsets", starting, topic),
+                   ending if isinstance(ending, str) else topic_offsets(WHERE, "endingOffsets", ending, topic),
+                   options.flag("failOnDataLoss", True),
+                   options.positive("maxPartitionBytes") or DEFAULT_MAX_PARTITION_BYTES)
+
+
+@dataclass(frozen=True)
+class ScanPartition(InputPartition):
+    """One Spark task: log partition ``partition``, offsets [start_offset, end_offset); a ``read_compacted``
+    start of -2 is the compacted view's earliest (the whole ledger)."""
+
+    partition: int
+    start_offset: int
+    end_offset: int
+
+
+class TopicScan(DataSourceReader):
+    """Batch reads of one topic's view; see the module docstring."""
+
+    def __init__(self, options: ScanOptions) -> None:
+        self.options = options
+        self.filters = ScanFilters()
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        self.filters, rejected = ScanFilters().accept(filters)
+        yield from rejected
+
+    def partitions(self) -> Sequence[InputPartition]:
+        store, topic = cached_store(self.options.path), self.options.topic
+        count = store.topic_metadata(topic).partitions
+        earliest, latest = {}, {}
+        for partition in range(count):
+            log = store.partition_log(topic, partition)
+            log.refresh()
+            earliest[partition] = 0 if self.options.view == "read_compacted" else log.log_start_offset
+            latest[partition] = log.end_offset
+        starts = self._bounds("startingOffsets", self.options.starting, earliest, latest, (EARLIEST, LATEST))
+        ends = self._bounds("endingOffsets", self.options.ending, earliest, latest, (LATEST,))
+        planned: list[InputPartition] = []
+        for partition in range(count):
+            if self.filters.partitions is not None and partition not in self.filters.partitions:
+                continue
+            start, end = starts[partition], ends[partition]
+            if self.options.view == "raw":
+                log = store.partition_log(topic, partition)
+                start = checked_start(topic, partition, start, log.log_start_offset,
+                                      fail_on_data_loss=self.options.fail_on_data_loss)
+                start, end = self.filters.offsets.contains_range(start, end)
+                planned += [ScanPartition(partition, low, high)
+                            for low, high in segment_runs(log.segments, start, end, self.options.max_partition_bytes)]
+            elif self.options.view == "read_compacted":  # offset 0 of the compacted view is its earliest
+                planned.append(ScanPartition(partition, EARLIEST if start == 0 else start, end))
+            else:
+                planned.append(ScanPartition(partition, start, end))
+        return planned
+
+    def _bounds(self, option: str, chosen: str | dict[int, int], earliest: dict[int, int],
+                latest: dict[int, int], codes: tuple[int, ...]) -> dict[int, int]:
+        if chosen == "earliest":
+            return earliest
+        if chosen == "latest":
+            return latest
+        assert isinstance(chosen, dict)
+        resolved = resolve_offsets(WHERE, option, chosen, self.options.topic, earliest=earliest, latest=latest,
+                                   allowed_codes=codes)
+        for partition, offset in resolved.items():
+            if offset > latest[partition]:
+                raise OffsetOutOfRangeError(self.options.topic, partition, offset, earliest[partition],
+                                            latest[partition])
+        return resolved
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, ScanPartition):  # Spark's stand-in when partitions() is empty
+            return iter(())
+        return self._read(partition)
+
+    def _read(self, planned: ScanPartition) -> Iterator[pa.RecordBatch]:
+        store = cached_store(self.options.path)
+        rows = SparkRows(self.options.topic)
+        for batch in self._stored_batches(store, planned):
+            selected = self.filters.apply(rows.convert(batch))
+            if selected.num_rows:
+                yield selected
+
+    def _stored_batches(self, store: Store, planned: ScanPartition) -> Iterator[pa.RecordBatch]:
+        topic, partition = self.options.topic, planned.partition
+        if self.options.view == "raw":
+            if planned.start_offset < planned.end_offset:
+                yield from store.read_batches(topic, partition, planned.start_offset, planned.end_offset)
+            return
+        offsets = self.filters.offsets
+        low = 0 if offsets.low is None else offsets.low  # 0 is a bound too: never test bounds by truth
+        if offsets.high is not None and offsets.high <= low:
+            return
+        if self.options.view == "compacted":
+            yield from snapshot_batches(store, topic, partition, planned.end_offset, keys=self.filters.keys,
+                                        ledger_offsets=(low, offsets.high))
+            return
+        yield from self._read_compacted(store, planned, low)
+
+    def _read_compacted(self, store: Store, planned: ScanPartition, low: int) -> Iterator[pa.RecordBatch]:
+        position = EARLIEST_POSITION if planned.start_offset == EARLIEST else planned.start_offset
+        read = open_partition_read(store, self.options.topic, planned.partition, position, read_compacted=True)
+        try:
+            high = self.filters.offsets.high
+            read.ledger_start, read.raw_start = max(read.ledger_start, low), max(read.raw_start, low)
+            read.end_offset = min(read.end_offset, planned.end_offset, planned.end_offset if high is None else high)
+            if self.filters.keys is not None and read.ledger is not None:
+                yield from _ledger_lookups(read, self.filters.keys)
+                read.ledger.close()
+                read.ledger = read.cursor = None
+            yield from read.batches()
+        finally:
+            read.close()
+
+
+def _ledger_lookups(read: PartitionRead, keys: frozenset[bytes]) -> Iterator[pa.RecordBatch]:
+    """The ledger messages of ``keys`` through the ledger's key index, in offset order, within the read's
+    ledger range."""
+    assert read.ledger is not None
+    found = [hit for key in keys if (hit := read.ledger.lookup(key)) is not None]
+    found.sort(key=lambda batch: batch.column("offset")[0].as_py())
+    for batch in found:
+        if read.ledger_start <= batch.column("offset")[0].as_py() <= read.horizon:
+            yield with_partition_column(batch, read.partition)
+
+
+def segment_runs(segments: Sequence[Any], start: int, end: int, max_bytes: int) -> list[tuple[int, int]]:
+    """Split offsets [start, end) into runs of whole segments of about ``max_bytes`` each (at least one run
+    when the range is not empty)."""
+    if start >= end:
+        return []
+    runs: list[tuple[int, int]] = []
+    run_start, run_bytes = start, 0
+    for index, segment in enumerate(segments):
+        following = segments[index + 1].base_offset if index + 1 < len(segments) else end
+        if following <= start or segment.base_offset >= end:
+            continue
+        run_bytes += segment.size_bytes
+        if run_bytes >= max_bytes and following < end:
+            runs.append((run_start, following))
+            run_start, run_bytes = following, 0
+    runs.append((run_start, end))
+    return runs

@@ -1,0 +1,173 @@
+"""The compacted streaming source (streaming/source.py, view=compacted) driven as Spark drives it, without Spark:
+offsets round-trip through JSON as the checkpoint keeps them, micro-batches are planned and then read. Against a
+dict model, with appends, compactions (also between a batch's planning and its read), retention up to the
+horizon, rate limits and restarts from the checkpoint: a consumer that applies every row in order (a null value
+deletes its key) holds exactly each key's latest live value once it has caught up; no tombstone is ever skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+from compactor import Compactor
+from storage import Store
+from streaming.source import SourceOptions, TopicStream
+from streaming.source_offsets import DataLossError
+
+PARTITIONS = 2
+CONFIG = {"segment.bytes": "1024", "index.interval.bytes": "128"}
+KEYS = [b"a", b"b", b"c", b"d"]
+Pair = tuple[bytes | None, bytes | None]
+messages = st.lists(st.tuples(st.one_of(st.none(), st.sampled_from(KEYS)),
+                              st.one_of(st.none(), st.binary(min_size=1, max_size=8))), min_size=1, max_size=12)
+
+
+def stream(folder: Path, **options: str) -> TopicStream:
+    return TopicStream(SourceOptions.parse({"path": str(folder), "topic": "t", "view": "compacted", **options}))
+
+
+class CompactedStreamModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = Path(tempfile.mkdtemp(prefix="ledgerview-stream-"))
+        self.store = Store.open(self.folder)
+        self.store.create_topic("t", partitions=PARTITIONS, config=CONFIG)
+        self.logs: list[list[Pair]] = [[] for _ in range(PARTITIONS)]
+        self.horizons = [-1] * PARTITIONS
+        self.source = stream(self.folder, startingOffsets="earliest")
+        self.offsets: dict[str, Any] = json.loads(json.dumps(self.source.initialOffset()))
+        self.seen: dict[tuple[int, bytes], bytes] = {}
+
+    @rule(batch=messages, partition=st.integers(0, PARTITIONS - 1))
+    def append(self, batch: list[Pair], partition: int) -> None:
+        self.store.append("t", batch, partition=partition)
+        self.logs[partition].extend(batch)
+
+    @rule()
+    def compact(self) -> None:
+        for result in Compactor(self.store).compact("t"):
+            self.horizons[result.partition] = result.horizon
+
+    @rule(partition=st.integers(0, PARTITIONS - 1), data=st.data())
+    def retention_up_to_the_horizon(self, partition: int, data: st.DataObject) -> None:
+        """What the ledger covers may go: the compacted view loses nothing (retention never passes it)."""
+        start = self.store.start_offset("t", partition)
+        hold = self.store.retention_hold("t", partition)  # a retiring ledger's horizon holds too
+        limit = min(self.horizons[partition] + 1, start if hold is None else hold)
+        if limit > start:
+            self.store.delete_records("t", partition, data.draw(st.integers(start, limit)))
+
+    @rule(limit=st.one_of(st.none(), st.integers(1, 15)), compact_between=st.booleans())
+    def micro_batch(self, limit: int | None, compact_between: bool) -> None:
+        read_limit: ReadLimit = ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+        end = json.loads(json.dumps(self.source.latestOffset(self.offsets, read_limit)))
+        planned = self.source.partitions(self.offsets, end)
+        if compact_between:
+            self.compact()
+        for task in planned:
+            for batch in self.source.read(task):
+                for key, value in zip(batch["key"].to_pylist(), batch["value"].to_pylist(), strict=True):
+                    if key is None:
+                        continue
+                    if value is None:
+                        self.seen.pop((batch["partition"][0].as_py(), key), None)
+                    else:
+                        self.seen[(batch["partition"][0].as_py(), key)] = value
+        self.offsets = end
+
+    @rule()
+    def restart_from_the_checkpoint(self) -> None:
+        self.source = stream(self.folder, startingOffsets="earliest")
+
+    @invariant()
+    def caught_up_the_consumer_holds_every_live_key(self) -> None:
+        caught_up = all(position["offset"] == self.store.end_offset("t", int(p))
+                        for p, position in self.offsets.items())
+        if not caught_up:
+            return
+        latest: dict[tuple[int, bytes], bytes | None] = {}
+        for partition, log in enumerate(self.logs):
+            for key, value in log:
+                if key is not None:
+                    latest[(partition, key)] = value
+        assert self.seen == {key: value for key, value in latest.items() if value is not None}
+
+    def teardown(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+TestCompactedStreamModel = CompactedStreamModel.TestCase
+TestCompactedStreamModel.settings = settings(max_examples=25, stateful_step_count=30, deadline=None)
+
+
+def test_from_earliest_the_snapshot_comes_first_then_every_change(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as store:
+        store.create_topic("t")
+        store.append("t", [(b"a", b"1"), (b"b", b"1"), (b"a", b"2"), (b"c", b"1")])
+        Compactor(store).compact("t")
+        store.append("t", [(b"b", None), (b"a", b"3")])
+    source = stream(tmp_path, startingOffsets="earliest")
+    start = source.initialOffset()
+    assert start == {"0": {"offset": 0, "ledger": 1}}
+    end = source.latestOffset(start, ReadAllAvailable())
+    rows = [(row["offset"], row["key"], row["value"]) for task in source.partitions(start, end)
+            for batch in source.read(task) for row in batch.to_pylist()]
+    assert rows == [(1, b"b", b"1"), (2, b"a", b"2"), (3, b"c", b"1"), (4, b"b", None), (5, b"a", b"3")]
+
+
+def test_raw_offsets_no_ledger_covers_are_data_loss(tmp_path: Path) -> None:
+    """Once compacted, retention never passes the horizon (the retention hold); before the first compaction the
+    compacted view is the raw log, and offsets deleted under the query are lost."""
+    with Store.open(tmp_path) as store:
+        store.create_topic("t", config=CONFIG)
+        store.append("t", [(b"a", b"x" * 200) for _ in range(20)])
+    source = stream(tmp_path, startingOffsets="earliest")
+    start = source.initialOffset()
+    with Store.open(tmp_path) as store:
+        store.delete_records("t", 0, 10)
+    end = source.latestOffset(start, ReadAllAvailable())
+    with pytest.raises(DataLossError, match=r"Data loss in t-0: the query needs offsets from 0, .* below 10"):
+        source.partitions(start, end)
+    lenient = stream(tmp_path, startingOffsets="earliest", failOnDataLoss="false")
+    rows = [row["offset"] for task in lenient.partitions(start, end) for batch in lenient.read(task)
+            for row in batch.to_pylist()]
+    assert rows == list(range(10, 20))
+
+
+def test_a_consumer_that_read_raw_below_a_new_horizon_keeps_reading_raw_up_to_it(tmp_path: Path) -> None:
+    """Read raw up to offset 2, then a compaction covers up to offset 5: the rest below the horizon comes from
+    the raw log, every version, batch after batch (serving the new ledger from offset 2 on would skip b's
+    tombstone at 4, which the consumer must see, having seen b's value at 1)."""
+    with Store.open(tmp_path) as store:
+        store.create_topic("t")
+        store.append("t", [(b"a", b"1"), (b"b", b"1")])
+    source = stream(tmp_path, startingOffsets="earliest")
+    position = source.initialOffset()
+    seen: list[tuple[int, bytes, bytes | None]] = []
+
+    def batch(limit: int) -> None:
+        nonlocal position
+        end = json.loads(json.dumps(source.latestOffset(position, ReadMaxRows(limit))))
+        seen.extend((row["offset"], row["key"], row["value"]) for task in source.partitions(position, end)
+                    for part in source.read(task) for row in part.to_pylist())
+        position = end
+
+    batch(2)
+    with Store.open(tmp_path) as store:
+        store.append("t", [(b"a", b"2"), (b"c", b"1"), (b"b", None), (b"a", b"3")])
+        Compactor(store).compact("t")
+    batch(1)
+    batch(10)
+    assert seen == [(0, b"a", b"1"), (1, b"b", b"1"), (2, b"a", b"2"), (3, b"c", b"1"), (4, b"b", None),
+                    (5, b"a", b"3")]

@@ -1,0 +1,81 @@
+"""The Spark data source's options (streaming/options.py) as Spark hands them over: names without case, unknown
+names refused with the valid list, Kafka's startingOffsets / endingOffsets JSON checked, each error saying what
+is allowed. The Spark runs of the same options are in tests/spark/."""
+
+from __future__ import annotations
+
+import pytest
+
+from streaming.options import InvalidOptionError, UnknownOptionError, resolve_offsets
+from streaming.scan import ScanOptions
+from streaming.sink import SinkOptions
+from streaming.source import SourceOptions
+
+BASE = {"path": "data", "topic": "prices"}
+
+
+def test_names_are_matched_without_case_as_spark_lowercases_them() -> None:
+    parsed = SourceOptions.parse({**BASE, "maxoffsetspertrigger": "400", "VIEW": "compacted"})
+    assert parsed.max_offsets == 400 and parsed.compacted
+
+
+@pytest.mark.parametrize(("parse", "name"), [
+    (ScanOptions.parse, "maxOffsetsPerTrigger"),
+    (ScanOptions.parse, "startingOffset"),
+    (SourceOptions.parse, "endingOffsets"),
+    (SourceOptions.parse, "maxPartitionBytes"),
+])
+def test_an_option_the_read_does_not_take_is_refused_with_the_valid_ones(parse: object, name: str) -> None:
+    with pytest.raises(UnknownOptionError, match=rf"Unknown option {name.lower()} .*Valid options: path, topic, view"):
+        parse({**BASE, name.lower(): "1"})  # type: ignore[operator]
+
+
+def test_the_old_rate_limit_name_says_what_replaced_it() -> None:
+    with pytest.raises(UnknownOptionError, match="maxrecordspertrigger is now maxOffsetsPerTrigger"):
+        SourceOptions.parse({**BASE, "maxrecordspertrigger": "5"})
+
+
+def test_the_sink_takes_only_its_options() -> None:
+    from pyspark.sql.types import BinaryType, StructField, StructType
+    schema = StructType([StructField("value", BinaryType())])
+    with pytest.raises(UnknownOptionError, match=r"Unknown option view .*Valid options: path, topic, "
+                                                 "checkpointLocation"):
+        SinkOptions.parse({**BASE, "view": "raw"}, schema, False)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"view": "latest"}, r"Option view='latest' is not valid .*allowed: compacted or read_compacted or raw"),
+    ({"view": "raw", "startingOffsets": '{"0": 5}'}, r"startingOffsets='\{\"0\": 5\}'.*JSON such as \{\"prices\""),
+    ({"view": "raw", "startingOffsets": '{"quotes": {"0": 5}}'}, r"JSON naming topic 'prices' only"),
+    ({"view": "raw", "startingOffsets": '{"prices": {"0": "x"}}'}, r"startingOffsets=.*allowed: earliest"),
+    ({"view": "raw", "endingOffsets": "earliest"}, r"endingOffsets='earliest'.*allowed: latest, or JSON"),
+    ({"startingOffsets": "earliest"}, r"no offset bounds with view=compacted"),
+    ({"view": "raw", "failOnDataLoss": "yes"}, r"failOnDataLoss='yes'.*allowed: true or false"),
+    ({"view": "raw", "maxPartitionBytes": "-1"}, r"maxPartitionBytes='-1'.*a positive number of bytes"),
+])
+def test_bad_batch_read_options_say_what_is_allowed(options: dict[str, str], message: str) -> None:
+    with pytest.raises(InvalidOptionError, match=message):
+        ScanOptions.parse({**BASE, **options})
+
+
+def test_stream_options_parse_kafkas_names() -> None:
+    parsed = SourceOptions.parse({**BASE, "startingOffsets": '{"prices": {"0": 5, "1": -2}}',
+                                  "minOffsetsPerTrigger": "10", "maxTriggerDelay": "30s", "failOnDataLoss": "false"})
+    assert parsed.starting == {0: 5, 1: -2}
+    assert (parsed.min_offsets, parsed.max_trigger_delay_ms, parsed.fail_on_data_loss) == (10, 30_000, False)
+    with pytest.raises(InvalidOptionError, match=r"maxTriggerDelay='soon'.*a duration such as 15m"):
+        SourceOptions.parse({**BASE, "maxTriggerDelay": "soon"})
+    with pytest.raises(InvalidOptionError, match=r"view='read_compacted'.*allowed: raw or compacted"):
+        SourceOptions.parse({**BASE, "view": "read_compacted"})
+
+
+def test_json_offsets_must_name_every_partition_as_kafkas_do() -> None:
+    ends, starts = {0: 10, 1: 20, 2: 30}, {0: 0, 1: 0, 2: 5}
+    with pytest.raises(InvalidOptionError, match=r"an offset for every partition of prices \(0, 1, 2; missing \[2\]"):
+        resolve_offsets("a read", "startingOffsets", {0: 1, 1: -1}, "prices", earliest=starts, latest=ends,
+                        allowed_codes=(-2, -1))
+    assert resolve_offsets("a read", "startingOffsets", {0: 1, 1: -1, 2: -2}, "prices", earliest=starts,
+                           latest=ends, allowed_codes=(-2, -1)) == {0: 1, 1: 20, 2: 5}
+    with pytest.raises(InvalidOptionError, match=r"offsets >= 0 or the codes \[-1\]"):
+        resolve_offsets("a read", "endingOffsets", {0: -2, 1: 3, 2: 4}, "prices", earliest=starts, latest=ends,
+                        allowed_codes=(-1,))
