@@ -1,5 +1,5 @@
-"""What both streaming sources share (streaming/source_offsets.py): the split of maxRecordsPerTrigger /
-maxOffsetsPerTrigger over partitions, and where a read starts when retention deleted offsets it needed."""
+"""What both streaming sources share (streaming/source_offsets.py): the split of maxOffsetsPerTrigger over
+partitions, and where a read starts when retention deleted offsets it needed."""
 
 from __future__ import annotations
 
