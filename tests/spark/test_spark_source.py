@@ -68,7 +68,8 @@ def test_starting_offsets_latest_and_json(spark: SparkSession, tmp_path: Path) -
         store.create_topic(TOPIC, partitions=2)
         store.append(TOPIC, numbered_rows(100), partition=0)
         store.append(TOPIC, numbered_rows(100, start=100), partition=1)
-    from_json = run_available_now(stream(spark, data, startingOffsets='{"events": {"0": 90, "1": -1}}'), tmp_path / "c1")
+    from_json = run_available_now(stream(spark, data, startingOffsets='{"events": {"0": 90, "1": -1}}'),
+                                  tmp_path / "c1")
     assert sorted(row for _, rows in from_json for row in rows) == [(0, o, f"n{o}".encode()) for o in range(90, 100)]
     latest = run_available_now(stream(spark, data, startingOffsets="latest"), tmp_path / "c2")
     assert [row for _, rows in latest for row in rows] == []

@@ -182,7 +182,7 @@ def test_bad_writes_and_reads_fail_with_what_is_allowed(spark: SparkSession, tmp
     with pytest.raises(PySparkException, match="append-only log"):
         frame.select("key", "value").write.format("ledgerview").option("path", str(folder)) \
             .option("topic", "copy").mode("overwrite").save()
-    with pytest.raises(PySparkException, match="Option view='latest' is not valid for .*allowed: compacted or "
+    with pytest.raises(PySparkException, match=r"Option view='latest' is not valid for .*allowed: compacted or "
                                                "read_compacted or raw"):
         spark.read.format("ledgerview").option("topic", "copy").option("view", "latest").load(str(folder)).count()
     with Store.open(folder) as store:
