@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from storage import Store
 from storage.batch_groups import grouped
 from storage.compacted import CompactedLedgers
+from storage.errors import LedgerviewError
 from storage.ledger import Ledger
 from storage.schema import with_partition_column
 
@@ -58,28 +59,44 @@ def fold_tail(batches: Iterable[pa.RecordBatch], keys: frozenset[bytes] | None =
 
 
 def snapshot_batches(store: Store, topic: str, partition: int, end_offset: int, *,
-                     keys: frozenset[bytes] | None = None,
-                     ledger_offsets: tuple[int, int | None] = (0, None)) -> Iterator[pa.RecordBatch]:
+                     keys: frozenset[bytes] | None = None, ledger_offsets: tuple[int, int | None] = (0, None),
+                     pinned: tuple[int, int] | None = None, with_tail: bool = True) -> Iterator[pa.RecordBatch]:
     """MESSAGE_SCHEMA batches of the partition's live keys (see the module docstring for the steps).
 
     ``keys``: only these keys. ``ledger_offsets``: [low, high) of the ledger rows worth serving, for a caller
-    that filters offsets afterwards (the tail is folded whole whatever it is: a tail message hides the ledger's
-    row of its key even outside the range)."""
-    opened = CompactedLedgers(store.partition_log(topic, partition).folder).open_current(verify=store.verify_reads)
-    cursor, ledger = opened if opened is not None else (None, None)
+    that filters offsets afterwards or splits the ledger over tasks (the tail is folded whole whatever it is: a
+    tail message hides the ledger's row of its key even outside the range). ``pinned``: (ledger id, horizon) of
+    the ledger to read, current or retiring, instead of the one the cursor names now, so that the tasks of one
+    query all read the ledger it was planned on. ``with_tail``: serve the tail's rows too (one task of a split
+    partition does)."""
+    ledgers = CompactedLedgers(store.partition_log(topic, partition).folder)
+    if pinned is None:
+        opened = ledgers.open_current(verify=store.verify_reads)
+        horizon = opened[0].horizon if opened is not None else -1
+        ledger = opened[1] if opened is not None else None
+    else:
+        horizon, ledger = pinned[1], ledgers.open_ledger(pinned[0], verify=store.verify_reads)
+        if ledger is None:
+            raise LedgerRemovedError(topic, partition, pinned[0])
     try:
-        horizon = cursor.horizon if cursor is not None else -1
         end = max(end_offset, horizon + 1)
         tail_start = max(horizon + 1, store.start_offset(topic, partition))
         tail = fold_tail(store.read_batches(topic, partition, tail_start, end) if tail_start < end else (), keys)
         if ledger is not None:
             yield from _ledger_rows(ledger, partition, tail, keys, ledger_offsets, horizon)
-        if tail is not None:
+        if tail is not None and with_tail:
             live = tail.filter(pc.is_valid(tail["value"]))
             yield from live.to_batches()
     finally:
         if ledger is not None:
             ledger.close()
+
+
+class LedgerRemovedError(LedgerviewError):
+    def __init__(self, topic: str, partition: int, ledger_id: int) -> None:
+        super().__init__(f"Compacted ledger {ledger_id} of {topic}-{partition}, which this read was planned on, was "
+                         "removed before the read reached it (a newer compaction replaced it more than "
+                         "file.delete.delay.ms ago). Run the read again: it plans on the current ledger.")
 
 
 def _ledger_rows(ledger: Ledger, partition: int, tail: pa.Table | None, keys: frozenset[bytes] | None,

@@ -123,6 +123,21 @@ class CompactedLedgers:
                 continue
         raise LedgerviewError(f"The compacted ledger of {self.partition_folder} keeps changing under the reader.")
 
+    def open_ledger(self, ledger_id: int, *, verify: bool = True) -> Ledger | None:
+        """Ledger ``ledger_id`` opened whether it is current or retiring (renamed ``.deleted`` by a later
+        publish); None once it is removed. Lets the tasks of one query read the ledger it was planned on."""
+        for _ in range(3):  # a publish renames the ledger, then its index: look again if caught between
+            for suffix in ("", DELETED_SUFFIX):
+                ledger = ledger_file(self.partition_folder, ledger_id)
+                index = key_index_folder(self.partition_folder, ledger_id)
+                ledger, index = ledger.with_name(ledger.name + suffix), index.with_name(index.name + suffix)
+                if ledger.exists() and index.exists():
+                    try:
+                        return Ledger(ledger, index, verify=verify)
+                    except FileNotFoundError:
+                        continue
+        return None
+
     def next_ledger_id(self) -> int:
         ids = [parsed[0] for name in _names(self.folder) if (parsed := parse_ledger_file(name))]
         return max(ids, default=0) + 1

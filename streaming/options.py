@@ -49,8 +49,11 @@ SPECS = {spec.name: spec for spec in (
     OptionSpec("maxTriggerDelay", "a duration such as 15m, 30s or 500ms",
                "Stream, with minOffsetsPerTrigger: the longest a micro-batch waits (default 15m)."),
     OptionSpec("maxPartitionBytes", "a positive number of bytes",
-               "Batch `raw` reads: a partition larger than this (default 128 MiB) is split into tasks of whole "
-               "segments."),
+               "Batch reads: no task reads more than this (default 128 MiB); a large partition is split into "
+               "offset ranges."),
+    OptionSpec("minPartitions", "a positive integer",
+               "Batch reads: split partitions into at least this many tasks (default: the planner's cores); "
+               "tasks read at least 4 MiB each unless maxPartitionBytes is smaller."),
     OptionSpec("checkpointLocation", "a folder", "Sink: Spark's query checkpoint (Spark's own option)."),
     OptionSpec("kafka.bootstrap.servers", "host:port[,host:port...]",
                "`ledgerview-kafka`: the cluster to read (`bootstrap.servers` is taken too)."),
@@ -58,7 +61,8 @@ SPECS = {spec.name: spec for spec in (
     OptionSpec("subscribe", "one topic or several, comma-separated", "`ledgerview-kafka`: the topics to read."),
 )}
 
-BATCH_READ = ("path", "topic", "view", "startingOffsets", "endingOffsets", "failOnDataLoss", "maxPartitionBytes")
+BATCH_READ = ("path", "topic", "view", "startingOffsets", "endingOffsets", "failOnDataLoss", "maxPartitionBytes",
+              "minPartitions")
 STREAM_READ = ("path", "topic", "view", "startingOffsets", "maxOffsetsPerTrigger", "minOffsetsPerTrigger",
                "maxTriggerDelay", "failOnDataLoss")
 WRITE = ("path", "topic", "checkpointLocation")

@@ -21,6 +21,8 @@ answered through its key index instead of a scan.
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +34,7 @@ from readers.partition_read import PartitionRead, open_partition_read
 from readers.positions import EARLIEST as EARLIEST_POSITION
 from readers.snapshot import snapshot_batches
 from storage import Store
+from storage.compacted import CompactedLedgers
 from storage.errors import OffsetOutOfRangeError
 from storage.schema import with_partition_column
 from streaming.options import BATCH_READ, InvalidOptionError, Options, resolve_offsets, topic_offsets
@@ -42,6 +45,8 @@ from streaming.store_cache import cached_store
 
 VIEWS = ("compacted", "read_compacted", "raw")
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
+MIN_PIECE_BYTES = 4 * 1024 * 1024
+"""No task reads less (Spark's spark.sql.files.openCostInBytes): a task costs a few milliseconds to start."""
 WHERE = "spark.read.format('ledgerview')"
 
 
@@ -58,6 +63,8 @@ class ScanOptions:
     """"latest", or an offset (or -1) per partition."""
     fail_on_data_loss: bool
     max_partition_bytes: int
+    min_partitions: int
+    """Split partitions so that a read has at least this many tasks (Kafka's minPartitions)."""
 
     @classmethod
     def parse(cls, given: Any) -> ScanOptions:
@@ -75,7 +82,8 @@ class ScanOptions:
                    starting if isinstance(starting, str) else topic_offsets(WHERE, "startingOffsets", starting, topic),
                    ending if isinstance(ending, str) else topic_offsets(WHERE, "endingOffsets", ending, topic),
                    options.flag("failOnDataLoss", True),
-                   options.positive("maxPartitionBytes") or DEFAULT_MAX_PARTITION_BYTES)
+                   options.positive("maxPartitionBytes") or DEFAULT_MAX_PARTITION_BYTES,
+                   options.positive("minPartitions") or os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,20 @@ class ScanPartition(InputPartition):
     partition: int
     start_offset: int
     end_offset: int
+
+
+@dataclass(frozen=True)
+class TablePiece(InputPartition):
+    """One Spark task of the table view: the live rows of ledger offsets [ledger_start, ledger_end) of the
+    ledger planned on, and (one piece per partition) the raw tail's up to ``end_offset``."""
+
+    partition: int
+    end_offset: int
+    pinned: tuple[int, int] | None
+    """(ledger id, horizon) planned on; None before the first compaction."""
+    ledger_start: int
+    ledger_end: int
+    with_tail: bool
 
 
 class TopicScan(DataSourceReader):
@@ -110,10 +132,12 @@ class TopicScan(DataSourceReader):
             latest[partition] = log.end_offset
         starts = self._bounds("startingOffsets", self.options.starting, earliest, latest, (EARLIEST, LATEST))
         ends = self._bounds("endingOffsets", self.options.ending, earliest, latest, (LATEST,))
+        chosen = [p for p in range(count) if self.filters.partitions is None or p in self.filters.partitions]
+        if self.options.view == "compacted":
+            return self._table_pieces(store, chosen, latest)
+        piece_bytes = self._piece_bytes(sum(store.size_bytes(topic, p) for p in chosen))
         planned: list[InputPartition] = []
-        for partition in range(count):
-            if self.filters.partitions is not None and partition not in self.filters.partitions:
-                continue
+        for partition in chosen:
             start, end = starts[partition], ends[partition]
             if self.options.view == "raw":
                 log = store.partition_log(topic, partition)
@@ -121,12 +145,35 @@ class TopicScan(DataSourceReader):
                                       fail_on_data_loss=self.options.fail_on_data_loss)
                 start, end = self.filters.offsets.contains_range(start, end)
                 planned += [ScanPartition(partition, low, high)
-                            for low, high in segment_runs(log.segments, start, end, self.options.max_partition_bytes)]
-            elif self.options.view == "read_compacted":  # offset 0 of the compacted view is its earliest
+                            for low, high in segment_runs(log.segments, start, end, piece_bytes)]
+            else:  # read_compacted: offset 0 of the compacted view is its earliest
                 planned.append(ScanPartition(partition, EARLIEST if start == 0 else start, end))
-            else:
-                planned.append(ScanPartition(partition, start, end))
         return planned
+
+    def _piece_bytes(self, total_bytes: int) -> int:
+        """Bytes per task, as Spark sizes file splits: enough for minPartitions tasks, but at least
+        MIN_PIECE_BYTES, and never more than maxPartitionBytes."""
+        return min(self.options.max_partition_bytes,
+                   max(MIN_PIECE_BYTES, -(-total_bytes // self.options.min_partitions)))
+
+    def _table_pieces(self, store: Store, chosen: list[int], latest: dict[int, int]) -> list[InputPartition]:
+        """The table view: each partition's ledger split into offset ranges of about the piece size, every task
+        pinned to the ledger the cursor names now; the last piece of a partition also serves its tail."""
+        cursors = {p: CompactedLedgers(store.partition_log(self.options.topic, p).folder).read_cursor()
+                   for p in chosen}
+        piece_bytes = self._piece_bytes(sum(c.ledger_bytes for c in cursors.values() if c is not None))
+        pieces: list[InputPartition] = []
+        for partition in chosen:
+            cursor = cursors[partition]
+            if cursor is None:
+                pieces.append(TablePiece(partition, latest[partition], None, 0, 0, True))
+                continue
+            count = max(1, -(-cursor.ledger_bytes // piece_bytes))
+            bounds = [cursor.horizon * index // count + (index > 0) for index in range(count)] + [cursor.horizon + 1]
+            pinned = (cursor.ledger_id, cursor.horizon)
+            pieces += [TablePiece(partition, latest[partition], pinned, low, high, index == count - 1)
+                       for index, (low, high) in enumerate(itertools.pairwise(bounds))]
+        return pieces
 
     def _bounds(self, option: str, chosen: str | dict[int, int], earliest: dict[int, int],
                 latest: dict[int, int], codes: tuple[int, ...]) -> dict[int, int]:
@@ -144,17 +191,29 @@ class TopicScan(DataSourceReader):
         return resolved
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, ScanPartition):  # Spark's stand-in when partitions() is empty
+        if not isinstance(partition, (ScanPartition, TablePiece)):  # Spark's stand-in for no partitions
             return iter(())
         return self._read(partition)
 
-    def _read(self, planned: ScanPartition) -> Iterator[pa.RecordBatch]:
+    def _read(self, planned: ScanPartition | TablePiece) -> Iterator[pa.RecordBatch]:
         store = cached_store(self.options.path)
         rows = SparkRows(self.options.topic)
-        for batch in self._stored_batches(store, planned):
+        batches = self._table_rows(store, planned) if isinstance(planned, TablePiece) else \
+            self._stored_batches(store, planned)
+        for batch in batches:
             selected = self.filters.apply(rows.convert(batch))
             if selected.num_rows:
                 yield selected
+
+    def _table_rows(self, store: Store, piece: TablePiece) -> Iterator[pa.RecordBatch]:
+        offsets = self.filters.offsets
+        low = piece.ledger_start if offsets.low is None else max(offsets.low, piece.ledger_start)
+        high = piece.ledger_end if offsets.high is None else min(offsets.high, piece.ledger_end)
+        if offsets.high is not None and offsets.high <= (0 if offsets.low is None else offsets.low):
+            return  # an empty range reads nothing, not even the tail
+        yield from snapshot_batches(store, self.options.topic, piece.partition, piece.end_offset,
+                                    keys=self.filters.keys, ledger_offsets=(low, max(low, high)),
+                                    pinned=piece.pinned, with_tail=piece.with_tail)
 
     def _stored_batches(self, store: Store, planned: ScanPartition) -> Iterator[pa.RecordBatch]:
         topic, partition = self.options.topic, planned.partition
@@ -165,10 +224,6 @@ class TopicScan(DataSourceReader):
         offsets = self.filters.offsets
         low = 0 if offsets.low is None else offsets.low  # 0 is a bound too: never test bounds by truth
         if offsets.high is not None and offsets.high <= low:
-            return
-        if self.options.view == "compacted":
-            yield from snapshot_batches(store, topic, partition, planned.end_offset, keys=self.filters.keys,
-                                        ledger_offsets=(low, offsets.high))
             return
         yield from self._read_compacted(store, planned, low)
 
@@ -200,19 +255,27 @@ def _ledger_lookups(read: PartitionRead, keys: frozenset[bytes]) -> Iterator[pa.
 
 
 def segment_runs(segments: Sequence[Any], start: int, end: int, max_bytes: int) -> list[tuple[int, int]]:
-    """Split offsets [start, end) into runs of whole segments of about ``max_bytes`` each (at least one run
-    when the range is not empty)."""
+    """Split offsets [start, end) into runs of about ``max_bytes`` each (at least one run when the range is not
+    empty): whole segments together, and a segment larger than that cut into equal offset ranges (a read
+    starts anywhere through the offset index)."""
     if start >= end:
         return []
-    runs: list[tuple[int, int]] = []
-    run_start, run_bytes = start, 0
+    chunks: list[tuple[int, int, float]] = []
     for index, segment in enumerate(segments):
         following = segments[index + 1].base_offset if index + 1 < len(segments) else end
-        if following <= start or segment.base_offset >= end:
+        low, high = max(start, segment.base_offset), min(end, following)
+        if low >= high:
             continue
-        run_bytes += segment.size_bytes
-        if run_bytes >= max_bytes and following < end:
-            runs.append((run_start, following))
-            run_start, run_bytes = following, 0
+        covered = segment.size_bytes * (high - low) / max(following - segment.base_offset, 1)
+        pieces = max(1, min(high - low, int(covered // max_bytes)))
+        cuts = [low + (high - low) * piece // pieces for piece in range(pieces)] + [high]
+        chunks += [(a, b, covered / pieces) for a, b in itertools.pairwise(cuts)]
+    runs: list[tuple[int, int]] = []
+    run_start, run_bytes = chunks[0][0] if chunks else start, 0.0
+    for low, _, size in chunks:
+        if run_bytes and run_bytes + size > max_bytes * 1.25:
+            runs.append((run_start, low))
+            run_start, run_bytes = low, 0.0
+        run_bytes += size
     runs.append((run_start, end))
     return runs

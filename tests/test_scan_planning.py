@@ -1,0 +1,75 @@
+"""How a Spark batch read is cut into tasks (streaming/scan.py, ``segment_runs``): the runs cover the offsets
+asked for exactly once, in order, and a segment larger than a task's share is cut into offset ranges, so that one
+large partition spreads over many tasks; the table view's pieces all read the ledger they were planned on."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import hypothesis.strategies as st
+from hypothesis import given
+
+from compactor import Compactor
+from storage import Store
+from streaming.scan import ScanOptions, TopicScan, segment_runs
+
+
+@dataclass(frozen=True)
+class Segment:
+    base_offset: int
+    size_bytes: int
+
+
+@st.composite
+def logs(draw: st.DrawFn) -> tuple[list[Segment], int]:
+    lengths = draw(st.lists(st.integers(1, 5_000), min_size=1, max_size=8))
+    bases = [sum(lengths[:index]) for index in range(len(lengths))]
+    segments = [Segment(base, length * draw(st.integers(1, 300))) for base, length in zip(bases, lengths,
+                                                                                            strict=True)]
+    return segments, sum(lengths)
+
+
+@given(logs(), st.data(), st.integers(1_000, 2_000_000))
+def test_runs_cover_the_range_once_in_order(log: tuple[list[Segment], int], data: st.DataObject,
+                                            max_bytes: int) -> None:
+    segments, end_offset = log
+    start = data.draw(st.integers(0, end_offset))
+    end = data.draw(st.integers(start, end_offset))
+    runs = segment_runs(segments, start, end, max_bytes)
+    if start == end:
+        assert runs == []
+        return
+    assert runs[0][0] == start and runs[-1][1] == end
+    assert all(low < high for low, high in runs)
+    assert all(previous[1] == following[0] for previous, following in itertools.pairwise(runs))
+
+
+def test_one_large_segment_is_cut_into_offset_ranges() -> None:
+    runs = segment_runs([Segment(0, 100 * 1024 * 1024)], 0, 1_000_000, 25 * 1024 * 1024)
+    assert runs == [(0, 250_000), (250_000, 500_000), (500_000, 750_000), (750_000, 1_000_000)]
+
+
+def table_rows(scan: TopicScan, pieces: list[object]) -> list[tuple[int, int, bytes, bytes]]:
+    return sorted((row["partition"], row["offset"], row["key"], row["value"]) for piece in pieces
+                  for batch in scan.read(piece) for row in batch.to_pylist())  # type: ignore[arg-type]
+
+
+def test_a_split_table_read_is_one_row_per_live_key_on_the_ledger_it_was_planned_on(tmp_path: Path) -> None:
+    """The table view split into pieces over tasks: each piece reads the planned ledger, so a compaction
+    published between planning and reading changes nothing in the answer (the retiring ledger is still read)."""
+    with Store.open(tmp_path) as store:
+        store.create_topic("t", config={"segment.bytes": "4096"})
+        store.append("t", [(f"k{i % 50}", f"v{i}") for i in range(2_000)] + [("k7", None)])
+        Compactor(store).compact("t")
+        store.append("t", [("k1", "new"), ("k2", None)])
+    scan = TopicScan(ScanOptions.parse({"path": str(tmp_path), "topic": "t", "maxPartitionBytes": "512"}))
+    pieces = list(scan.partitions())
+    assert len(pieces) > 3
+    expected = sorted([(0, 1950 + i, f"k{i}".encode(), f"v{1950 + i}".encode()) for i in range(50)
+                       if i not in (1, 2, 7)] + [(0, 2001, b"k1", b"new")])
+    with Store.open(tmp_path) as store:
+        store.append("t", [("k3", "later")])
+        Compactor(store).compact("t")
+    assert table_rows(scan, pieces) == expected
