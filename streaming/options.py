@@ -45,7 +45,8 @@ SPECS = {spec.name: spec for spec in (
                "Stream: at most this many offsets per micro-batch over all partitions, shared in proportion to "
                "what each has waiting (also under `trigger(availableNow=True)`)."),
     OptionSpec("minOffsetsPerTrigger", "a positive integer",
-               "Stream: wait for at least this many new offsets before a micro-batch, or for maxTriggerDelay."),
+               "Stream: wait for at least this many new offsets before a micro-batch, or for maxTriggerDelay "
+               "(not under `trigger(availableNow=True)`, which takes what there is)."),
     OptionSpec("maxTriggerDelay", "a duration such as 15m, 30s or 500ms",
                "Stream, with minOffsetsPerTrigger: the longest a micro-batch waits (default 15m)."),
     OptionSpec("maxPartitionBytes", "a positive number of bytes",
@@ -187,3 +188,15 @@ def topic_offsets(where: str, option: str, parsed: Mapping[str, Mapping[int, int
         raise InvalidOptionError(where, option, dict(parsed),
                                  f'JSON naming topic {topic!r} only, e.g. {{"{topic}": {{"0": 42, "1": -2}}}}')
     return dict(parsed[topic])
+
+
+def options_table() -> str:
+    """The Markdown table of every option, for docs/SPARK.md (a test keeps the two the same)."""
+    uses = {"batch read": BATCH_READ, "stream read": STREAM_READ, "write": WRITE}
+    lines = ["| option | taken by | allowed | meaning |", "|---|---|---|---|"]
+    for name in dict.fromkeys((*BATCH_READ, *STREAM_READ, *WRITE)):
+        spec = SPECS[name]
+        taken = ", ".join(use for use, names in uses.items() if name in names)
+        lines.append(f"| `{name}` | {taken} | {spec.allowed} | {spec.doc} |")
+    return "\n".join(lines) + "\n"
+

@@ -4,9 +4,11 @@ is allowed. The Spark runs of the same options are in tests/spark/."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from streaming.options import InvalidOptionError, UnknownOptionError, resolve_offsets
+from streaming.options import InvalidOptionError, UnknownOptionError, options_table, resolve_offsets
 from streaming.scan import ScanOptions
 from streaming.sink import SinkOptions
 from streaming.source import SourceOptions
@@ -79,3 +81,8 @@ def test_json_offsets_must_name_every_partition_as_kafkas_do() -> None:
     with pytest.raises(InvalidOptionError, match=r"offsets >= 0 or the codes \[-1\]"):
         resolve_offsets("a read", "endingOffsets", {0: -2, 1: 3, 2: 4}, "prices", earliest=starts, latest=ends,
                         allowed_codes=(-1,))
+
+
+def test_the_docs_list_every_option_as_it_is_defined() -> None:
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "SPARK.md").read_text()
+    assert options_table() in docs
