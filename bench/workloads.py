@@ -180,17 +180,35 @@ WORKLOADS: dict[str, Workload] = {
         *(
             Workload(
                 f"spark-sql-{name}",
-                f"Spark SQL {what} over the compacted view, beside the same query over a Parquet copy of the view",
+                f"Spark SQL {what} over the store (compacted once, then 10% more appended), beside the same query "
+                "over a Parquet copy of the same rows",
                 tuple(
-                    Case(source, preparer=spark_jobs.compacted_parquet_copy, job=spark_jobs.sql_job(source, query),
-                         note=note)
-                    for source, note in (("ledgerview", "spark.read.format('ledgerview') compacted view"),
-                                         ("parquet", "spark.read.parquet of the compacted view's copy"))
+                    Case(source, preparer=spark_jobs.parquet_copies, job=spark_jobs.sql_job(source, query, view),
+                         note=note.format(view=view))
+                    for source, note in (("ledgerview", "spark.read.format('ledgerview'), view={view}"),
+                                         ("parquet", "spark.read.parquet of the {view} view's rows"))
                 ),
                 whole_dataset=False,
             )
-            for name, what, query in (("scan", "full scan", spark_jobs.FULL_SCAN),
-                                      ("point", "point query", spark_jobs.POINT_QUERY))
+            for name, what, query, view in (
+                ("scan", "full scan of the table view", spark_jobs.FULL_SCAN, "compacted"),
+                ("filter", "scan of the table view's upper half of offsets", spark_jobs.FILTERED_SCAN, "compacted"),
+                ("point", "point query of the table view", spark_jobs.POINT_QUERY, "compacted"),
+                ("raw-scan", "full scan of the raw log", spark_jobs.FULL_SCAN, "raw"),
+            )
+        ),
+        *(
+            Workload(
+                f"spark-write-{when}",
+                f"the {when} df.write of a session: the dataset from one Parquet file into each sink",
+                tuple(
+                    Case(sink, preparer=spark_jobs.write_input, job=spark_jobs.write_job(sink, first=when == "first"),
+                         note=note)
+                    for sink, note in (("ledgerview", "df.write.format('ledgerview') into a 1-partition topic"),
+                                       ("parquet", "df.write.parquet"))
+                ),
+            )
+            for when in ("first", "warm")
         ),
         Workload(
             "get",

@@ -13,10 +13,11 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter
 from pyspark.sql.types import StructType
 
+from storage.errors import LedgerviewError
 from streaming.rows import SPARK_SCHEMA
 from streaming.scan import ScanOptions, TopicScan
 from streaming.sink import BatchSink, SinkOptions, StreamSink
-from streaming.source import SourceOptions, TopicStream
+from streaming.source import RefusedStream, SourceOptions, TopicStream
 
 NAME = "ledgerview"
 
@@ -39,4 +40,7 @@ class LedgerviewDataSource(DataSource):
         return StreamSink(SinkOptions.parse(self.options, schema, overwrite))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return TopicStream(SourceOptions.parse(self.options))
+        try:
+            return TopicStream(SourceOptions.parse(self.options))
+        except LedgerviewError as error:
+            return RefusedStream(error)

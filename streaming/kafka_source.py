@@ -50,6 +50,7 @@ from pyspark.sql.types import (
 
 from storage.errors import LedgerviewError
 from streaming.options import KAFKA_READ, InvalidOptionError, Options
+from streaming.source import RefusedStream
 from streaming.source_offsets import EARLIEST, LATEST, admitted, checked_start
 
 SCHEMA = StructType([
@@ -115,7 +116,10 @@ class KafkaSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return KafkaStreamReader(SourceOptions.parse(self.options))
+        try:
+            return KafkaStreamReader(SourceOptions.parse(self.options))
+        except LedgerviewError as error:
+            return RefusedStream(error)
 
 
 @dataclass(frozen=True)

@@ -248,3 +248,33 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def _ledger_id(cursor: CompactionCursor | None) -> int | None:
     return None if cursor is None else cursor.ledger_id
+
+
+class RefusedStream(DataSourceStreamReader):
+    """The reader of a query whose options were refused: its first call raises the error.
+
+    PySpark 4.3's stream runner calls ``stop()`` on the reader even when creating it failed, so an error raised
+    by ``streamReader`` comes with a second traceback (an UnboundLocalError in PySpark) after ours; raised from the
+    first call instead, it arrives alone."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error.with_traceback(None)
+
+    def initialOffset(self) -> dict[str, Any]:
+        raise self.error from None
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        raise self.error from None
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        raise self.error from None
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        raise self.error from None
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        raise self.error from None
+
+    def commit(self, end: dict[str, Any]) -> None:
+        raise self.error from None
+

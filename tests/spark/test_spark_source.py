@@ -126,5 +126,6 @@ def test_bad_stream_options_fail_the_query_saying_what_is_allowed(spark: SparkSe
     with Store.open(data) as store:
         store.create_topic(TOPIC, partitions=2)
         store.append(TOPIC, numbered_rows(20))
-    with pytest.raises((StreamingQueryException, PySparkException), match=message):
+    with pytest.raises((StreamingQueryException, PySparkException), match=message) as raised:
         run_available_now(stream(spark, data, **options), tmp_path / "checkpoint")
+    assert "During handling of the above exception" not in str(raised.value)  # our error alone, no follow-on
