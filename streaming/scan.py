@@ -10,10 +10,12 @@ Three views (``option("view", ...)``):
 - ``raw``: every message of the log.
 
 Planning (one Python planner process): options are checked (streaming/options.py), pushed filters are folded into
-ScanFilters, and each log partition the filters allow becomes one Spark partition, its end offset fixed then, so
-every task reads one consistent cut; a raw partition larger than ``maxPartitionBytes`` is split into runs of
-whole segments. ``startingOffsets`` / ``endingOffsets`` bound ``raw`` and ``read_compacted`` reads, as in Spark's
-Kafka source; a table is always read whole, as of planning (filter ``offset`` to narrow it).
+ScanFilters, and each log partition the filters allow is read up to its end offset then, so every task reads one
+consistent cut. Tasks are sized as Spark sizes file splits (``_piece_bytes``): a raw partition is cut into offset
+ranges (``segment_runs``), a table's ledger into offset ranges whose tasks all read the ledger planned on, the
+last of them also folding and serving the raw tail; a ``read_compacted`` partition is one task.
+``startingOffsets`` / ``endingOffsets`` bound ``raw`` and ``read_compacted`` reads, as in Spark's Kafka source; a
+table is always read whole, as of planning (filter ``offset`` to narrow it).
 
 Reading (executor processes): batches stay Arrow from the segment to Spark. With keys pushed down, the ledger is
 answered through its key index instead of a scan.
