@@ -30,7 +30,7 @@ the partition and the lost range; without it the source skips to the log start a
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +100,8 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target: dict[int, int] | None = None
         self.rows = SparkRows(options.topic)
         self._last_batch_ms: float | None = None
+        self.clock_ms: Callable[[], float] = lambda: time.monotonic() * 1000
+        """The planner's clock for maxTriggerDelay (tests set their own)."""
 
     @property
     def store(self) -> Store:
@@ -162,11 +164,11 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
             offsets = admitted({p: pos.offset for p, pos in begin.items()}, offsets, limit.max_rows)
         if self._waits_for_more(begin, offsets):
             return start
-        self._last_batch_ms = time.monotonic() * 1000
+        self._last_batch_ms = self.clock_ms()
         return self._encode({p: self._tagged(p, begin.get(p, Position(0)), end) for p, end in offsets.items()})
 
     def _waits_for_more(self, begin: dict[int, Position], ends: dict[int, int]) -> bool:
-        now = time.monotonic() * 1000
+        now = self.clock_ms()
         if self._last_batch_ms is None:
             self._last_batch_ms = now
         minimum = self.options.min_offsets
