@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import given
 
 from compactor import Compactor
 from storage import Store
 from streaming.scan import ScanOptions, TopicScan, segment_runs
+from streaming.source_offsets import DataLossError
 
 
 @dataclass(frozen=True)
@@ -73,3 +75,29 @@ def test_a_split_table_read_is_one_row_per_live_key_on_the_ledger_it_was_planned
         store.append("t", [("k3", "later")])
         Compactor(store).compact("t")
     assert table_rows(scan, pieces) == expected
+
+
+def offsets_read(folder: Path, **options: str) -> list[int]:
+    scan = TopicScan(ScanOptions.parse({"path": str(folder), "topic": "t", **options}))
+    return sorted(row["offset"] for piece in scan.partitions() for batch in scan.read(piece)
+                  for row in batch.to_pylist())
+
+
+def test_batch_reads_take_kafkas_starting_and_ending_offsets(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as store:
+        store.create_topic("t", config={"segment.bytes": "1024"})
+        store.append("t", [(f"k{i % 5}", f"v{i}") for i in range(40)])
+        Compactor(store).compact("t")  # horizon 39: the ledger holds 35..39
+        store.append("t", [(f"k{i % 5}", f"v{i}") for i in range(40, 50)])
+    assert offsets_read(tmp_path, view="raw", startingOffsets='{"t": {"0": 10}}',
+                        endingOffsets='{"t": {"0": 20}}') == list(range(10, 20))
+    assert offsets_read(tmp_path, view="read_compacted") == [*range(35, 50)]
+    assert offsets_read(tmp_path, view="read_compacted", startingOffsets='{"t": {"0": 37}}',
+                        endingOffsets='{"t": {"0": 45}}') == [37, 38, 39, *range(40, 45)]
+    with Store.open(tmp_path) as store:
+        store.alter_topic_config("t", {"cleanup.policy": "delete"})
+        store.delete_records("t", 0, 30)
+    with pytest.raises(DataLossError, match=r"Data loss in t-0: the query needs offsets from 10"):
+        offsets_read(tmp_path, view="raw", startingOffsets='{"t": {"0": 10}}')
+    assert offsets_read(tmp_path, view="raw", startingOffsets='{"t": {"0": 10}}', failOnDataLoss="false",
+                        endingOffsets='{"t": {"0": 32}}') == [30, 31]
