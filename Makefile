@@ -7,9 +7,11 @@ BIN := $(VENV)/bin
 .PHONY: demo test test-fast bench lint clean kcat
 
 $(BIN)/.installed: requirements.lock pyproject.toml
+	@echo "Creating $(VENV) and installing the pinned packages of requirements.lock (a minute or two on a fresh machine)..."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@echo "$(VENV) is ready."
 	touch $@
 
 demo: $(BIN)/.installed
@@ -20,6 +22,7 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy
 
 test: lint kcat
+	@echo "Running the tests: the fast ones first, then the slow and fault ones, Spark's last."
 	$(BIN)/python -m pytest
 
 # kcat, Debian's package, for the Kafka endpoint tests; where apt-get cannot install it those tests skip, saying so.
@@ -34,6 +37,7 @@ test-fast: $(BIN)/.installed
 
 # The peers the benchmarks compare against; not needed to run or test ledgerview.
 $(BIN)/.bench-installed: $(BIN)/.installed bench/requirements.lock
+	@echo "Installing the benchmarks' peers from bench/requirements.lock..."
 	$(BIN)/pip install --quiet --disable-pip-version-check -r bench/requirements.lock
 	touch $@
 

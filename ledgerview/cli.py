@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib.metadata import version
 
 from ledgerview.commands import (
     clean,
@@ -19,6 +20,7 @@ from ledgerview.commands import (
     topics,
     verify,
 )
+from ledgerview.commands.common import add_data_option
 from ledgerview.exit_codes import EXIT_CODES_HELP, ExitCode, exit_code_for
 from storage.errors import LedgerviewError
 
@@ -29,11 +31,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ledgerview",
         description="Keyed streams kept as a full history (the raw log) and a latest-per-key table (the compacted "
-                    "view). Every command takes --data DIR (default $LEDGERVIEW_DATA or ./data); "
-                    "'ledgerview COMMAND --help' is the reference of each.",
+                    "view). Every command takes --data DIR (default $LEDGERVIEW_DATA or ./data), before or after "
+                    "the command; 'ledgerview COMMAND --help' is the reference of each.",
         epilog=f"exit statuses:\n{EXIT_CODES_HELP}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_data_option(parser, before_command=True)
+    parser.add_argument("--version", action="version", version=f"ledgerview {version('ledgerview')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in COMMAND_GROUPS:
         group.register(commands)

@@ -170,7 +170,17 @@ def _json_line_problem(line: bytes) -> str | None:
         if not isinstance(value, _JSON_TYPES[name]) or isinstance(value, bool):
             allowed = "a string or null" if name in ("key", "value") else "an integer"
             return f"{name!r} is {json.dumps(value)}; expected {allowed}"
+        if isinstance(value, str) and not _is_unicode(value):
+            return f"{name!r} holds a lone surrogate escape (\\ud800 to \\udfff unpaired), which is not text"
     return None
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _concatenated(lines: pa.Array) -> bytes:

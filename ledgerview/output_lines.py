@@ -1,7 +1,8 @@
 """Messages out as lines: text built with Arrow kernels, or JSON lines (what ``consume`` prints).
 
 Text: the chosen fields joined by the separator, ``partition offset timestamp key value`` in that order, with null
-keys and values shown as the null marker (kafka-console-consumer prints ``null``). A batch becomes one buffer of
+keys and values shown as the null marker (kafka-console-consumer prints ``null``) and bytes that are not UTF-8
+escaped as ``\\xNN``. A batch becomes one buffer of
 lines without a Python step per message. JSON: one object per message with partition, offset, timestamp, key,
 value and headers; keys, values and header values are decoded as UTF-8 (invalid bytes become U+FFFD). Both are
 built with Arrow kernels, a batch at a time.
@@ -35,10 +36,20 @@ def text_lines(batch: pa.RecordBatch, text_format: TextFormat) -> memoryview:
                                         ("timestamp", text_format.print_timestamp),
                                         ("key", text_format.print_key), ("value", True)) if shown]
     null = pa.scalar(text_format.null_marker, pa.binary())
-    fields = [pc.fill_null(batch.column(name).cast(pa.string()).cast(pa.binary()), null) for name in columns]
+    fields = [pc.fill_null(_printable(batch.column(name)), null) for name in columns]
     line = pc.binary_join_element_wise(*fields, pa.scalar(text_format.separator, pa.binary()))
     ended = pc.binary_join_element_wise(line, pa.scalar(b"", pa.binary()), pa.scalar(b"\n", pa.binary()))
     return concatenated_values(ended)
+
+
+def _printable(column: pa.Array) -> pa.Array:
+    """A column as UTF-8 bytes to print: text as it is; bytes that are not UTF-8 escaped as ``\\xNN``, as kcat
+    shows them (one Python step per message, only for a column that holds such bytes)."""
+    try:
+        return column.cast(pa.string()).cast(pa.binary())
+    except pa.ArrowInvalid:
+        return pa.array([None if value is None else value.decode("utf-8", "backslashreplace").encode()
+                         for value in column.to_pylist()], pa.binary())
 
 
 def json_lines(batch: pa.RecordBatch) -> bytes | memoryview:

@@ -45,3 +45,15 @@ def data_dir(tmp_path: Path) -> Path:
 def store(data_dir: Path, clock: ManualClock) -> Iterator[Store]:
     with Store.open(data_dir, clock=clock) as opened:
         yield opened
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Fast tests first, then the slow and fault ones, Spark's last (they share one session): the progress line
+    moves from the start, and a failing fast test shows within a minute."""
+
+    def weight(item: pytest.Item) -> int:
+        if item.get_closest_marker("spark"):
+            return 2
+        return 1 if item.get_closest_marker("slow") or item.get_closest_marker("fault") else 0
+
+    items.sort(key=weight)

@@ -20,11 +20,19 @@ Subparsers = Any
 """argparse's private ``_SubParsersAction``, which has no public name to annotate with."""
 
 
+def add_data_option(parser: argparse.ArgumentParser, *, before_command: bool) -> None:
+    """The ``--data`` option, taken before the command (``ledgerview --data X topics list``) and after it. The
+    default lives on the top-level parser only: a command's own ``--data`` sets the value when given and leaves
+    the one given before the command alone when not."""
+    parser.add_argument("--data", type=Path,
+                        default=Path(os.environ.get(DATA_ENVIRONMENT, "data")) if before_command else argparse.SUPPRESS,
+                        help=f"the store's data folder (default: ${DATA_ENVIRONMENT} or ./data)")
+
+
 def data_parent() -> argparse.ArgumentParser:
     """The ``--data`` option every store command takes."""
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument("--data", type=Path, default=Path(os.environ.get(DATA_ENVIRONMENT, "data")),
-                        help=f"the store's data folder (default: ${DATA_ENVIRONMENT} or ./data)")
+    add_data_option(parent, before_command=False)
     return parent
 
 

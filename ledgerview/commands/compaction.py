@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import time
 
 from compactor import CompactionState, Compactor
@@ -69,6 +70,14 @@ def run_compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def utc_time(epoch_ms: int | None) -> str | None:
+    """Milliseconds since the epoch as people read them (``--json`` keeps the numbers)."""
+    if epoch_ms is None:
+        return None
+    moment = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.UTC)
+    return moment.isoformat(sep=" ", timespec="milliseconds").removesuffix("+00:00")
+
+
 def run_status(args: argparse.Namespace) -> int:
     with open_existing_store(args.data) as store:
         require_topic(store, args.topic)
@@ -81,8 +90,8 @@ def run_status(args: argparse.Namespace) -> int:
         for status in statuses:
             print_json(status.as_record())
     else:
-        print_table(["partition", "state", "started_ms", "ended_ms", "read", "kept", "removed", "last_error"],
-                    [(s.partition, s.state.value, s.started_ms, s.ended_ms, s.messages_read, s.messages_kept,
-                      s.messages_removed, s.last_error) for s in statuses])
+        print_table(["partition", "state", "started (UTC)", "ended (UTC)", "read", "kept", "removed", "last_error"],
+                    [(s.partition, s.state.value, utc_time(s.started_ms), utc_time(s.ended_ms), s.messages_read,
+                      s.messages_kept, s.messages_removed, s.last_error) for s in statuses])
     failed = any(status.state is CompactionState.ERROR for status in statuses)
     return ExitCode.CHECK_FAILED if failed else ExitCode.OK

@@ -12,8 +12,9 @@ import pyarrow as pa
 
 from ledgerview.commands.common import Subparsers, add_command, open_existing_store, require_topic, say
 from ledgerview.errors import MalformedInputError
-from ledgerview.input_lines import LineError, LineFormat, line_number_in, parse_chunk, read_chunks
+from ledgerview.input_lines import LineError, LineFormat, line_number_in, parse_chunk, read_chunks, split_lines
 from storage import Store
+from storage.errors import KeylessMessageError, MessageTooLargeError
 
 DESCRIPTION = """Append messages to a topic, one per line, from stdin or files.
 
@@ -40,13 +41,20 @@ def register(subparsers: Subparsers) -> None:
     produce.add_argument("--file", action="append", type=Path, default=[], metavar="PATH",
                          help="read this file instead of stdin (repeatable; '-' is stdin)")
     produce.add_argument("--json", action="store_true", help="JSON lines instead of key<separator>value text")
-    produce.add_argument("--separator", default="\t", help="between key and value in text lines (default: tab)")
+    produce.add_argument("--separator", default="\t", type=_separator,
+                         help="between key and value in text lines (default: tab)")
     produce.add_argument("--no-key", action="store_true", help="text lines are values only; keys are null")
     produce.add_argument("--null-marker", metavar="MARK", help="a text key or value equal to MARK is null")
     produce.add_argument("--partition", type=int, help="append every message to this partition")
     produce.add_argument("--compression", choices=["none", "lz4", "zstd"],
                          help="batch codec when the topic's compression.type is producer")
     produce.add_argument("--quiet", action="store_true", help="print no summary")
+
+
+def _separator(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("the separator must be at least one character (the default is a tab)")
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,13 +87,29 @@ def _produce_stream(store: Store, args: argparse.Namespace, name: str, stream: B
             table = parse_chunk(chunk, line_format)
         except LineError as error:
             written += _append(store, args, error.parsed)
-            consequence = (f"{already + written} messages before it were written, nothing from this line on; "
-                           "fix the line and send the rest again.")
-            raise MalformedInputError(name, lines_before + line_number_in(chunk, error.line_index), error.line,
-                                      error.reason, consequence=consequence) from None
-        written += _append(store, args, table)
+            raise _refused(name, lines_before, chunk, error.line_index, error.reason, already + written) from None
+        try:
+            written += _append(store, args, table)
+        except (MessageTooLargeError, KeylessMessageError) as error:
+            # The store refuses a whole append: write the messages before the refused one, so that what was
+            # written is exactly the input up to the line named, and a resend from that line duplicates nothing.
+            written += _append(store, args, table.slice(0, error.row))
+            reason = (f"the message is {error.size_bytes} bytes, over the topic's max.message.bytes="
+                      f"{error.limit_bytes}" if isinstance(error, MessageTooLargeError) else
+                      "the message has no key, and the topic is compacted (cleanup.policy=compact)")
+            raise _refused(name, lines_before, chunk, error.row + 1, reason, already + written) from None
         lines_before += chunk.count(b"\n")
     return written
+
+
+def _refused(name: str, lines_before: int, chunk: bytes, non_blank_index: int, reason: str,
+             written: int) -> MalformedInputError:
+    """The error for the ``non_blank_index``-th line of ``chunk``, saying what was written before it."""
+    line = split_lines(chunk)[non_blank_index - 1].as_py()
+    consequence = (f"{written} messages before it were written, nothing from this line on; fix the line and send "
+                   "the rest again.")
+    return MalformedInputError(name, lines_before + line_number_in(chunk, non_blank_index), line, reason,
+                               consequence=consequence)
 
 
 def _append(store: Store, args: argparse.Namespace, table: pa.Table) -> int:
