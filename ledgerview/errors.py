@@ -43,3 +43,13 @@ class SourceReplayError(LedgerviewError):
             f"Source {source!r} cannot replay from {position}: the topic holds its messages up to sequence "
             f"{highest_sequence}, but the source ends before. Its input changed since they were appended (a file "
             "rewritten or removed); restore the input, or remove the source's checkpoint to start it afresh.")
+
+
+class ListenError(LedgerviewError):
+    """The service cannot listen where its config says; it stopped before changing anything."""
+
+    def __init__(self, section: str, host: str, port: int, reason: str) -> None:
+        self.section, self.host, self.port = section, host, port
+        super().__init__(f"Cannot listen on {host}:{port} ([{section}] host and port): {reason}. Choose another "
+                         "port (0 picks a free one) or stop what listens there; the service did not start.")
+

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from storage.batch_files import BatchFile, ScannedBatch
+from storage.checkpoints import read_checkpoint
 from storage.codec import BatchFormatError
 from storage.compacted import CompactedLedgers
 from storage.cursors import read_subscription_cursor
 from storage.errors import LedgerviewError
 from storage.files import (
     LOG_SUFFIX,
+    RECOVERY_POINT_CHECKPOINT,
     SUBSCRIPTIONS_FOLDER,
     key_index_folder,
     ledger_file,
@@ -64,11 +66,12 @@ def files_to_check(store: Store, topics: list[str]) -> list[Path]:
 
 def verify_topics(store: Store, topics: list[str], advance: Advance) -> Report:
     report = Report()
+    recovery_points = read_checkpoint(store.root / RECOVERY_POINT_CHECKPOINT)
     for topic in topics:
         for partition in range(store.topic_metadata(topic).partitions):
             folder = partition_folder(store.root, topic, partition)
             report.partitions += 1
-            _verify_segments(folder, report, advance)
+            _verify_segments(folder, report, advance, recorded_end=recovery_points.get((topic, partition), 0))
             _verify_compacted(folder, report)
             _verify_subscriptions(folder, partition, report)
     return report
@@ -80,10 +83,13 @@ def _segment_names(folder: Path) -> list[tuple[str, int]]:
                   key=lambda item: item[1])
 
 
-def _verify_segments(folder: Path, report: Report, advance: Advance) -> None:
+def _verify_segments(folder: Path, report: Report, advance: Advance, *, recorded_end: int) -> None:
+    """A partition no one has appended to yet has no segment file (its first open creates it): that is sound,
+    unless the recovery-point checkpoint says it once held messages."""
     segments = _segment_names(folder)
-    if not segments:
-        report.problems.append(f"{folder}: no segment files")
+    if not segments and recorded_end > 0:
+        report.problems.append(f"{folder}: no segment files, though the recovery-point checkpoint records "
+                               f"messages up to offset {recorded_end}")
     next_offset = None
     for index, (name, base_offset) in enumerate(segments):
         path = folder / name

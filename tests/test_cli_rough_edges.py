@@ -62,3 +62,16 @@ def test_compaction_status_prints_times_people_read(data_dir: Path) -> None:
     table = run_cli(data_dir, "compaction-status", "t").out.splitlines()
     assert "started (UTC)" in table[0]
     assert table[1].split()[2].count("-") == 2  # a date, 2026-11-25, not epoch milliseconds
+
+
+def test_verify_finds_a_topic_not_yet_written_sound_and_a_partition_whose_segments_vanished_not(
+        data_dir: Path) -> None:
+    run_cli(data_dir, "topics", "create", "fresh", "--partitions", "2")
+    assert run_cli(data_dir, "verify").code == 0
+    run_cli(data_dir, "produce", "fresh", "--partition", "1", input="a\t1\n")
+    for segment in (data_dir / "fresh-1").glob("*.log"):
+        segment.unlink()
+    broken = run_cli(data_dir, "verify", check=False)
+    assert broken.code != 0
+    assert "fresh-1: no segment files, though the recovery-point checkpoint records messages up to offset 1" in (
+        broken.out + broken.err)

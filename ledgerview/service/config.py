@@ -213,7 +213,20 @@ def _build(kind: type[Any], values: dict[str, Any], path: str, where: str) -> An
                and item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING]
     if missing:
         raise ServiceConfigError(path, where, f"missing required key {missing[0]!r}")
+    for key, value in values.items():
+        _check_range(key, value, path, f"{where} {key}")
     return kind(**values)
+
+
+def _check_range(key: str, value: Any, path: str, where: str) -> None:
+    """Ranges read off the key's name (units last): seconds above 0 (an interval of 0 would spin a loop), a port
+    in 0 to 65535, counts of messages and partitions at least 1."""
+    if key.endswith("_s") and value <= 0:
+        raise ServiceConfigError(path, where, f"{value!r} is not above 0 seconds")
+    if key == "port" and not 0 <= value <= 65535:
+        raise ServiceConfigError(path, where, f"{value!r} is not a port (0 to 65535; 0 picks a free one)")
+    if key.endswith(("_messages", "partitions")) and isinstance(value, int) and value < 1:
+        raise ServiceConfigError(path, where, f"{value!r} is below 1")
 
 
 def _matches(value: Any, hint: Any) -> bool:

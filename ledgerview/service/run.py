@@ -27,12 +27,13 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from compactor.scheduler import CompactionScheduler
-from ledgerview.errors import ServiceRunningError
+from ledgerview.errors import ListenError, ServiceRunningError
 from ledgerview.kafka.broker import EndpointOptions
 from ledgerview.kafka.server import KafkaEndpoint
 from ledgerview.service.config import ServiceConfig
@@ -112,19 +113,22 @@ class Service:
             self._lock.acquire(wait=False)
         except PartitionLockedError:
             raise ServiceRunningError(str(config.data), str(self._lock.path)) from None
+        # The listeners first: a port in use stops the service before it changed anything.
+        if config.http.enabled:
+            self.http = listening("http", config.http.host, config.http.port, lambda: StatusServer(
+                config.http.host, config.http.port, config.data, self.status))
+        if config.kafka.enabled:
+            self.kafka = listening("kafka", config.kafka.host, config.kafka.port, lambda: KafkaEndpoint(
+                config.data, options=EndpointOptions(
+                    host=config.kafka.host, port=config.kafka.port, compacted_suffix=config.kafka.compacted_suffix,
+                    advertised_host=config.kafka.advertised_host or None,
+                    fetch_cache_bytes=config.kafka.fetch_cache_bytes)))
         with Store.open(config.data) as store:
             for topic in config.topics:
                 if topic.name not in store.list_topics():
                     store.create_topic(topic.name, partitions=topic.partitions, config=topic.config)
                     log_event(logger, logging.INFO, "topic.created", topic=topic.name, partitions=topic.partitions)
-        if config.http.enabled:
-            self.http = StatusServer(config.http.host, config.http.port, config.data, self.status)
         self.loops = self._loops()
-        if config.kafka.enabled:
-            self.kafka = KafkaEndpoint(config.data, options=EndpointOptions(
-                host=config.kafka.host, port=config.kafka.port, compacted_suffix=config.kafka.compacted_suffix,
-                advertised_host=config.kafka.advertised_host or None,
-                fetch_cache_bytes=config.kafka.fetch_cache_bytes))
         on_spark = [s for s in config.sources
                     if config.spark.enabled and s.type in ("directory", "topic", "kafka")]
         self.workers = [IngestWorker(open_source(section), config.data, interval_s=section.interval_s,
@@ -240,6 +244,17 @@ def _cleaner_loop(store: Store, interval_s: float) -> PeriodicTask:
         return failures
 
     return PeriodicTask("cleaner", interval_s, run_once, close=store.close)
+
+
+Listener = TypeVar("Listener")
+
+
+def listening(section: str, host: str, port: int, open_listener: Callable[[], Listener]) -> Listener:
+    """``open_listener()``, or an error naming the address and the config key when it cannot listen there."""
+    try:
+        return open_listener()
+    except OSError as error:
+        raise ListenError(section, host, port, error.strerror or str(error)) from None
 
 
 def serve(config: ServiceConfig) -> int:

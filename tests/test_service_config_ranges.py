@@ -1,0 +1,46 @@
+"""The service checks its config's ranges before anything starts (an interval of 0 would spin a loop at full CPU;
+a port past 65535 is no port), and a port in use stops it before it creates a topic, naming the address.
+Invariant 10 (DESIGN.md): bad input gets a clear error and changes nothing."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledgerview.errors import ServiceConfigError
+from ledgerview.service.config import parse_service_config
+from storage.files import TOPICS_FOLDER
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ({"compaction": {"interval_s": 0}}, r"\[compaction\] interval_s: 0 is not above 0 seconds"),
+    ({"service": {"flush_interval_s": -1.5}}, r"\[service\] flush_interval_s: -1.5 is not above 0 seconds"),
+    ({"http": {"port": 99999}}, r"\[http\] port: 99999 is not a port \(0 to 65535"),
+    ({"kafka": {"port": -1}}, r"\[kafka\] port: -1 is not a port"),
+    ({"topics": [{"name": "t", "partitions": 0}]}, r"\[\[topics\]\] #1 partitions: 0 is below 1"),
+])
+def test_out_of_range_values_are_refused_naming_the_key(raw: dict[str, Any], message: str) -> None:
+    with pytest.raises(ServiceConfigError, match=message):
+        parse_service_config(raw, "service.toml")
+
+
+@pytest.mark.slow
+def test_a_port_in_use_stops_the_service_before_it_changes_anything(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "service.toml"
+        config.write_text(f'[store]\ndata = "{tmp_path / "data"}"\n[http]\nport = {port}\n'
+                          '[[topics]]\nname = "events"\n')
+        result = subprocess.run([sys.executable, "-m", "ledgerview", "serve", "--config", str(config)],
+                                capture_output=True, timeout=60)
+    assert result.returncode != 0
+    assert f"Cannot listen on 127.0.0.1:{port} ([http] host and port)" in result.stderr.decode()
+    topics = tmp_path / "data" / TOPICS_FOLDER
+    assert not topics.exists() or not any(topics.iterdir())
