@@ -24,7 +24,7 @@ import pyarrow as pa
 from compactor.errors import CompactionInProgressError
 from compactor.index_runs import KeyIndexRuns
 from compactor.latest_offsets import Survivors, find_survivors
-from compactor.status import CompactionState, CompactionStatus, write_status
+from compactor.status import CompactionState, CompactionStatus, read_status, write_status
 from storage import faults
 from storage.compacted import CompactedLedgers, CompactionCursor
 from storage.errors import PartitionLockedError
@@ -74,14 +74,18 @@ def compact_partition(log: PartitionLog, *, clock: Clock) -> CompactionResult:
         lock.acquire(wait=False)
     except PartitionLockedError:
         raise CompactionInProgressError(log.topic, log.partition) from None
+    previous = read_status(log.folder, log.partition, run_in_progress=lambda: False)
     status = CompactionStatus(log.partition, CompactionState.RUNNING, started_ms=clock())
     try:
         write_status(log.folder, status)
         ledgers.remove_orphans_and_retired(delete_delay_ms=log.config.file_delete_delay_ms)
         result = _run(log, ledgers, clock)
-        write_status(log.folder, CompactionStatus(
-            log.partition, CompactionState.SUCCESS, None, status.started_ms, clock(),
-            result.messages_read, result.messages_kept, result.messages_removed))
+        if result.skipped and previous.state is CompactionState.SUCCESS:
+            write_status(log.folder, previous)  # nothing new: the last run that did the work stays the one shown
+        else:
+            write_status(log.folder, CompactionStatus(
+                log.partition, CompactionState.SUCCESS, None, status.started_ms, clock(),
+                result.messages_read, result.messages_kept, result.messages_removed))
         return result
     except Exception as error:
         write_status(log.folder, CompactionStatus(

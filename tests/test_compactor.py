@@ -285,6 +285,8 @@ def test_status_moves_from_not_run_to_success_and_reports_errors(data_dir: Path)
         assert (status.state, status.messages_read, status.messages_kept, status.messages_removed) == (
             CompactionState.SUCCESS, 18, 3, 15)
         assert status.started_ms is not None and status.ended_ms is not None
+        assert compactor.compact("t")[0].skipped  # nothing new: the last run that did the work stays shown
+        assert compactor.status("t") == [status]
     ledgers = CompactedLedgers(data_dir / "t-0")
     ledgers.cursor_path.unlink()  # the next run reads the raw log from the start
     first = sorted((data_dir / "t-0").glob("*.log"))[0]
