@@ -14,6 +14,7 @@ from ledgerview.commands import (
     consume,
     demo,
     dump_log,
+    groups,
     produce,
     retention,
     serve,
@@ -24,7 +25,7 @@ from ledgerview.commands.common import add_data_option
 from ledgerview.exit_codes import EXIT_CODES_HELP, ExitCode, exit_code_for
 from storage.errors import LedgerviewError
 
-COMMAND_GROUPS = (topics, produce, consume, compaction, clean, retention, dump_log, verify, serve, demo)
+COMMAND_GROUPS = (topics, produce, consume, groups, compaction, clean, retention, dump_log, verify, serve, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

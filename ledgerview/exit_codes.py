@@ -14,8 +14,9 @@ from __future__ import annotations
 import enum
 
 from compactor import CompactionInProgressError
-from ledgerview.errors import MalformedInputError, ServiceConfigError, ServiceRunningError, UsageError
+from ledgerview.errors import ListenError, MalformedInputError, ServiceConfigError, ServiceRunningError, UsageError
 from readers.errors import InvalidPositionError
+from readers.groups import InvalidResetError, UnknownGroupError
 from storage.config import ConfigError
 from storage.cursors import InvalidSubscriptionNameError
 from storage.errors import (
@@ -47,12 +48,12 @@ class ExitCode(enum.IntEnum):
 
 _BY_ERROR: tuple[tuple[tuple[type[BaseException], ...], ExitCode], ...] = (
     ((CorruptSegmentError,), ExitCode.CHECK_FAILED),
-    ((UnknownTopicError, UnknownPartitionError, FileNotFoundError), ExitCode.NOT_FOUND),
+    ((UnknownTopicError, UnknownPartitionError, UnknownGroupError, FileNotFoundError), ExitCode.NOT_FOUND),
     ((TopicExistsError, CompactionInProgressError, PartitionLockedError, RetentionHoldError,
       RecordDeletionNotAllowedError, ServiceRunningError), ExitCode.CONFLICT),
     ((UsageError, ConfigError, MalformedInputError, InvalidMessagesError, InvalidTopicNameError,
       InvalidSubscriptionNameError, InvalidPositionError, OffsetOutOfRangeError, DeleteRecordsOutOfRangeError,
-      ServiceConfigError), ExitCode.USAGE),
+      ServiceConfigError, InvalidResetError, ListenError), ExitCode.USAGE),
 )
 
 

@@ -19,6 +19,7 @@ from storage.files import (
     MAX_TOPIC_NAME_LENGTH,
     SUBSCRIPTIONS_LOCK,
     TEMP_SUFFIX,
+    parse_subscription_file,
     subscription_file,
     subscriptions_folder,
     validate_topic_name,
@@ -135,6 +136,26 @@ def write_subscription_cursor(partition_folder: Path, cursor: SubscriptionCursor
         fsync_folder(path.parent.parent)
     with FileLock(path.parent / SUBSCRIPTIONS_LOCK):
         write_atomically(path, cursor.encode())
+
+
+def subscription_names(partition_folder: Path) -> list[str]:
+    """The subscriptions with a position on this partition, sorted."""
+    try:
+        names = [entry.name for entry in subscriptions_folder(partition_folder).iterdir()]
+    except FileNotFoundError:
+        return []
+    return sorted(name for entry in names if (name := parse_subscription_file(entry)) is not None)
+
+
+def remove_subscription_cursor(partition_folder: Path, subscription: str) -> bool:
+    """Forget the subscription's position on this partition (durably); whether there was one."""
+    path = subscription_file(partition_folder, validate_subscription_name(subscription))
+    if not path.exists():
+        return False
+    with FileLock(path.parent / SUBSCRIPTIONS_LOCK):
+        path.unlink(missing_ok=True)
+        fsync_folder(path.parent)
+    return True
 
 
 def remove_stray_cursor_temporaries(partition_folder: Path) -> list[Path]:

@@ -123,8 +123,16 @@ def subscriptions_folder(partition: Path) -> Path:
     return partition / SUBSCRIPTIONS_FOLDER
 
 
+SUBSCRIPTION_SUFFIX = ".json"
+
+
 def subscription_file(partition: Path, subscription: str) -> Path:
-    return subscriptions_folder(partition) / f"{validate_topic_name(subscription)}.json"
+    return subscriptions_folder(partition) / f"{validate_topic_name(subscription)}{SUBSCRIPTION_SUFFIX}"
+
+
+def parse_subscription_file(name: str) -> str | None:
+    """The subscription a file in a subscriptions folder holds, or None for any other file."""
+    return name.removesuffix(SUBSCRIPTION_SUFFIX) if name.endswith(SUBSCRIPTION_SUFFIX) else None
 
 
 SINKS_FOLDER = "__sinks"

@@ -1,0 +1,196 @@
+"""Consumer groups and subscriptions, managed: list, describe with lag, reset offsets, delete (Kafka's
+kafka-consumer-groups; Pulsar's topics subscriptions, stats, reset-cursor and unsubscribe).
+
+A Kafka group's committed offsets and a ledgerview Consumer's durable subscription are one thing on disk: a
+subscription cursor record per partition (storage/cursors.py), named by the group or subscription. So one set of
+tools serves both, from Python, the command line and the Kafka endpoint's admin requests.
+
+Lag is Kafka's: the partition's end offset minus the committed offset. A position taken on the compacted view also
+has its compacted lag: the messages of that view still to read (the ledger's from the position up to the horizon,
+then the raw tail), which is what a consumer of the compacted view actually has left.
+
+Resetting writes new positions whatever the group is doing: a member that is consuming now commits over them, as
+in Kafka, whose tool refuses to reset an active group; stop the group's consumers first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from storage import Store
+from storage.compacted import CompactedLedgers
+from storage.cursors import (
+    SubscriptionCursor,
+    read_subscription_cursor,
+    remove_subscription_cursor,
+    subscription_names,
+    validate_subscription_name,
+    write_subscription_cursor,
+)
+from storage.errors import LedgerviewError, UnknownTopicError
+
+ResetKind = Literal["earliest", "latest", "offset", "datetime", "shift-by"]
+
+
+class UnknownGroupError(LedgerviewError):
+    def __init__(self, group: str, known: list[str]) -> None:
+        self.group = group
+        super().__init__(f"No group or subscription named {group!r} has a position on any partition; known: "
+                         f"{', '.join(known) or 'none'}.")
+
+
+class InvalidResetError(LedgerviewError):
+    def __init__(self, topic: str, partition: int, wanted: int, earliest: int, latest: int) -> None:
+        super().__init__(f"Cannot reset to offset {wanted} on {topic}-{partition}: it holds offsets {earliest} to "
+                         f"{latest} (the end; the compacted view starts at 0). Nothing was reset.")
+
+
+@dataclass(frozen=True)
+class GroupPosition:
+    """Where a group stands on one partition."""
+
+    topic: str
+    partition: int
+    committed: int
+    """The next offset the group reads."""
+    end_offset: int
+    read_compacted: bool
+    """Whether the position was taken on the compacted view."""
+    updated_ms: int
+    compacted_lag: int | None
+    """Messages of the compacted view from the position to the end; None for a position on the raw log."""
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.end_offset - self.committed)
+
+
+@dataclass(frozen=True)
+class ResetTo:
+    """Where ``reset_offsets`` moves a group: ``earliest``, ``latest``, an ``offset``, the first offset at or
+    after a ``datetime`` (``value`` in epoch milliseconds), or ``shift-by`` ``value`` from the committed offset."""
+
+    kind: ResetKind
+    value: int = 0
+
+
+@dataclass(frozen=True)
+class Reset:
+    topic: str
+    partition: int
+    before: int | None
+    """The committed offset before the reset; None where the group had no position."""
+    after: int
+
+
+def list_groups(store: Store) -> list[str]:
+    """Every group or subscription with a position on some partition, sorted."""
+    names: set[str] = set()
+    for topic, partition in _partitions(store, store.list_topics()):
+        names.update(subscription_names(store.partition_log(topic, partition).folder))
+    return sorted(names)
+
+
+def describe_group(store: Store, group: str) -> list[GroupPosition]:
+    """The group's position on every partition it has one on, with lag."""
+    validate_subscription_name(group)
+    positions = []
+    for topic, partition in _partitions(store, store.list_topics()):
+        folder = store.partition_log(topic, partition).folder
+        cursor = read_subscription_cursor(folder, group, partition)
+        if cursor is None:
+            continue
+        end = store.end_offset(topic, partition)
+        compacted_lag = _compacted_lag(store, topic, partition, cursor.acked_offset, end) if (
+            cursor.read_compacted) else None
+        positions.append(GroupPosition(topic, partition, cursor.acked_offset, end, cursor.read_compacted,
+                                       cursor.updated_ms, compacted_lag))
+    if not positions:
+        raise UnknownGroupError(group, list_groups(store))
+    return positions
+
+
+def reset_offsets(store: Store, group: str, topic: str, to: ResetTo, *, partitions: Iterable[int] | None = None,
+                  dry_run: bool = False) -> list[Reset]:
+    """Move the group's positions on ``topic`` (every partition, or ``partitions``); with ``dry_run`` only say
+    where. Every target is checked before any position is written. The new positions name no ledger, so a
+    compacted consumer continues on the raw log from there and misses no tombstone."""
+    validate_subscription_name(group)
+    chosen = list(range(store.topic_metadata(topic).partitions)) if partitions is None else list(partitions)
+    planned: list[tuple[Reset, SubscriptionCursor | None]] = []
+    for partition in chosen:
+        folder = store.partition_log(topic, partition).folder
+        cursor = read_subscription_cursor(folder, group, partition)
+        compacted = cursor is not None and cursor.read_compacted
+        earliest = 0 if compacted else store.start_offset(topic, partition)
+        latest = store.end_offset(topic, partition)
+        before = None if cursor is None else cursor.acked_offset
+        after = _target(store, topic, partition, to, before, earliest, latest)
+        if not earliest <= after <= latest:
+            raise InvalidResetError(topic, partition, after, earliest, latest)
+        planned.append((Reset(topic, partition, before, after), cursor))
+    if not dry_run:
+        for reset, cursor in planned:
+            folder = store.partition_log(topic, reset.partition).folder
+            compacted = cursor is not None and cursor.read_compacted
+            write_subscription_cursor(folder, SubscriptionCursor(group, reset.partition, reset.after, compacted,
+                                                                     None, store.clock()))
+    return [reset for reset, _ in planned]
+
+
+def delete_group(store: Store, group: str, topics: Iterable[str] | None = None) -> list[tuple[str, int]]:
+    """Forget the group's positions (on ``topics`` only, if given: Kafka's OffsetDelete); returns the partitions
+    it had one on."""
+    validate_subscription_name(group)
+    chosen = store.list_topics() if topics is None else list(topics)
+    if topics is not None:
+        for topic in chosen:
+            store.topic_metadata(topic)  # an unknown topic named by the caller is an error, not nothing to do
+    removed = []
+    for topic, partition in _partitions(store, chosen):
+        if remove_subscription_cursor(store.partition_log(topic, partition).folder, group):
+            removed.append((topic, partition))
+    if topics is None and not removed:
+        raise UnknownGroupError(group, list_groups(store))
+    return removed
+
+
+def _target(store: Store, topic: str, partition: int, to: ResetTo, before: int | None, earliest: int,
+            latest: int) -> int:
+    if to.kind == "earliest":
+        return earliest
+    if to.kind == "latest":
+        return latest
+    if to.kind == "offset":
+        return to.value
+    if to.kind == "datetime":
+        found = store.offset_for_timestamp(topic, partition, to.value)
+        return latest if found is None else max(found, earliest)
+    start = earliest if before is None else before
+    return min(max(start + to.value, earliest), latest)  # shift-by: clamped, as Kafka's tool does
+
+
+def _compacted_lag(store: Store, topic: str, partition: int, position: int, end: int) -> int:
+    opened = CompactedLedgers(store.partition_log(topic, partition).folder).open_current(verify=False)
+    if opened is None:
+        return max(0, end - position)
+    cursor, ledger = opened
+    try:
+        in_ledger = sum(batch.num_rows for batch in ledger.read_batches(position)) if (
+            position <= cursor.horizon) else 0
+    finally:
+        ledger.close()
+    tail_start = max(position, cursor.horizon + 1, store.start_offset(topic, partition))
+    return in_ledger + max(0, end - tail_start)
+
+
+def _partitions(store: Store, topics: Iterable[str]) -> list[tuple[str, int]]:
+    found = []
+    for topic in topics:
+        try:
+            found += [(topic, partition) for partition in range(store.topic_metadata(topic).partitions)]
+        except UnknownTopicError:
+            continue  # deleted meanwhile
+    return found

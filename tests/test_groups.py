@@ -1,0 +1,81 @@
+"""Groups and subscriptions, managed (readers/groups.py): a Kafka group's commits and a ledgerview Consumer's
+acknowledgements are listed and described together with their lag (and the compacted view's lag), reset to each
+kind of target (checked before anything is written), and deleted per topic or whole."""
+
+from __future__ import annotations
+
+import pytest
+
+from compactor import Compactor
+from readers import Consumer
+from readers.groups import (
+    InvalidResetError,
+    ResetTo,
+    UnknownGroupError,
+    delete_group,
+    describe_group,
+    list_groups,
+    reset_offsets,
+)
+from storage import Store
+from storage.cursors import SubscriptionCursor, write_subscription_cursor
+from tests.conftest import ManualClock
+
+
+def consume(store: Store, topic: str, name: str, count: int, *, read_compacted: bool) -> None:
+    with Consumer(store, topic, name, read_compacted=read_compacted) as consumer:
+        for _, message in zip(range(count), consumer, strict=False):
+            consumer.acknowledge_cumulative(message)
+
+
+def test_groups_are_listed_and_described_with_lag(store: Store) -> None:
+    store.create_topic("t")
+    store.append("t", [("a", "1"), ("b", "2"), ("a", "3"), ("c", "4"), ("b", None)], partition=0)
+    Compactor(store).compact("t")  # the compacted view: a@2, c@3 (b tombstoned)
+    store.append("t", [("d", "5")], partition=0)
+    consume(store, "t", "dashboard", 1, read_compacted=True)  # read a@2: next is 3
+    consume(store, "t", "audit", 2, read_compacted=False)  # read 0, 1: next is 2
+    write_subscription_cursor(store.partition_log("t", 0).folder,
+                              SubscriptionCursor("kafka-app", 0, 6, False, None, 0))
+    assert list_groups(store) == ["audit", "dashboard", "kafka-app"]
+    [dashboard] = describe_group(store, "dashboard")
+    assert (dashboard.committed, dashboard.end_offset, dashboard.lag, dashboard.compacted_lag) == (3, 6, 3, 2)
+    [audit] = describe_group(store, "audit")
+    assert (audit.committed, audit.lag, audit.read_compacted, audit.compacted_lag) == (2, 4, False, None)
+    assert describe_group(store, "kafka-app")[0].lag == 0
+    with pytest.raises(UnknownGroupError, match="No group or subscription named 'nobody'.*known: audit, dashboard"):
+        describe_group(store, "nobody")
+
+
+def test_reset_to_every_kind_of_target(store: Store, clock: ManualClock) -> None:
+    store.create_topic("t", partitions=2)
+    for index in range(10):
+        store.append("t", [(f"k{index}", "v")], partition=index % 2)
+        clock.advance(1_000)
+    consume(store, "t", "g", 3, read_compacted=False)
+    first = clock.now_ms - 10_000
+    assert [r.after for r in reset_offsets(store, "g", "t", ResetTo("latest"))] == [5, 5]
+    assert [r.after for r in reset_offsets(store, "g", "t", ResetTo("earliest"))] == [0, 0]
+    assert [r.after for r in reset_offsets(store, "g", "t", ResetTo("shift-by", 2))] == [2, 2]
+    assert [r.after for r in reset_offsets(store, "g", "t", ResetTo("shift-by", -9))] == [0, 0]
+    assert [r.after for r in reset_offsets(store, "g", "t", ResetTo("datetime", first + 4_000))] == [2, 2]
+    assert [r.after for r in reset_offsets(store, "g", "t", ResetTo("datetime", first + 99_000))] == [5, 5]
+    dry = reset_offsets(store, "g", "t", ResetTo("offset", 1), partitions=[1], dry_run=True)
+    assert [(r.partition, r.before, r.after) for r in dry] == [(1, 5, 1)]
+    assert [p.committed for p in describe_group(store, "g")] == [5, 5]
+    with pytest.raises(InvalidResetError, match="Cannot reset to offset 7 on t-0: it holds offsets 0 to 5"):
+        reset_offsets(store, "g", "t", ResetTo("offset", 7))
+    assert [p.committed for p in describe_group(store, "g")] == [5, 5]
+
+
+def test_delete_on_one_topic_then_whole(store: Store) -> None:
+    for topic in ("t", "u"):
+        store.create_topic(topic)
+        store.append(topic, [("a", "1")])
+        consume(store, topic, "g", 1, read_compacted=False)
+    assert delete_group(store, "g", ["t"]) == [("t", 0)]
+    assert [(p.topic, p.partition) for p in describe_group(store, "g")] == [("u", 0)]
+    assert delete_group(store, "g") == [("u", 0)]
+    assert list_groups(store) == []
+    with pytest.raises(UnknownGroupError):
+        delete_group(store, "g")
