@@ -43,7 +43,7 @@ def test_groups_are_listed_and_described_with_lag(store: Store) -> None:
     [audit] = describe_group(store, "audit")
     assert (audit.committed, audit.lag, audit.read_compacted, audit.compacted_lag) == (2, 4, False, None)
     assert describe_group(store, "kafka-app")[0].lag == 0
-    with pytest.raises(UnknownGroupError, match="No group or subscription named 'nobody'.*known: audit, dashboard"):
+    with pytest.raises(UnknownGroupError, match=r"No group or subscription named 'nobody'.*known: audit, dashboard"):
         describe_group(store, "nobody")
 
 
