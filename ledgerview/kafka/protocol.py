@@ -14,6 +14,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Final
 
+from kafka.protocol.admin import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer import (
     FetchRequest,
     HeartbeatRequest,
@@ -21,6 +22,7 @@ from kafka.protocol.consumer import (
     LeaveGroupRequest,
     ListOffsetsRequest,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
     OffsetForLeaderEpochRequest,
     SyncGroupRequest,
@@ -41,9 +43,13 @@ class ApiKey(enum.IntEnum):
     HEARTBEAT = 12
     LEAVE_GROUP = 13
     SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    DELETE_GROUPS = 42
+    OFFSET_DELETE = 47
 
 
 @dataclass(frozen=True)
@@ -65,9 +71,13 @@ VERSIONS: Final = {
     ApiKey.HEARTBEAT: VersionRange(0, 3, 0),
     ApiKey.LEAVE_GROUP: VersionRange(0, 3, 0),
     ApiKey.SYNC_GROUP: VersionRange(0, 3, 0),
+    ApiKey.DESCRIBE_GROUPS: VersionRange(0, 4, 0),
+    ApiKey.LIST_GROUPS: VersionRange(0, 2, 0),
     ApiKey.API_VERSIONS: VersionRange(0, 2, 0),
     ApiKey.INIT_PRODUCER_ID: VersionRange(0, 1, 0),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(2, 3, 2),
+    ApiKey.DELETE_GROUPS: VersionRange(0, 1, 0),
+    ApiKey.OFFSET_DELETE: VersionRange(0, 0, 0),
 }
 """Per API: the range advertised in ApiVersions and the lowest version actually handled."""
 
@@ -83,9 +93,13 @@ REQUEST_CLASSES: Final[dict[ApiKey, Any]] = {
     ApiKey.HEARTBEAT: HeartbeatRequest,
     ApiKey.LEAVE_GROUP: LeaveGroupRequest,
     ApiKey.SYNC_GROUP: SyncGroupRequest,
+    ApiKey.DESCRIBE_GROUPS: DescribeGroupsRequest,
+    ApiKey.LIST_GROUPS: ListGroupsRequest,
     ApiKey.API_VERSIONS: ApiVersionsRequest,
     ApiKey.INIT_PRODUCER_ID: InitProducerIdRequest,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochRequest,
+    ApiKey.DELETE_GROUPS: DeleteGroupsRequest,
+    ApiKey.OFFSET_DELETE: OffsetDeleteRequest,
 }
 
 
@@ -112,6 +126,8 @@ class ErrorCode(enum.IntEnum):
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
     UNSUPPORTED_COMPRESSION_TYPE = 76
     INVALID_RECORD = 87
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
     UNKNOWN_SERVER_ERROR = -1
 
 

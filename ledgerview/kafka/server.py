@@ -23,6 +23,12 @@ from typing import Any
 
 from ledgerview.kafka.broker import Broker, EndpointOptions
 from ledgerview.kafka.fetch import handle_fetch
+from ledgerview.kafka.group_admin import (
+    handle_delete_groups,
+    handle_describe_groups,
+    handle_list_groups,
+    handle_offset_delete,
+)
 from ledgerview.kafka.group_offsets import handle_offset_commit, handle_offset_fetch
 from ledgerview.kafka.groups import handle_heartbeat, handle_join_group, handle_leave_group, handle_sync_group
 from ledgerview.kafka.metadata import (
@@ -61,6 +67,10 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.HEARTBEAT: handle_heartbeat,
     ApiKey.LEAVE_GROUP: handle_leave_group,
     ApiKey.SYNC_GROUP: handle_sync_group,
+    ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
+    ApiKey.LIST_GROUPS: handle_list_groups,
+    ApiKey.DELETE_GROUPS: handle_delete_groups,
+    ApiKey.OFFSET_DELETE: handle_offset_delete,
     ApiKey.API_VERSIONS: handle_api_versions,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
