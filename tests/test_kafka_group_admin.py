@@ -5,8 +5,8 @@ positions a ledgerview subscription and 'ledgerview groups' see (readers/groups.
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka import Consumer as ConfluentConsumer
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from readers.groups import describe_group, list_groups
