@@ -56,6 +56,7 @@ SPECS = {spec.name: spec for spec in (
                "Batch reads: split partitions into at least this many tasks (default: the planner's cores); "
                "tasks read at least 4 MiB each unless maxPartitionBytes is smaller."),
     OptionSpec("checkpointLocation", "a folder", "Sink: Spark's query checkpoint (Spark's own option)."),
+    OptionSpec("queryName", "a name", "Sink: what `writeStream.queryName(...)` sets (Spark passes it on)."),
     OptionSpec("kafka.bootstrap.servers", "host:port[,host:port...]",
                "`ledgerview-kafka`: the cluster to read (`bootstrap.servers` is taken too)."),
     OptionSpec("bootstrap.servers", "host:port[,host:port...]", "`ledgerview-kafka`: kafka.bootstrap.servers."),
@@ -66,7 +67,7 @@ BATCH_READ = ("path", "topic", "view", "startingOffsets", "endingOffsets", "fail
               "minPartitions")
 STREAM_READ = ("path", "topic", "view", "startingOffsets", "maxOffsetsPerTrigger", "minOffsetsPerTrigger",
                "maxTriggerDelay", "failOnDataLoss")
-WRITE = ("path", "topic", "checkpointLocation")
+WRITE = ("path", "topic", "checkpointLocation", "queryName")
 KAFKA_READ = ("kafka.bootstrap.servers", "bootstrap.servers", "subscribe", "startingOffsets", "maxOffsetsPerTrigger",
               "failOnDataLoss")
 RENAMED = {"maxrecordspertrigger": "maxOffsetsPerTrigger"}

@@ -41,8 +41,21 @@ def test_the_sink_takes_only_its_options() -> None:
     from pyspark.sql.types import BinaryType, StructField, StructType
     schema = StructType([StructField("value", BinaryType())])
     with pytest.raises(UnknownOptionError, match=r"Unknown option view .*Valid options: path, topic, "
-                                                 "checkpointLocation"):
+                                                 "checkpointLocation, queryName"):
         SinkOptions.parse({**BASE, "view": "raw"}, schema, False)
+
+
+def test_the_sink_takes_the_options_spark_passes_on_by_itself(tmp_path: Path) -> None:
+    """writeStream.queryName(...) and the checkpoint reach a sink as options (lowercased, as Spark hands them)."""
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from storage import Store
+    with Store.open(tmp_path) as store:
+        store.create_topic("prices")
+    schema = StructType([StructField("value", BinaryType())])
+    parsed = SinkOptions.parse({"path": str(tmp_path), "topic": "prices", "checkpointlocation": "ck",
+                                "queryname": "copy"}, schema, False)
+    assert parsed.topic == "prices"
 
 
 @pytest.mark.parametrize(("options", "message"), [
