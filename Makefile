@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast bench lint clean kcat
+.PHONY: demo test test-fast bench lint clean kcat chromium
 
 $(BIN)/.installed: requirements.lock pyproject.toml
 	@echo "Creating $(VENV) and installing the pinned packages of requirements.lock (a minute or two on a fresh machine)..."
@@ -21,7 +21,7 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: lint kcat
+test: lint kcat chromium
 	@echo "Running the tests: the fast ones first, then the slow and fault ones, Spark's last."
 	$(BIN)/python -m pytest
 
@@ -31,6 +31,14 @@ kcat:
 		{ apt-get install -y -qq kcat >/dev/null 2>&1 || \
 		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq kcat >/dev/null 2>&1; }; }; } || \
 		echo "kcat could not be installed with apt-get: the kcat tests will skip"
+
+# Chromium, Debian's package, for the web console's test (headless); where apt-get cannot install it that test skips.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
+		{ echo "Installing Debian's chromium for the console test..."; \
+		  apt-get install -y -qq chromium >/dev/null 2>&1 || \
+		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; }; }; } || \
+		echo "chromium could not be installed with apt-get: the console test will skip"
 
 test-fast: $(BIN)/.installed
 	$(BIN)/python -m pytest -m "not spark and not fault and not slow"

@@ -1,8 +1,10 @@
 """Health, status and metrics over HTTP (stdlib http.server on a thread of its own, 127.0.0.1 by default).
 
-    GET /health   {"status": "ok"|"degraded", ...}: 200 while the service runs (degraded: a source failed)
-    GET /status   every partition's status, the sources and the loops (ledgerview/service/status.py)
-    GET /metrics  the same figures in Prometheus text format
+    GET /         the console: a page that shows /status and refreshes itself (ledgerview/service/console.html)
+    GET /health   {"status": "ok"|"degraded", ...}: 200 while the service runs (degraded: a source failed); built
+                  from the service's own counters, never from the store, so it answers in milliseconds
+    GET /status   every partition's status, the sources, the loops, groups and rates (ledgerview/service/status.py)
+    GET /metrics  the same figures in Prometheus text format, with process metrics and build info
 """
 
 from __future__ import annotations
@@ -20,15 +22,20 @@ from ledgerview.service.status import prometheus_text
 from storage import Store
 
 StatusBuilder = Callable[[Store], dict[str, Any]]
+HealthBuilder = Callable[[], dict[str, Any]]
+CONSOLE = (Path(__file__).parent / "console.html").read_bytes()
+ROUTES = ("/", "/health", "/status", "/metrics")
 logger = logging.getLogger("ledgerview.http")
 
 
 class StatusServer:
     """Serves requests one at a time on one thread, with a Store of its own opened on that thread."""
 
-    def __init__(self, host: str, port: int, data: Path, build_status: StatusBuilder) -> None:
+    def __init__(self, host: str, port: int, data: Path, build_status: StatusBuilder,
+                 build_health: HealthBuilder) -> None:
         self.data = data
         self.build_status = build_status
+        self.build_health = build_health
         self._server = HTTPServer((host, port), _handler(self))
         self._thread: threading.Thread | None = None
         self.store: Store | None = None
@@ -57,14 +64,16 @@ class StatusServer:
 
     def respond(self, path: str) -> tuple[int, str, bytes]:
         """(status code, content type, body) for a GET of ``path``."""
-        if path not in ("/health", "/status", "/metrics"):
-            return 404, "application/json", json.dumps({"error": f"no {path}; try /health, /status, /metrics"}).encode()
+        if path not in ROUTES:
+            return 404, "application/json", json.dumps({"error": f"no {path}; try {', '.join(ROUTES)}"}).encode()
+        if path == "/":
+            return 200, "text/html; charset=utf-8", CONSOLE
+        if path == "/health":
+            return 200, "application/json", json.dumps(self.build_health()).encode()
         assert self.store is not None
         status = self.build_status(self.store)
         if path == "/metrics":
             return 200, "text/plain; version=0.0.4; charset=utf-8", prometheus_text(status).encode()
-        if path == "/health":
-            status = {key: status[key] for key in ("status", "failed_sources", "uptime_s")}
         return 200, "application/json", json.dumps(status).encode()
 
 

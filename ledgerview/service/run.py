@@ -37,6 +37,7 @@ from ledgerview.errors import ListenError, ServiceRunningError
 from ledgerview.kafka.broker import EndpointOptions
 from ledgerview.kafka.server import KafkaEndpoint
 from ledgerview.service.config import ServiceConfig
+from ledgerview.service.history import STEP_S, CompactionCounters, RateHistory
 from ledgerview.service.http import StatusServer
 from ledgerview.service.ingest import SERVICE_FOLDER, IngestStats, IngestWorker
 from ledgerview.service.logs import configure_logging, log_event
@@ -92,6 +93,9 @@ class Service:
         self.kafka: KafkaEndpoint | None = None
         self.cleaner_store: Store | None = None
         """The cleaner loop's store: its cleaner manager (thread-safe) knows each partition's cleaning state."""
+        self.compaction = CompactionCounters()
+        self.history = RateHistory(lambda: {"ingested": float(sum(i.stats.messages for i in self.ingests)),
+                                            "compacted": float(self.compaction.messages_read)})
         self._stopping = threading.Event()
         self._lock = FileLock(config.data / SERVICE_FOLDER / SERVICE_LOCK, wait=False)
 
@@ -116,7 +120,7 @@ class Service:
         # The listeners first: a port in use stops the service before it changed anything.
         if config.http.enabled:
             self.http = listening("http", config.http.host, config.http.port, lambda: StatusServer(
-                config.http.host, config.http.port, config.data, self.status))
+                config.http.host, config.http.port, config.data, self.status, self.health))
         if config.kafka.enabled:
             self.kafka = listening("kafka", config.kafka.host, config.kafka.port, lambda: KafkaEndpoint(
                 config.data, options=EndpointOptions(
@@ -172,15 +176,27 @@ class Service:
     def _loops(self) -> list[PeriodicTask]:
         config, loops = self.config, []
         if config.compaction.enabled:
-            loops.append(_compaction_loop(Store.open(config.data), config.compaction.interval_s))
+            loops.append(_compaction_loop(Store.open(config.data), config.compaction.interval_s, self.compaction))
         if config.retention.enabled:
             loops.append(_retention_loop(Store.open(config.data), config.retention.interval_s))
         if config.cleaner.enabled:
             self.cleaner_store = Store.open(config.data)
             loops.append(_cleaner_loop(self.cleaner_store, config.cleaner.interval_s))
+        loops.append(PeriodicTask("history", STEP_S, self._sample_history))
         return loops
 
+    def _sample_history(self) -> dict[str, str]:
+        self.history.sample(time.time())
+        return {}
+
     # ----------------------------------------------------------------------------------------------- status
+    def health(self) -> dict[str, Any]:
+        """What /health answers: from the service's own counters, without reading the store (milliseconds
+        whatever the number of partitions)."""
+        failed = [ingest.name for ingest in self.ingests if ingest.stats.state == "failed"]
+        return {"status": "degraded" if failed else "ok", "failed_sources": failed,
+                "uptime_s": round((time.time_ns() // 1_000_000 - self.started_ms) / 1000, 3)}
+
     def status(self, store: Store) -> dict[str, Any]:
         sources = [{"name": ingest.name, "topic": ingest.topic, "type": ingest.kind, **asdict(ingest.stats)}
                    for ingest in self.ingests]
@@ -192,20 +208,28 @@ class Service:
         for ingest, source in zip(self.ingests, sources, strict=True):
             if source["last_error"]:
                 topic_errors.setdefault(ingest.topic, []).append(f"source {ingest.name}: {source['last_error']}")
-        return service_status(store, started_ms=self.started_ms, now_ms=time.time_ns() // 1_000_000,
-                              sources=sources, loops=loops, topic_errors=topic_errors,
-                              cleaner=self.cleaner_store.cleaner if self.cleaner_store else None)
+        status = service_status(store, started_ms=self.started_ms, now_ms=time.time_ns() // 1_000_000,
+                                sources=sources, loops=loops, topic_errors=topic_errors,
+                                cleaner=self.cleaner_store.cleaner if self.cleaner_store else None)
+        return {**status, "compaction_counters": asdict(self.compaction), "rates": self.history.rates()}
 
 
-def _compaction_loop(store: Store, interval_s: float) -> PeriodicTask:
+def _compaction_loop(store: Store, interval_s: float, counters: CompactionCounters) -> PeriodicTask:
     scheduler = CompactionScheduler(store, interval_s=interval_s)
     store.close()
 
     def check() -> dict[str, str]:
+        started = time.monotonic()
         for topic, result in scheduler.check_once():
             log_event(logger, logging.INFO, "compaction.done", topic=topic, partition=result.partition,
                       ledger=result.ledger_id, horizon=result.horizon, read=result.messages_read,
                       kept=result.messages_kept, removed=result.messages_removed)
+            counters.runs += 1
+            counters.skipped += result.skipped
+            counters.messages_read += result.messages_read
+            counters.messages_kept += 0 if result.skipped else result.messages_kept
+            counters.last_success_ms = time.time_ns() // 1_000_000
+        counters.seconds += time.monotonic() - started
         return {}  # a failed run is its partition's ERROR status, which the status endpoint shows
 
     return PeriodicTask("compaction", interval_s, check, close=scheduler.stop)

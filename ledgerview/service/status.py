@@ -3,11 +3,17 @@ state, last errors) as JSON, and the same figures as Prometheus text metrics."""
 
 from __future__ import annotations
 
+import os
+import platform
+import resource
+import time
 from collections.abc import Iterable
 from dataclasses import asdict
+from importlib.metadata import version
 from typing import Any
 
 from compactor import Compactor
+from readers.groups import describe_group, list_groups
 from storage import Store
 from storage.cleaner_manager import CleanerManager, first_dirty_offset, log_to_clean
 from storage.compacted import CompactedLedgers
@@ -49,9 +55,18 @@ def partition_statuses(store: Store, topic: str, cleaner: CleanerManager | None)
             "dirty_ratio": round(dirty / size, 6) if size else 0.0,
             "compaction": compaction.as_record(),
             "cleaner": _cleaner_status(store, log, cleaner, checkpoints.get(key), uncleanable.get(key)),
+            "next_retention_ms": _next_retention_ms(log),
             "last_errors": errors,
         })
     return statuses
+
+
+def _next_retention_ms(log: PartitionLog) -> int | None:
+    """When retention.ms next deletes a segment: the oldest sealed one's newest timestamp plus retention.ms
+    (None: time retention is off, the topic keeps nothing by delete, or no segment is sealed yet)."""
+    if not log.config.is_delete or log.config.retention_ms < 0 or len(log.segments) < 2:
+        return None
+    return int(log.segments[0].max_timestamp) + log.config.retention_ms
 
 
 def _cleaner_status(store: Store, log: PartitionLog, cleaner: CleanerManager | None, checkpoint: int | None,
@@ -87,9 +102,14 @@ def service_status(store: Store, *, started_ms: int, now_ms: int, sources: list[
         "sources": sources,
         "loops": loops,
         "topics": topics,
+        "groups": [{"group": group, "positions": [asdict(position) | {"lag": position.lag}
+                                                  for position in describe_group(store, group)]}
+                   for group in list_groups(store)],
     }
 
 
+PROCESS_START_S = round(time.time(), 3)
+"""When this module was imported: the service's start, to the precision a dashboard needs."""
 COMPACTION_STATES = ("NOT_RUN", "RUNNING", "SUCCESS", "ERROR")
 _PARTITION_GAUGES = (
     ("start_offset", "ledgerview_partition_start_offset", "The partition's log start offset."),
@@ -142,7 +162,46 @@ def prometheus_text(status: dict[str, Any]) -> str:
     loops = [({"loop": name}, stats) for name, stats in status["loops"].items()]
     for key, name, help_text in _LOOP_COUNTERS:
         lines += _family(name, "counter", help_text, ((labels, stats[key]) for labels, stats in loops))
+    lines += _family("ledgerview_partition_compaction_last_success_timestamp_seconds", "gauge",
+                     "When the partition's last successful compaction ended.",
+                     ((labels, p["compaction"]["ended_ms"] / 1000) for labels, p in partitions
+                      if p["compaction"]["state"] == "SUCCESS" and p["compaction"]["ended_ms"] is not None))
+    counters = status.get("compaction_counters")
+    if counters is not None:
+        for key, name, help_text in _COMPACTION_COUNTERS:
+            lines += _family(name, "counter", help_text, [({}, counters[key])])
+    positions = [({"group": group["group"], "topic": p["topic"], "partition": str(p["partition"])}, p)
+                 for group in status["groups"] for p in group["positions"]]
+    lines += _family("ledgerview_group_lag", "gauge", "End offset minus the group's committed offset.",
+                     ((labels, p["lag"]) for labels, p in positions))
+    lines += process_metrics()
     return "\n".join(lines) + "\n"
+
+
+_COMPACTION_COUNTERS = (
+    ("runs", "ledgerview_compaction_runs_total", "Compactions the service ran (skipped ones included)."),
+    ("skipped", "ledgerview_compaction_skipped_total", "Compactions that found nothing new above the horizon."),
+    ("messages_read", "ledgerview_compaction_messages_read_total", "Messages compactions read."),
+    ("messages_kept", "ledgerview_compaction_messages_kept_total", "Messages compactions wrote to ledgers."),
+    ("seconds", "ledgerview_compaction_seconds_total", "Seconds the compaction loop spent compacting."),
+)
+
+
+def process_metrics() -> list[str]:
+    """Prometheus's standard process metrics, and build info."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    with open("/proc/self/statm") as statm:
+        resident_pages = int(statm.read().split()[1])
+    lines = _family("process_cpu_seconds_total", "counter", "User and system CPU seconds.",
+                    [({}, round(usage.ru_utime + usage.ru_stime, 3))])
+    lines += _family("process_resident_memory_bytes", "gauge", "Resident memory in bytes.",
+                     [({}, resident_pages * os.sysconf("SC_PAGE_SIZE"))])
+    lines += _family("process_open_fds", "gauge", "Open file descriptors.", [({}, len(os.listdir("/proc/self/fd")))])
+    lines += _family("process_start_time_seconds", "gauge", "Start time of the process, seconds since the epoch.",
+                     [({}, PROCESS_START_S)])
+    lines += _family("ledgerview_build_info", "gauge", "1, labelled with the running version.",
+                     [({"version": version("ledgerview"), "python": platform.python_version()}, 1)])
+    return lines
 
 
 def _family(name: str, kind: str, help_text: str, samples: Iterable[tuple[dict[str, str], object]]) -> list[str]:
