@@ -12,13 +12,11 @@ from storage.errors import LedgerviewError
 from storage.periodic import PeriodicLoop
 
 
-class CompactionScheduler(PeriodicLoop):
+class CompactionScheduler(PeriodicLoop[list[tuple[str, CompactionResult]]]):
     """``check_once`` every ``interval_s`` seconds on a thread and a store of its own (storage/periodic.py)."""
 
-    name = "ledgerview-compaction-scheduler"
-
     def __init__(self, store: Store, *, interval_s: float = 30.0) -> None:
-        super().__init__(store, interval_s=interval_s)
+        super().__init__("compaction", store, interval_s=interval_s)
 
     def run_once(self, now_ms: int | None = None) -> list[tuple[str, CompactionResult]]:
         return self.check_once()

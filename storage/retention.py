@@ -250,15 +250,14 @@ def remove_expired_deleted_files(folder: Path, *, now_ms: int, delay_ms: int) ->
 
 
 # ------------------------------------------------------------------------------------------------------- loop
-class RetentionLoop(PeriodicLoop):
+class RetentionLoop(PeriodicLoop[list[DeletedSegment]]):
     """Retention over every topic of a store, every ``interval_s`` seconds (Kafka's
     ``log.retention.check.interval.ms``, 300 s by default); storage/maintenance.py runs the cleaner too."""
 
-    name = "ledgerview-retention"
-
     def __init__(self, store: Store, *, interval_s: float = 300.0) -> None:
-        super().__init__(store, interval_s=interval_s)
+        super().__init__("retention", store, interval_s=interval_s)
 
     def run_once(self, now_ms: int | None = None) -> list[DeletedSegment]:
-        deleted, self.failures = for_each_topic(self.store, lambda topic: self.store.enforce_retention(topic, now_ms))
+        deleted, self.stats.topic_errors = for_each_topic(
+            self.store, lambda topic: self.store.enforce_retention(topic, now_ms))
         return deleted

@@ -41,10 +41,10 @@ import pyarrow.compute as pc
 from ledgerview.errors import SourceReplayError
 from ledgerview.service.logs import log_event
 from ledgerview.service.sources import Position, Source
-from ledgerview.service.threads import BackgroundThread
 from storage import Store, faults
 from storage.fileio import write_atomically
 from storage.partitioner import partition_for_keys
+from storage.periodic import BackgroundThread
 from storage.schema import HEADER_TYPE
 
 SERVICE_FOLDER = "__service"
@@ -148,8 +148,7 @@ class IngestWorker(BackgroundThread):
 
     def __init__(self, source: Source, data: Path, *, interval_s: float, flush_interval_s: float,
                  kind: str) -> None:
-        super().__init__()
-        self.thread_name = f"ledgerview-source-{source.name}"
+        super().__init__(f"ledgerview-source-{source.name}")
         self.source = source
         self.data = data
         self.interval_s = interval_s

@@ -32,6 +32,7 @@ from dataclasses import asdict
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from compactor.run import CompactionResult
 from compactor.scheduler import CompactionScheduler
 from ledgerview.errors import ListenError, ServiceRunningError
 from ledgerview.kafka.broker import EndpointOptions
@@ -41,14 +42,15 @@ from ledgerview.service.history import STEP_S, CompactionCounters, RateHistory
 from ledgerview.service.http import StatusServer
 from ledgerview.service.ingest import SERVICE_FOLDER, IngestStats, IngestWorker
 from ledgerview.service.logs import configure_logging, log_event
-from ledgerview.service.loops import PeriodicTask
 from ledgerview.service.sources import open_source
 from ledgerview.service.status import service_status
 from storage import Store
+from storage.cleaner import CleanerStats
 from storage.errors import PartitionLockedError
 from storage.locks import FileLock
-from storage.periodic import for_each_topic
-from storage.retention import RetentionLoop
+from storage.maintenance import CleanerLoop
+from storage.periodic import PeriodicCall, PeriodicTask
+from storage.retention import DeletedSegment, RetentionLoop
 
 if TYPE_CHECKING:
     from ledgerview.service.spark_ingest import SparkIngest
@@ -88,11 +90,11 @@ class Service:
         self.started_ms = time.time_ns() // 1_000_000
         self.workers: list[IngestWorker] = []
         self.spark: SparkIngest | None = None
-        self.loops: list[PeriodicTask] = []
+        self.loops: list[PeriodicTask[Any]] = []
+        self.cleaner: CleanerLoop | None = None
+        """Its store's cleaner manager (thread-safe) knows each partition's cleaning state."""
         self.http: StatusServer | None = None
         self.kafka: KafkaEndpoint | None = None
-        self.cleaner_store: Store | None = None
-        """The cleaner loop's store: its cleaner manager (thread-safe) knows each partition's cleaning state."""
         self.compaction = CompactionCounters()
         self.history = RateHistory(lambda: {"ingested": float(sum(i.stats.messages for i in self.ingests)),
                                             "compacted": float(self.compaction.messages_read)})
@@ -132,7 +134,7 @@ class Service:
                 if topic.name not in store.list_topics():
                     store.create_topic(topic.name, partitions=topic.partitions, config=topic.config)
                     log_event(logger, logging.INFO, "topic.created", topic=topic.name, partitions=topic.partitions)
-        self.loops = self._loops()
+            self.loops = self._loops(store)
         on_spark = [s for s in config.sources
                     if config.spark.enabled and s.type in ("directory", "topic", "kafka")]
         self.workers = [IngestWorker(open_source(section), config.data, interval_s=section.interval_s,
@@ -173,21 +175,19 @@ class Service:
         self._stopping.set()
 
     # ------------------------------------------------------------------------------------------------ loops
-    def _loops(self) -> list[PeriodicTask]:
-        config, loops = self.config, []
+    def _loops(self, store: Store) -> list[PeriodicTask[Any]]:
+        """The loops the config turns on, each with a store of its own opened like ``store``."""
+        config = self.config
+        loops: list[PeriodicTask[Any]] = []
         if config.compaction.enabled:
-            loops.append(_compaction_loop(Store.open(config.data), config.compaction.interval_s, self.compaction))
+            loops.append(_CompactionLoop(store, interval_s=config.compaction.interval_s, counters=self.compaction))
         if config.retention.enabled:
-            loops.append(_retention_loop(Store.open(config.data), config.retention.interval_s))
+            loops.append(_RetentionLoop(store, interval_s=config.retention.interval_s))
         if config.cleaner.enabled:
-            self.cleaner_store = Store.open(config.data)
-            loops.append(_cleaner_loop(self.cleaner_store, config.cleaner.interval_s))
-        loops.append(PeriodicTask("history", STEP_S, self._sample_history))
+            self.cleaner = _CleanerLoop(store, interval_s=config.cleaner.interval_s)
+            loops.append(self.cleaner)
+        loops.append(_LoggedCall("history", lambda: self.history.sample(time.time()), interval_s=STEP_S))
         return loops
-
-    def _sample_history(self) -> dict[str, str]:
-        self.history.sample(time.time())
-        return {}
 
     # ----------------------------------------------------------------------------------------------- status
     def health(self) -> dict[str, Any]:
@@ -210,64 +210,66 @@ class Service:
                 topic_errors.setdefault(ingest.topic, []).append(f"source {ingest.name}: {source['last_error']}")
         status = service_status(store, started_ms=self.started_ms, now_ms=time.time_ns() // 1_000_000,
                                 sources=sources, loops=loops, topic_errors=topic_errors,
-                                cleaner=self.cleaner_store.cleaner if self.cleaner_store else None)
+                                cleaner=self.cleaner.store.cleaner if self.cleaner else None)
         return {**status, "compaction_counters": asdict(self.compaction), "rates": self.history.rates()}
 
 
-def _compaction_loop(store: Store, interval_s: float, counters: CompactionCounters) -> PeriodicTask:
-    scheduler = CompactionScheduler(store, interval_s=interval_s)
-    store.close()
+class _Logged(PeriodicTask[Any]):
+    """The service's log line for a failure: ``<loop>.failed`` with the error (and the topic, for a topic a pass
+    failed on)."""
 
-    def check() -> dict[str, str]:
+    def report_failure(self, error: str, *, topic: str | None = None) -> None:
+        log_event(logger, logging.ERROR, f"{self.name}.failed", **({} if topic is None else {"topic": topic}),
+                  error=error)
+
+
+class _CompactionLoop(_Logged, CompactionScheduler):
+    """Logs each compaction and adds it to the service's counters (a failed run is its partition's ERROR status,
+    which the status endpoint shows)."""
+
+    def __init__(self, store: Store, *, interval_s: float, counters: CompactionCounters) -> None:
+        super().__init__(store, interval_s=interval_s)
+        self.counters = counters
+
+    def check_once(self) -> list[tuple[str, CompactionResult]]:
         started = time.monotonic()
-        for topic, result in scheduler.check_once():
+        done = super().check_once()
+        for topic, result in done:
             log_event(logger, logging.INFO, "compaction.done", topic=topic, partition=result.partition,
                       ledger=result.ledger_id, horizon=result.horizon, read=result.messages_read,
                       kept=result.messages_kept, removed=result.messages_removed)
-            counters.runs += 1
-            counters.skipped += result.skipped
-            counters.messages_read += result.messages_read
-            counters.messages_kept += 0 if result.skipped else result.messages_kept
-            counters.last_success_ms = time.time_ns() // 1_000_000
-        counters.seconds += time.monotonic() - started
-        return {}  # a failed run is its partition's ERROR status, which the status endpoint shows
-
-    return PeriodicTask("compaction", interval_s, check, close=scheduler.stop)
+            self.counters.runs += 1
+            self.counters.skipped += result.skipped
+            self.counters.messages_read += result.messages_read
+            self.counters.messages_kept += 0 if result.skipped else result.messages_kept
+            self.counters.last_success_ms = time.time_ns() // 1_000_000
+        self.counters.seconds += time.monotonic() - started
+        return done
 
 
-def _retention_loop(store: Store, interval_s: float) -> PeriodicTask:
-    retention = RetentionLoop(store, interval_s=interval_s)
-    store.close()
-
-    def run_once() -> dict[str, str]:
-        for segment in retention.run_once():
+class _RetentionLoop(_Logged, RetentionLoop):
+    def run_once(self, now_ms: int | None = None) -> list[DeletedSegment]:
+        deleted = super().run_once(now_ms)
+        for segment in deleted:
             log_event(logger, logging.INFO, "retention.deleted", topic=segment.topic, partition=segment.partition,
                       base_offset=segment.base_offset, next_offset=segment.next_offset,
                       size_bytes=segment.size_bytes, reason=segment.reason.value)
-        for topic, error in retention.failures.items():
-            log_event(logger, logging.ERROR, "retention.failed", topic=topic, error=error)
-        return dict(retention.failures)
-
-    return PeriodicTask("retention", interval_s, run_once, close=retention.stop)
+        return deleted
 
 
-def _cleaner_loop(store: Store, interval_s: float) -> PeriodicTask:
-    """Kafka's in-place cleaning of every compact topic, on the loop's thread with ``store`` (its own)."""
-
-    def run_once() -> dict[str, str]:
-        cleaned, failures = for_each_topic(store, store.clean)
+class _CleanerLoop(_Logged, CleanerLoop):
+    def run_once(self, now_ms: int | None = None) -> list[CleanerStats]:
+        cleaned = super().run_once(now_ms)
         for stats in cleaned:
             log_event(logger, logging.INFO, "cleaner.cleaned", topic=stats.topic, partition=stats.partition,
                       first_dirty_offset=stats.first_dirty_offset, end_offset=stats.end_offset,
                       dirty_ratio=round(stats.dirty_ratio, 4), read=stats.messages_read,
                       written=stats.messages_written, tombstones_removed=stats.tombstones_removed)
-        for (topic, partition), error in store.cleaner.uncleanable().items():
-            failures.setdefault(topic, f"partition {partition} is uncleanable: {error}")
-        for topic, error in failures.items():
-            log_event(logger, logging.ERROR, "cleaner.failed", topic=topic, error=error)
-        return failures
+        return cleaned
 
-    return PeriodicTask("cleaner", interval_s, run_once, close=store.close)
+
+class _LoggedCall(_Logged, PeriodicCall):
+    """A plain callable every ``interval_s`` seconds, its failures logged the service's way."""
 
 
 Listener = TypeVar("Listener")
