@@ -158,6 +158,12 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
               "Fsync the active segment once this many messages are unflushed.", minimum=1),
     ConfigKey("flush.ms", "long", _LONG_MAX, "Fsync the active segment once this long after the last fsync."),
     ConfigKey("index.interval.bytes", "int", 4096, "Bytes appended between two entries of the sparse index."),
+    ConfigKey("local.retention.bytes", "long", -2,
+              "With remote.storage.enable, local size above which uploaded segments leave the local folder; "
+              "-2 = retention.bytes.", minimum=-2),
+    ConfigKey("local.retention.ms", "long", -2,
+              "With remote.storage.enable, age after which uploaded segments leave the local folder; "
+              "-2 = retention.ms.", minimum=-2),
     ConfigKey("max.compaction.lag.ms", "long", _LONG_MAX,
               "Longest a message may stay uncompacted; also caps segment.ms of compacted topics.", minimum=1),
     ConfigKey("max.message.bytes", "int", 1048588, "Largest message an append accepts, in bytes."),
@@ -168,6 +174,8 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
               "Share of a compacted log not yet cleaned above which the cleaner picks it.",
               minimum=0.0, maximum=1.0),
     ConfigKey("min.compaction.lag.ms", "long", 0, "Shortest time a message stays uncompacted."),
+    ConfigKey("remote.storage.enable", "boolean", False,
+              "Upload sealed segments to the store's remote tier and read them from there once gone locally."),
     ConfigKey("retention.bytes", "long", -1,
               "Partition size above which the oldest segments are deleted; -1 = no limit.", minimum=-1),
     ConfigKey("retention.ms", "long", 604800000, "Age after which a segment is deleted; -1 = no limit.",
@@ -198,11 +206,14 @@ class TopicConfig:
     flush_messages: int
     flush_ms: int
     index_interval_bytes: int
+    local_retention_bytes: int
+    local_retention_ms: int
     max_compaction_lag_ms: int
     max_message_bytes: int
     message_timestamp_type: str
     min_cleanable_dirty_ratio: float
     min_compaction_lag_ms: int
+    remote_storage_enable: bool
     retention_bytes: int
     retention_ms: int
     segment_bytes: int
@@ -216,6 +227,17 @@ class TopicConfig:
         if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
             raise InvalidConfigError("min.compaction.lag.ms", self.min_compaction_lag_ms,
                                      f"at most max.compaction.lag.ms ({self.max_compaction_lag_ms})")
+        for local, whole in (("local.retention.ms", "retention.ms"), ("local.retention.bytes", "retention.bytes")):
+            local_value, whole_value = getattr(self, local.replace(".", "_")), getattr(self, whole.replace(".", "_"))
+            if whole_value >= 0 and (local_value == -1 or local_value > whole_value):
+                raise InvalidConfigError(local, local_value, f"-2 or at most {whole} ({whole_value}), as in Kafka")
+        if self.remote_storage_enable and self.is_compact:
+            raise InvalidConfigError(
+                "remote.storage.enable", "true",
+                "false while cleanup.policy includes compact: in-place cleaning rewrites local segments and stays "
+                "local-only, as in Kafka, which refuses compacted topics in tiered storage. Use cleanup.policy=delete "
+                "with two-phase compaction (compaction.threshold.bytes, or `ledgerview compact`), which reads both "
+                "tiers")
 
     @classmethod
     def from_overrides(cls, overrides: Mapping[str, RawValue]) -> TopicConfig:
@@ -248,6 +270,16 @@ class TopicConfig:
     @property
     def is_delete(self) -> bool:
         return "delete" in self.cleanup_policy
+
+    @property
+    def effective_local_retention_ms(self) -> int:
+        """local.retention.ms with -2 resolved to retention.ms."""
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        """local.retention.bytes with -2 resolved to retention.bytes."""
+        return self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
 
     @property
     def segment_roll_ms(self) -> int:

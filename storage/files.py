@@ -30,6 +30,12 @@ TOPICS_FOLDER = "__topics"
 TOPIC_METADATA = "topic.json"
 STORE_LOCK = ".store.lock"
 WRITER_LOCK = ".writer.lock"
+REMOTE_LOCK = ".remote.lock"
+"""Per partition: held while uploading to, or expiring from, the remote tier (one such worker per data folder)."""
+REMOTE_EPOCH_RECORD = "remote-epoch.json"
+"""Per partition: the epoch under which this data folder writes the partition's remote log."""
+REMOTE_TIER_RECORD = "remote-tier.json"
+"""In the data folder: the URI of its remote tier."""
 
 MAX_TOPIC_NAME_LENGTH = 249
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")

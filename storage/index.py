@@ -37,6 +37,10 @@ class _AppendOnlyIndex:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return False
+        return self.load_bytes(data)
+
+    def load_bytes(self, data: bytes) -> bool:
+        """Take the entries from ``data`` (an index file's bytes); False when it is not a whole number of entries."""
         if len(data) % self._entry.size:
             return False
         pairs = list(self._entry.iter_unpack(data))

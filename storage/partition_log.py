@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -39,11 +40,12 @@ from storage.files import CLEANED_SUFFIX, SWAP_SUFFIX
 from storage.loader import complete_interrupted_swaps, read_segments
 from storage.locks import FileLock
 from storage.schema import STORED_SCHEMA
-from storage.segment import NO_TIMESTAMP, Segment
+from storage.segment import NO_TIMESTAMP, Segment, SegmentReads
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
 MTIME_TICK_NS = 1_000_000_000
 Clock = Callable[[], int]
+S = TypeVar("S", bound=SegmentReads)
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,10 @@ class PartitionLog:
         checkpoints: PartitionCheckpoints,
         clock: Clock,
         verify_reads: bool,
+        load_remote: Callable[[], list[SegmentReads]] | None = None,
     ) -> None:
+        """``load_remote``: the segments of the partition's remote log now (storage/remote_tier.py), for a store
+        with a remote tier; reads go there for offsets whose local segments are gone."""
         self.folder, self.topic, self.partition = folder, topic, partition
         self.config = config
         self.segments = segments
@@ -84,6 +89,10 @@ class PartitionLog:
         self._last_flush_ms = clock()
         self._folder_mtime_ns = folder.stat().st_mtime_ns
         self._listing = _listing(folder)
+        self._load_remote = load_remote
+        self.remote_segments: list[SegmentReads] = []
+        """The remote segments below the first local one, oldest first."""
+        self.reload_remote()
 
     # ------------------------------------------------------------------------------------------------- state
     @property
@@ -97,11 +106,26 @@ class PartitionLog:
 
     @property
     def size_bytes(self) -> int:
+        """Bytes of the whole log, both tiers."""
+        return sum(segment.size_bytes for segment in self.tiered_segments())
+
+    @property
+    def local_size_bytes(self) -> int:
         return sum(segment.size_bytes for segment in self.segments)
+
+    def tiered_segments(self) -> list[SegmentReads]:
+        """Every segment of the log in offset order: remote ones where no local copy is left, then local ones."""
+        return [*self.remote_segments, *self.segments] if self.remote_segments else list(self.segments)
+
+    def reload_remote(self) -> None:
+        """Catch up with the remote log (its segments below the first local segment)."""
+        if self._load_remote is not None:
+            first_local = self.segments[0].base_offset
+            self.remote_segments = [segment for segment in self._load_remote() if segment.next_offset <= first_local]
 
     def bytes_above(self, offset: int) -> int:
         """Bytes of the batches holding offsets above ``offset``."""
-        segments = self._segments_from(offset + 1)
+        segments = _segments_from(self.tiered_segments(), offset + 1)
         return sum(segment.size_bytes for segment in segments) - segments[0].position_of(offset + 1)
 
     def refresh(self) -> None:
@@ -118,7 +142,8 @@ class PartitionLog:
                 self._listing = listing
                 self._relist_segments()
         self.active.follow_growth()
-        self.log_start_offset = max(self.checkpoints.read_log_start_offset(), self.segments[0].base_offset)
+        first = self.remote_segments[0] if self.remote_segments else self.segments[0]
+        self.log_start_offset = max(self.checkpoints.read_log_start_offset(), first.base_offset)
 
     def _relist_segments(self) -> None:
         known = {segment.base_offset: segment for segment in self.segments}
@@ -130,6 +155,7 @@ class PartitionLog:
                 # through the segment's memory map, so only the write handle is closed.
                 segment.close_write_handle()
         self.segments = on_disk
+        self.reload_remote()  # local segments go once uploaded (or by retention): the remote log tells which
 
     def settle(self) -> None:
         """Under the writer lock, before changing segments: finish a swap that a crashed cleaner in another
@@ -214,9 +240,13 @@ class PartitionLog:
                 self.checkpoints.save_log_start_offset(offset)
                 self.log_start_offset = offset
 
-    def delete_segments_before(self, base_offset: int, *, now_ms: int) -> list[Segment]:
+    def delete_segments_before(self, base_offset: int, *, now_ms: int, move_log_start: bool = True) -> (
+        list[Segment]
+    ):
         """Delete every segment before the one starting at ``base_offset``, asynchronously as Kafka does
-        (``UnifiedLog.deleteSegments``); returns the deleted segments. The policy is storage/retention.py's.
+        (``UnifiedLog.deleteSegments``); returns the deleted segments. The policy is storage/retention.py's (and
+        storage/remote_tier.py's, whose local retention passes ``move_log_start=False``: the segments stay in the
+        log, on the remote tier, so step 1 is skipped).
 
         1. Move the log start offset up to ``base_offset`` (checkpoint saved). A crash after this leaves the
            segments below it on disk but unreadable; the next retention run deletes them.
@@ -231,12 +261,14 @@ class PartitionLog:
             doomed = self.segments[: bases.index(base_offset)]
             if not doomed:
                 return []
-            self.move_log_start_offset(max(self.log_start_offset, base_offset))
+            if move_log_start:
+                self.move_log_start_offset(max(self.log_start_offset, base_offset))
             faults.crash_point("retention.after_log_start_offset")
             self.segments = self.segments[len(doomed) :]
             for segment in doomed:
                 segment.rename_to_deleted(deleted_ms=now_ms)
                 faults.crash_point("retention.after_rename")
+            self.reload_remote()
             return doomed
 
     def create_cleaned_segment(self, base_offset: int) -> Segment:
@@ -299,7 +331,7 @@ class PartitionLog:
         Waits for the writer lock whatever ``lock_wait`` says: the flush is of this process's own appends."""
         with self.writer_lock.waiting():
             self.refresh()  # another process may have replaced or deleted segments (cleaning, retention)
-            for segment in self._segments_from(self.recovery_point):
+            for segment in _segments_from(self.segments, self.recovery_point):
                 segment.fsync()
             faults.crash_point("flush.before_checkpoint")
             self._unflushed_messages = 0
@@ -321,10 +353,6 @@ class PartitionLog:
             segment.close()
 
     # -------------------------------------------------------------------------------------------------- read
-    def _segments_from(self, offset: int) -> list[Segment]:
-        bases = [segment.base_offset for segment in self.segments]
-        return self.segments[max(bisect.bisect_right(bases, offset) - 1, 0) :]
-
     def read_batches(self, start_offset: int, end_offset: int | None = None) -> Iterator[pa.RecordBatch]:
         """Stored record batches with start_offset <= offset < end_offset (default: the end offset now)."""
         self.refresh()
@@ -332,7 +360,7 @@ class PartitionLog:
         if not self.log_start_offset <= start_offset <= self.end_offset:
             raise OffsetOutOfRangeError(self.topic, self.partition, start_offset, self.log_start_offset,
                                         self.end_offset)
-        for segment in self._segments_from(start_offset):
+        for segment in _segments_from(self.tiered_segments(), start_offset):
             if segment.base_offset >= end:
                 return
             yield from segment.read_batches(start_offset, end, verify=self.verify_reads)
@@ -340,12 +368,18 @@ class PartitionLog:
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """Kafka's offsetsForTimes: the first offset whose timestamp is >= ``timestamp``, None past the end."""
         self.refresh()
-        for segment in self.segments:
+        for segment in self.tiered_segments():
             if segment.max_timestamp != NO_TIMESTAMP and segment.max_timestamp >= timestamp:
                 found = segment.offset_for_timestamp(timestamp, from_offset=self.log_start_offset)
                 if found is not None:
                     return found
         return None
+
+
+def _segments_from(segments: list[S], offset: int) -> list[S]:
+    """The segments from the one holding ``offset`` on (from the first if ``offset`` is below it)."""
+    bases = [segment.base_offset for segment in segments]
+    return segments[max(bisect.bisect_right(bases, offset) - 1, 0) :]
 
 
 def _listing(folder: Path) -> frozenset[tuple[str, int]]:

@@ -41,18 +41,19 @@ import os
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from storage.config import TopicConfig
 from storage.errors import LedgerviewError
 from storage.files import DELETED_SUFFIX, parse_segment_file
 from storage.partition_log import PartitionLog
 from storage.periodic import PeriodicLoop, for_each_topic
-from storage.segment import NO_TIMESTAMP, Segment
+from storage.segment import NO_TIMESTAMP, Segment, SegmentReads
 
 if TYPE_CHECKING:
     from storage.store import Store
 
+S = TypeVar("S", bound=SegmentReads)
 HoldReader = Callable[[], int | None]
 """Reads the two-phase compaction hold now (``Store.retention_hold``): the lowest offset that must stay."""
 
@@ -125,17 +126,17 @@ class RecordDeletionNotAllowedError(LedgerviewError):
 
 
 # ------------------------------------------------------------------------------------------------------ policy
-def plan_retention(segments: Sequence[Segment], *, end_offset: int, log_start_offset: int, hold: int | None,
+def plan_retention(segments: Sequence[S], *, end_offset: int, log_start_offset: int, hold: int | None,
                    config: TopicConfig, now_ms: int, reasons: Collection[RetentionReason] = ALL_REASONS) -> (
-    list[tuple[Segment, RetentionReason]]
+    list[tuple[S, RetentionReason]]
 ):
     """The deletable prefix of ``segments`` (oldest first) with the reason each goes: step 2 of the module doc.
 
     ``reasons`` limits the predicates tried (delete_records tries only the log start offset).
     """
-    plan: list[tuple[Segment, RetentionReason]] = []
+    plan: list[tuple[S, RetentionReason]] = []
 
-    def take(reason: RetentionReason, predicate: Callable[[Segment, Segment | None], bool]) -> None:
+    def take(reason: RetentionReason, predicate: Callable[[S, S | None], bool]) -> None:
         while len(plan) < len(segments):
             segment = segments[len(plan)]
             following = segments[len(plan) + 1] if len(plan) + 1 < len(segments) else None
@@ -156,7 +157,7 @@ def plan_retention(segments: Sequence[Segment], *, end_offset: int, log_start_of
     if RetentionReason.RETENTION_BYTES in reasons and config.retention_bytes >= 0:
         diff = sum(segment.size_bytes for segment in segments[len(plan) :]) - config.retention_bytes
 
-        def leaves_enough(segment: Segment, _: Segment | None) -> bool:
+        def leaves_enough(segment: S, _: S | None) -> bool:
             nonlocal diff
             if diff - segment.size_bytes < 0:
                 return False
@@ -171,11 +172,9 @@ def plan_retention(segments: Sequence[Segment], *, end_offset: int, log_start_of
     return plan
 
 
-def largest_timestamp_ms(segment: Segment) -> int:
-    """Kafka's ``LogSegment.largestTimestamp``: the largest message timestamp, or the log file's mtime."""
-    if segment.max_timestamp != NO_TIMESTAMP:
-        return segment.max_timestamp
-    return segment.log_path.stat().st_mtime_ns // 1_000_000
+def largest_timestamp_ms(segment: SegmentReads) -> int:
+    """Kafka's ``LogSegment.largestTimestamp``: the largest message timestamp, or when the segment was written."""
+    return segment.max_timestamp if segment.max_timestamp != NO_TIMESTAMP else segment.written_ms()
 
 
 # ------------------------------------------------------------------------------------------------ enforcement

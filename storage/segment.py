@@ -42,7 +42,107 @@ from storage.index import OffsetIndex, TimeIndex
 NO_TIMESTAMP = -1
 
 
-class Segment:
+class SegmentReads:
+    """What reading a segment needs, wherever its bytes are: a local file (Segment) or an object of the remote tier
+    (storage/remote_segment.py). A subclass provides the bytes (``buffer``), the indexes and the end state."""
+
+    base_offset: int
+    size_bytes: int
+    next_offset: int
+    first_timestamp: int
+    max_timestamp: int
+    offset_index: OffsetIndex
+    time_index: TimeIndex
+    _verified_bytes: int
+
+    @property
+    def source(self) -> str:
+        """Where the bytes are, for errors."""
+        raise NotImplementedError
+
+    def buffer(self) -> pa.Buffer:
+        raise NotImplementedError
+
+    def written_ms(self) -> int:
+        """When the segment was last written, for the age of a segment without timestamps."""
+        raise NotImplementedError
+
+    def scan(self, start_position: int, *, verify: bool = False) -> Iterator[BatchHeader]:
+        """Batch headers from ``start_position`` to the end of the bytes valid now.
+
+        With ``verify``, each batch's CRC is checked once per process: batches below the verified watermark (read
+        and checked before, or written by this process) are not checked again.
+        """
+        verify_from = self._verified_bytes if verify else None
+        for header in scan_headers(memoryview(self.buffer()), start_position, self.size_bytes, verify_from):
+            if verify and header.position == self._verified_bytes:
+                self._verified_bytes = header.end_position
+            yield header
+
+    def scan_from_offset(self, offset: int, *, verify: bool = False) -> Iterator[BatchHeader]:
+        """Batch headers from the indexed batch at or before ``offset`` to the end (see ``scan``).
+
+        The index has no checksum, so its entry is checked against the batch it points at: an entry whose batch
+        starts at another offset (an index scribbled on but still ordered) would skip messages. Then the scan
+        starts from the segment's first batch instead, which is always right, only slower.
+        """
+        indexed_offset, position = self.offset_index.lookup(offset - self.base_offset)
+        headers = self.scan(position, verify=verify)
+        first = next(headers, None)
+        if first is None:
+            return
+        if position and first.base_offset != self.base_offset + indexed_offset:
+            yield from self.scan(0, verify=verify)
+            return
+        yield first
+        yield from headers
+
+    def position_of(self, offset: int) -> int:
+        """File position of the first batch holding ``offset`` or later offsets (the size if there is none)."""
+        for header in self.scan_from_offset(offset):
+            if header.last_offset >= offset:
+                return header.position
+        return self.size_bytes
+
+    def read_batches(self, start_offset: int, end_offset: int, *, verify: bool) -> Iterator[pa.RecordBatch]:
+        """Record batches holding the messages with start_offset <= offset < end_offset, in offset order."""
+        buffer = self.buffer()
+        expected_offset = self.base_offset
+        try:
+            for header in self.scan_from_offset(start_offset, verify=verify):
+                expected_offset = header.next_offset
+                if header.next_offset <= start_offset:
+                    continue
+                if header.base_offset >= end_offset:
+                    return
+                batch = decode_payload(buffer, header)
+                if header.base_offset < start_offset or header.last_offset >= end_offset:
+                    offsets = batch.column(0).to_numpy()
+                    first, last = np.searchsorted(offsets, [start_offset, end_offset])
+                    batch = batch.slice(int(first), int(last - first))
+                if batch.num_rows:
+                    yield batch
+        except BatchFormatError as error:
+            raise CorruptSegmentError(self.source, error.position, expected_offset, error.reason) from error
+
+    def offset_for_timestamp(self, timestamp: int, *, from_offset: int = 0) -> int | None:
+        """Offset of the first message at or after ``from_offset`` whose timestamp is >= ``timestamp``, or None
+        if there is none here."""
+        if self.max_timestamp < timestamp:
+            return None
+        buffer = self.buffer()
+        for header in self.scan_from_offset(self.base_offset + self.time_index.lookup(timestamp)):
+            if header.max_timestamp >= timestamp and header.last_offset >= from_offset:
+                batch = decode_payload(buffer, header)
+                offsets = batch.column(0).to_numpy()
+                hits = np.flatnonzero((batch.column(1).to_numpy() >= timestamp) & (offsets >= from_offset))
+                if len(hits):
+                    return int(offsets[hits[0]])
+        return None
+
+
+
+class Segment(SegmentReads):
     def __init__(self, folder: Path, base_offset: int, *, index_interval_bytes: int,
                  temporary_suffix: str | None = None) -> None:
         """``temporary_suffix``: the segment's files carry one of Kafka's swap suffixes (``.cleaned``, ``.swap``)."""
@@ -279,6 +379,13 @@ class Segment:
         self.time_index.path = _path(self.folder, self.base_offset, TIME_INDEX_SUFFIX, temporary_suffix)
 
     # ----------------------------------------------------------------------------------------------- reading
+    @property
+    def source(self) -> str:
+        return str(self.log_path)
+
+    def written_ms(self) -> int:
+        return self.log_path.stat().st_mtime_ns // 1_000_000
+
     def buffer(self) -> pa.Buffer:
         """The valid bytes as a zero-copy buffer over a memory map, widened when the file has grown."""
         if self._map is None or self._map.size < self.size_bytes:
@@ -308,79 +415,6 @@ class Segment:
             except BatchFormatError:
                 break  # a batch still being written, or the end
             self._remember(*self._take_in(header))
-
-    def scan(self, start_position: int, *, verify: bool = False) -> Iterator[BatchHeader]:
-        """Batch headers from ``start_position`` to the end of the bytes valid now.
-
-        With ``verify``, each batch's CRC is checked once per process: batches below the verified watermark (read
-        and checked before, or written by this process) are not checked again.
-        """
-        verify_from = self._verified_bytes if verify else None
-        for header in scan_headers(memoryview(self.buffer()), start_position, self.size_bytes, verify_from):
-            if verify and header.position == self._verified_bytes:
-                self._verified_bytes = header.end_position
-            yield header
-
-    def scan_from_offset(self, offset: int, *, verify: bool = False) -> Iterator[BatchHeader]:
-        """Batch headers from the indexed batch at or before ``offset`` to the end (see ``scan``).
-
-        The index has no checksum, so its entry is checked against the batch it points at: an entry whose batch
-        starts at another offset (an index scribbled on but still ordered) would skip messages. Then the scan
-        starts from the segment's first batch instead, which is always right, only slower.
-        """
-        indexed_offset, position = self.offset_index.lookup(offset - self.base_offset)
-        headers = self.scan(position, verify=verify)
-        first = next(headers, None)
-        if first is None:
-            return
-        if position and first.base_offset != self.base_offset + indexed_offset:
-            yield from self.scan(0, verify=verify)
-            return
-        yield first
-        yield from headers
-
-    def position_of(self, offset: int) -> int:
-        """File position of the first batch holding ``offset`` or later offsets (the size if there is none)."""
-        for header in self.scan_from_offset(offset):
-            if header.last_offset >= offset:
-                return header.position
-        return self.size_bytes
-
-    def read_batches(self, start_offset: int, end_offset: int, *, verify: bool) -> Iterator[pa.RecordBatch]:
-        """Record batches holding the messages with start_offset <= offset < end_offset, in offset order."""
-        buffer = self.buffer()
-        expected_offset = self.base_offset
-        try:
-            for header in self.scan_from_offset(start_offset, verify=verify):
-                expected_offset = header.next_offset
-                if header.next_offset <= start_offset:
-                    continue
-                if header.base_offset >= end_offset:
-                    return
-                batch = decode_payload(buffer, header)
-                if header.base_offset < start_offset or header.last_offset >= end_offset:
-                    offsets = batch.column(0).to_numpy()
-                    first, last = np.searchsorted(offsets, [start_offset, end_offset])
-                    batch = batch.slice(int(first), int(last - first))
-                if batch.num_rows:
-                    yield batch
-        except BatchFormatError as error:
-            raise CorruptSegmentError(str(self.log_path), error.position, expected_offset, error.reason) from error
-
-    def offset_for_timestamp(self, timestamp: int, *, from_offset: int = 0) -> int | None:
-        """Offset of the first message at or after ``from_offset`` whose timestamp is >= ``timestamp``, or None
-        if there is none here."""
-        if self.max_timestamp < timestamp:
-            return None
-        buffer = self.buffer()
-        for header in self.scan_from_offset(self.base_offset + self.time_index.lookup(timestamp)):
-            if header.max_timestamp >= timestamp and header.last_offset >= from_offset:
-                batch = decode_payload(buffer, header)
-                offsets = batch.column(0).to_numpy()
-                hits = np.flatnonzero((batch.column(1).to_numpy() >= timestamp) & (offsets >= from_offset))
-                if len(hits):
-                    return int(offsets[hits[0]])
-        return None
 
 
 def _path(folder: Path, base_offset: int, suffix: str, temporary_suffix: str | None) -> Path:

@@ -61,8 +61,17 @@ from storage.files import (
 )
 from storage.loader import load_segments, read_segments
 from storage.locks import FileLock
+from storage.object_store import open_object_store
 from storage.partition_log import Clock, PartitionCheckpoints, PartitionLog, estimated_message_bytes
 from storage.partitioner import partition_for_keys
+from storage.remote_segment import DEFAULT_CACHE_BYTES, FetchCache
+from storage.remote_tier import (
+    RemoteSyncResult,
+    RemoteTier,
+    enforce_tiered_retention,
+    remembered_remote,
+    sync_partition,
+)
 from storage.retention import DeletedSegment, DeleteRecordsResult, delete_records, enforce_partition_retention
 from storage.schema import MESSAGE_SCHEMA, Message, messages_from_table, normalize_input, with_partition_column
 from storage.stray_records import remove_stray_record_temporaries
@@ -125,8 +134,10 @@ class Store:
     """A data folder of topics. Safe to open from several processes at once (see docs/FORMAT.md, Concurrency)."""
 
     def __init__(self, root: Path, *, lock_wait: bool, verify_reads: bool, clock: Clock,
-                 cleaner_config: CleanerConfig) -> None:
+                 cleaner_config: CleanerConfig, remote: RemoteTier | None) -> None:
         self.root = root
+        self.remote = remote
+        """The remote tier (storage/remote_tier.py), or None for a store that lives in its folder only."""
         self.lock_wait = lock_wait
         self.verify_reads = verify_reads
         self.clock = clock
@@ -142,18 +153,24 @@ class Store:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, lock_wait: bool = True, verify_reads: bool = True,
-             clock: Clock = wall_clock_ms, cleaner_config: CleanerConfig | None = None) -> Store:
+             clock: Clock = wall_clock_ms, cleaner_config: CleanerConfig | None = None, remote: str | None = None,
+             remote_cache_bytes: int = DEFAULT_CACHE_BYTES) -> Store:
         """Open (creating it if missing) the data folder at ``path``.
 
         ``lock_wait``: a writer that finds a partition locked by another process waits (True) or raises
         PartitionLockedError (False). ``verify_reads``: check each batch's CRC-32C when reading it.
         ``clock``: milliseconds since the epoch; tests pass their own. ``cleaner_config``: the in-place
-        cleaner's memory budget (default: Kafka's 128 MiB).
+        cleaner's memory budget (default: Kafka's 128 MiB). ``remote``: the URI of the store's remote tier
+        (``s3://bucket/prefix``, ``file:///mount/prefix``, see storage/remote_tier.py); the folder remembers it,
+        so later opens read through it without naming it again, and naming another one is refused.
+        ``remote_cache_bytes``: memory for remote segments fetched for reading.
         """
         root = Path(path)
         (root / TOPICS_FOLDER).mkdir(parents=True, exist_ok=True)
+        remote_uri = remembered_remote(root, remote)
+        tier = RemoteTier(open_object_store(remote_uri), FetchCache(remote_cache_bytes), clock) if remote_uri else None
         store = cls(root, lock_wait=lock_wait, verify_reads=verify_reads, clock=clock,
-                    cleaner_config=cleaner_config or CleanerConfig())
+                    cleaner_config=cleaner_config or CleanerConfig(), remote=tier)
         store._remove_deleted_folders()
         store._remove_stray_temporary_files()
         remove_stray_record_temporaries(root)
@@ -309,6 +326,7 @@ class Store:
         recovery_file = self.root / RECOVERY_POINT_CHECKPOINT
         start_file = self.root / LOG_START_OFFSET_CHECKPOINT
         writer_lock = FileLock(folder / WRITER_LOCK, wait=self.lock_wait)
+        load_remote = functools.partial(self.remote.segments, topic, partition) if self.remote else None
 
         def read_log_start_offset() -> int:
             return self._log_start_offsets.get(key, 0)
@@ -329,7 +347,7 @@ class Store:
                                     log_start_offset=max(read_log_start_offset(), segments[0].base_offset),
                                     recovery_point=read_checkpoint(recovery_file).get(key, 0),
                                     writer_lock=writer_lock, checkpoints=checkpoints, clock=self.clock,
-                                    verify_reads=self.verify_reads)
+                                    verify_reads=self.verify_reads, load_remote=load_remote)
             writer_lock.acquire(wait=True)  # the partition's first segment is being created: wait for it
         try:
             recovery_point = read_checkpoint(recovery_file).get(key, 0)
@@ -339,7 +357,7 @@ class Store:
             log = PartitionLog(folder, topic, partition, config=config, segments=segments,
                                log_start_offset=max(log_start_offset, segments[0].base_offset),
                                recovery_point=recovery_point, writer_lock=writer_lock, checkpoints=checkpoints,
-                               clock=self.clock, verify_reads=self.verify_reads)
+                               clock=self.clock, verify_reads=self.verify_reads, load_remote=load_remote)
             if recovery_point < log.end_offset:
                 log.flush()  # what recovery kept is now verified and fsynced
         finally:
@@ -517,9 +535,45 @@ class Store:
         now = self.clock() if now_ms is None else now_ms
         deleted: list[DeletedSegment] = []
         for partition in range(metadata.partitions):
-            deleted += enforce_partition_retention(self.partition_log(topic, partition), now_ms=now,
-                                                   read_hold=functools.partial(self.retention_hold, topic, partition))
+            log = self.partition_log(topic, partition)
+            read_hold = functools.partial(self.retention_hold, topic, partition)
+            if self.remote is not None and metadata.config.remote_storage_enable:
+                deleted += enforce_tiered_retention(log, self.remote.writer(log), now_ms=now, hold=read_hold())
+            else:
+                deleted += enforce_partition_retention(log, now_ms=now, read_hold=read_hold)
         return deleted
+
+    # ------------------------------------------------------------------------------------------- remote tier
+    def sync_remote(self, topic: str | None = None) -> list[RemoteSyncResult]:
+        """Upload every sealed segment the remote tier lacks, of ``topic`` or of every topic with
+        remote.storage.enable=true; returns when the remote tier holds them (one result per partition). The
+        service does this continuously; local copies go later, by local retention (``enforce_retention``)."""
+        tier = self._require_remote()
+        results = []
+        for name in [topic] if topic is not None else self.list_topics():
+            metadata = self.topic_metadata(name)
+            if not metadata.config.remote_storage_enable:
+                if topic is not None:
+                    raise LedgerviewError(f"Topic {name!r} has remote.storage.enable=false: nothing to upload. "
+                                          "Set it to true (ledgerview topics alter) to tier it.")
+                continue
+            for partition in range(metadata.partitions):
+                log = self.partition_log(name, partition)
+                results.append(sync_partition(log, tier.writer(log)))
+        return results
+
+    def claim_remote(self, topic: str, partition: int) -> int:
+        """Make this folder the writer of the partition's remote log (a standby taking over); returns the new
+        epoch. Writers of older epochs are refused from then on (RemoteLogFencedError)."""
+        tier = self._require_remote()
+        log = self.partition_log(topic, partition)
+        return tier.writer(log).claim(log_start_offset=log.log_start_offset).epoch
+
+    def _require_remote(self) -> RemoteTier:
+        if self.remote is None:
+            raise LedgerviewError(f"The store at {self.root} has no remote tier; open it with "
+                                  "Store.open(path, remote='s3://bucket/prefix') (or --remote) first.")
+        return self.remote
 
     def delete_records(self, topic: str, partition: int, before_offset: int, *,
                        now_ms: int | None = None) -> DeleteRecordsResult:

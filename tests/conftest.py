@@ -57,3 +57,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return 1 if item.get_closest_marker("slow") or item.get_closest_marker("fault") else 0
 
     items.sort(key=weight)
+
+
+from tests.s3_server import s3_server, s3_uri  # noqa: E402,F401  (fixtures: a moto S3 server per run, a bucket per test)

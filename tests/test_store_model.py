@@ -8,9 +8,12 @@ import tempfile
 from pathlib import Path
 
 import hypothesis.strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from storage import Store
+from tests.s3_server import S3Server
 
 PARTITIONS = 2
 CONFIG = {"segment.bytes": "1024", "index.interval.bytes": "128"}
@@ -87,3 +90,35 @@ class StoreModel(RuleBasedStateMachine):
 
 
 TestStoreModel = StoreModel.TestCase
+
+
+class TieredStoreModel(StoreModel):
+    """The same rules over a store whose sealed segments go to a remote tier (a real S3 server) and leave the local
+    folder at once: every read of a sealed segment crosses the tier."""
+
+    def __init__(self) -> None:
+        RuleBasedStateMachine.__init__(self)
+        self.folder = Path(tempfile.mkdtemp(prefix="ledgerview-model-"))
+        self.store = Store.open(self.folder, remote=f"s3://{S3_SERVER[0].new_bucket()}/tier")
+        self.store.create_topic("t", partitions=PARTITIONS, config={
+            **CONFIG, "remote.storage.enable": "true", "local.retention.ms": "0", "file.delete.delay.ms": "0"})
+        self.model = [[] for _ in range(PARTITIONS)]
+
+    @rule()
+    def tier(self) -> None:
+        """Upload what is sealed, then drop the local copies (local.retention.ms=0)."""
+        synced = self.open_store.sync_remote()
+        self.open_store.enforce_retention("t", now_ms=self.open_store.clock() + 1)
+        for result in synced:  # only what is not uploaded is still local
+            log = self.open_store.partition_log("t", result.partition)
+            assert log.segments[0].base_offset >= result.remote_end_offset
+
+
+S3_SERVER: list[S3Server] = []
+
+
+@pytest.mark.slow
+def test_the_store_keeps_every_message_across_the_remote_tier(s3_server: S3Server) -> None:
+    S3_SERVER[:] = [s3_server]
+    run_state_machine_as_test(TieredStoreModel, settings=settings(max_examples=15, stateful_step_count=30,
+                                                                   deadline=None))

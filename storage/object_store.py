@@ -1,0 +1,207 @@
+"""The remote tier's objects under one URI: the only module that talks to object storage.
+
+Bulk bytes (segments, indexes) go through ``pyarrow.fs``, which reads any URI pyarrow knows (``s3://``, ``gs://``,
+``hdfs://``, ``file://``) and, for S3, takes the endpoint and credentials from the standard AWS variables
+(``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``). What pyarrow lacks is a
+conditional write, and publishing on a store without rename or locks needs one: ``create`` writes an object only
+if its key is free, with S3's ``If-None-Match: *`` (through boto3, which reads the same variables) or, on a local
+or mounted path, an exclusive hard link. Other schemes are readable; writing to them is refused, saying why.
+
+Bulk objects are always written under fresh keys (a UUID per attempt), so a retry never overwrites bytes that a
+reader may be reading; the small records that publish them are the only objects ``create`` decides.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from storage.errors import LedgerviewError
+from storage.fileio import fsync_file, fsync_folder, write_all
+
+WRITABLE_SCHEMES = ("s3", "file")
+
+
+class RemoteStorageError(LedgerviewError):
+    """The remote tier failed or refused a request; what is stored locally is untouched."""
+
+    def __init__(self, url: str, action: str, reason: str) -> None:
+        self.url, self.action, self.reason = url, action, reason
+        super().__init__(f"Remote tier: could not {action} {url}: {reason}.")
+
+
+class RemoteObjectMissingError(RemoteStorageError):
+    def __init__(self, url: str, action: str) -> None:
+        super().__init__(url, action, "no such object (deleted by retention, or never uploaded)")
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    """Relative to the store's URI."""
+    size: int
+    modified_ms: int
+
+
+class ObjectStore:
+    """The objects under one remote URI, keyed by paths relative to it (``prices-0/segments/…``)."""
+
+    def __init__(self, uri: str, filesystem: pafs.FileSystem, base: str,
+                 create_once: Callable[[str, bytes], bool] | None) -> None:
+        self.uri = uri.rstrip("/")
+        self.filesystem = filesystem
+        self._base = base.rstrip("/")
+        self._create_once = create_once
+        self._local = isinstance(filesystem, pafs.LocalFileSystem)
+
+    def url(self, key: str) -> str:
+        return f"{self.uri}/{key}"
+
+    def _path(self, key: str) -> str:
+        return f"{self._base}/{key}"
+
+    # -------------------------------------------------------------------------------------------------- reads
+    def read(self, key: str) -> pa.Buffer:
+        """The whole object, in one request."""
+        with self._request(key, "read"), self.filesystem.open_input_file(self._path(key)) as source:
+            return source.read_buffer()
+
+    def read_range(self, key: str, position: int, length: int) -> pa.Buffer:
+        """``length`` bytes from ``position`` (fewer at the object's end), in one ranged request."""
+        with self._request(key, "read"), self.filesystem.open_input_file(self._path(key)) as source:
+            return source.read_at(length, position)
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        """Every object under ``prefix`` (recursively), sorted by key; none if the prefix does not exist."""
+        selector = pafs.FileSelector(self._path(prefix), recursive=True, allow_not_found=True)
+        with self._request(prefix, "list"):
+            infos = self.filesystem.get_file_info(selector)
+        start = len(self._base) + 1
+        return sorted((ObjectInfo(info.path[start:], info.size or 0,
+                                  int(info.mtime_ns // 1_000_000) if info.mtime_ns is not None else 0)
+                       for info in infos if info.type == pafs.FileType.File), key=lambda info: info.key)
+
+    # ------------------------------------------------------------------------------------------------- writes
+    def upload(self, local: Path, key: str) -> None:
+        """Copy a local file to ``key``, which must be fresh: the object appears whole or not at all."""
+        self._check_writable(key)
+        with self._request(key, "upload"):
+            self._make_parent(key)
+            pafs.copy_files(str(local), self._path(key), source_filesystem=pafs.LocalFileSystem(),
+                            destination_filesystem=self.filesystem)
+            if self._local:
+                fsync_file(Path(self._path(key)))
+
+    def create(self, key: str, data: bytes) -> bool:
+        """Write ``data`` to ``key`` only if no object has that key; False if one has (someone else won)."""
+        self._check_writable(key)
+        assert self._create_once is not None
+        with self._request(key, "create"):
+            self._make_parent(key)
+            return self._create_once(self._path(key), data)
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``; an object already gone is not an error (deletes are retried after crashes)."""
+        self._check_writable(key)
+        try:
+            with self._request(key, "delete"):
+                self.filesystem.delete_file(self._path(key))
+        except RemoteObjectMissingError:
+            return
+
+    def _make_parent(self, key: str) -> None:
+        if self._local:
+            self.filesystem.create_dir(self._path(key).rsplit("/", 1)[0], recursive=True)
+
+    def _check_writable(self, key: str) -> None:
+        if self._create_once is None:
+            writable = ", ".join(f"{scheme}://" for scheme in WRITABLE_SCHEMES)
+            raise RemoteStorageError(self.url(key), "write", f"ledgerview writes only to {writable} remote tiers, "
+                                     "where it can publish by a conditional write; other pyarrow URIs are read-only")
+
+    def _request(self, key: str, action: str) -> _Translated:
+        return _Translated(self.url(key), action)
+
+
+class _Translated:
+    """Turns pyarrow's and boto3's errors into RemoteStorageError, naming the object and the action."""
+
+    def __init__(self, url: str, action: str) -> None:
+        self.url, self.action = url, action
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: Any) -> None:
+        if error is None or isinstance(error, LedgerviewError):
+            return
+        if isinstance(error, FileNotFoundError) or "NoSuchKey" in str(error) or "Path does not exist" in str(error):
+            raise RemoteObjectMissingError(self.url, self.action) from error
+        if isinstance(error, OSError | pa.ArrowException) or type(error).__module__.startswith("botocore"):
+            raise RemoteStorageError(self.url, self.action, f"{type(error).__name__}: {error}") from error
+
+
+def open_object_store(uri: str) -> ObjectStore:
+    """The remote tier at ``uri``: ``s3://bucket/prefix``, ``file:///mount/prefix``, or any URI pyarrow reads."""
+    scheme = urlparse(uri).scheme
+    if not scheme:
+        raise RemoteStorageError(uri, "open", "a remote tier is a URI such as s3://bucket/prefix or "
+                                              "file:///shared/mount/prefix")
+    try:
+        filesystem, base = pafs.FileSystem.from_uri(uri)
+    except (pa.ArrowException, OSError, ValueError) as error:
+        raise RemoteStorageError(uri, "open", str(error)) from error
+    create_once: Callable[[str, bytes], bool] | None = None
+    if scheme == "s3":
+        create_once = _s3_create_once()
+    elif scheme == "file":
+        create_once = _local_create_once
+    return ObjectStore(uri, filesystem, base, create_once)
+
+
+def _s3_create_once() -> Callable[[str, bytes], bool]:
+    import boto3  # only S3 tiers need it
+    from botocore.exceptions import ClientError
+
+    client = boto3.client("s3")
+
+    def create(path: str, data: bytes) -> bool:
+        bucket, key = path.split("/", 1)
+        try:
+            client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
+                return False
+            raise
+        return True
+
+    return create
+
+
+def _local_create_once(path: str, data: bytes) -> bool:
+    """Write a temporary file, fsync it, and hard-link it to ``path``: link(2) fails if ``path`` exists, so of
+    several writers exactly one wins, and the winner's object is complete when it appears."""
+    final = Path(path)
+    temporary = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        write_all(fd, [data])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(temporary, final)
+    except FileExistsError:
+        return False
+    finally:
+        temporary.unlink()
+    fsync_folder(final.parent)
+    return True

@@ -1,0 +1,234 @@
+"""One partition's log on the remote tier, and who may change it: Kafka's RemoteLogMetadataManager reduced to
+numbered manifests that are created once, as Delta Lake commits its log.
+
+Layout under the remote URI (docs/FORMAT.md, "Remote tier")::
+
+    <topic>-<partition>/segments/<base offset>-<uuid>.log|.index|.timeindex   uploaded segments, never rewritten
+    <topic>-<partition>/manifests/<version>.json                              the remote log, one record per change
+
+A manifest lists every uploaded segment still in the remote log, in offset order, and the remote log start
+offset. The manifest with the highest version is the remote log; a change writes version + 1 with a create-once
+write (storage/object_store.py), so of two writers racing for one version exactly one wins. Each manifest carries
+the **epoch** of the data folder that wrote it: a folder claims the partition by publishing the same segments under
+a higher epoch, and a writer whose epoch is below the latest manifest's is fenced (``RemoteLogFencedError``): a
+stale writer or compactor that wakes up late is refused, never merged. The epoch a folder holds is kept in a
+record beside its segments (``remote-epoch.json``).
+
+Uploads go to fresh keys before the manifest that names them is published, so readers never see a segment that is
+not whole; an upload that died before its publish leaves objects that no manifest names, which
+``remove_unreferenced`` deletes once they are older than a grace period. Objects of segments dropped from the
+remote log (retention) are deleted the same way, after the grace period, so a reader that planned on an older
+manifest can finish.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from storage import faults
+from storage.errors import LedgerviewError
+from storage.fileio import write_atomically
+from storage.files import REMOTE_EPOCH_RECORD
+from storage.object_store import ObjectStore, RemoteObjectMissingError
+from storage.records import CorruptRecordError, decode_record, encode_record
+from storage.remote_segment import RemoteSegmentInfo
+from storage.segment import Segment
+
+MANIFEST_RECORD = "remote-log-manifest"
+EPOCH_RECORD = "remote-epoch"
+RECORD_VERSION = 1
+_MANIFEST_NAME = re.compile(r"(\d{20})\.json")
+
+
+class RemoteLogFencedError(LedgerviewError):
+    def __init__(self, topic: str, partition: int, ours: int | None, theirs: int) -> None:
+        self.ours, self.theirs = ours, theirs
+        held = "has not claimed it" if ours is None else f"holds epoch {ours}"
+        super().__init__(
+            f"The remote log of {topic}-{partition} belongs to another writer (epoch {theirs}); this data folder "
+            f"{held}, so it uploads nothing and changes nothing there. Appends here go on locally. If this folder "
+            f"now owns the partition and its local log continues the remote one, claim it with "
+            f"store.claim_remote({topic!r}, {partition})."
+        )
+
+
+@dataclass(frozen=True)
+class RemoteLogManifest:
+    version: int
+    """Its sequence number; the manifest with the highest one is the remote log."""
+    epoch: int
+    """The epoch of the writer that published it."""
+    log_start_offset: int
+    """Reads below it are out of range, on both tiers."""
+    segments: tuple[RemoteSegmentInfo, ...]
+    published_ms: int
+
+    @property
+    def end_offset(self) -> int:
+        """The offset after the last uploaded message (the log start offset when nothing is uploaded)."""
+        return self.segments[-1].next_offset if self.segments else self.log_start_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size_bytes for segment in self.segments)
+
+    def encode(self) -> bytes:
+        body = asdict(self)
+        body["segments"] = [asdict(segment) for segment in self.segments]
+        return encode_record(MANIFEST_RECORD, RECORD_VERSION, body)
+
+    @classmethod
+    def decode(cls, source: str, data: bytes) -> RemoteLogManifest:
+        _, body = decode_record(source, data, MANIFEST_RECORD, max_version=RECORD_VERSION)
+        try:
+            manifest = cls(body["version"], body["epoch"], body["log_start_offset"],
+                           tuple(RemoteSegmentInfo(**segment) for segment in body["segments"]), body["published_ms"])
+        except (KeyError, TypeError) as error:
+            raise CorruptRecordError(source, MANIFEST_RECORD, f"a field is missing or unknown ({error})") from None
+        manifest.check(source)
+        return manifest
+
+    def check(self, source: str) -> None:
+        """Raise CorruptRecordError unless the segments follow each other without a gap, as a log does."""
+        previous = None
+        for segment in self.segments:
+            if segment.next_offset <= segment.base_offset or segment.size_bytes <= 0:
+                raise CorruptRecordError(source, MANIFEST_RECORD, f"segment {segment.stem} is empty or reversed")
+            if previous is not None and segment.base_offset != previous.next_offset:
+                raise CorruptRecordError(source, MANIFEST_RECORD, f"segment {segment.stem} does not follow "
+                                                                  f"{previous.stem} (a gap or an overlap)")
+            previous = segment
+        if self.segments and not self.segments[0].base_offset <= self.log_start_offset < self.end_offset:
+            raise CorruptRecordError(source, MANIFEST_RECORD, f"its log start offset {self.log_start_offset} is "
+                                                              "outside its segments")
+
+
+class RemoteLog:
+    """The remote log of one partition: read its manifest, upload segments, publish, sweep."""
+
+    def __init__(self, objects: ObjectStore, topic: str, partition: int) -> None:
+        self.objects, self.topic, self.partition = objects, topic, partition
+        self.prefix = f"{topic}-{partition}"
+
+    def manifest_key(self, version: int) -> str:
+        return f"{self.prefix}/manifests/{version:020d}.json"
+
+    def _manifest_versions(self) -> list[int]:
+        return sorted(int(match[1]) for info in self.objects.list(f"{self.prefix}/manifests")
+                      if (match := _MANIFEST_NAME.fullmatch(info.key.rsplit("/", 1)[-1])))
+
+    def latest(self) -> RemoteLogManifest | None:
+        """The remote log now: its newest manifest (None if nothing was ever published)."""
+        for version in reversed(self._manifest_versions()):
+            manifest = self._read_manifest(version)
+            if manifest is not None:
+                return manifest
+        return None
+
+    def _read_manifest(self, version: int) -> RemoteLogManifest | None:
+        """The manifest of ``version``; None if it was swept since it was listed (a newer one then exists)."""
+        key = self.manifest_key(version)
+        try:
+            data = self.objects.read(key)
+        except RemoteObjectMissingError:
+            return None
+        manifest = RemoteLogManifest.decode(self.objects.url(key), data.to_pybytes())
+        if manifest.version != version:
+            raise CorruptRecordError(self.objects.url(key), MANIFEST_RECORD,
+                                     f"it says it is version {manifest.version}")
+        return manifest
+
+    def publish(self, manifest: RemoteLogManifest) -> bool:
+        """Create the manifest of ``manifest.version``; False if another writer published that version first."""
+        return self.objects.create(self.manifest_key(manifest.version), manifest.encode())
+
+    def upload(self, segment: Segment) -> RemoteSegmentInfo:
+        """Copy a sealed segment and its indexes to fresh keys (the log last); not yet in the remote log."""
+        stem = f"{self.prefix}/segments/{segment.base_offset:020d}-{uuid.uuid4().hex}"
+        info = RemoteSegmentInfo(segment.base_offset, segment.next_offset, segment.size_bytes,
+                                 segment.first_timestamp, segment.max_timestamp, stem)
+        self.objects.upload(segment.offset_index.path, info.offset_index_key)
+        self.objects.upload(segment.time_index.path, info.time_index_key)
+        faults.crash_point("remote.upload.before_log")
+        self.objects.upload(segment.log_path, info.log_key)
+        return info
+
+    def remove_unreferenced(self, *, now_ms: int, grace_ms: int) -> list[str]:
+        """Sweep what the remote log no longer needs; returns the keys deleted.
+
+        A manifest goes once a newer one has been published for ``grace_ms`` (the latest always stays), and with
+        it the segments only it named: dropped by retention, they stay readable for ``grace_ms`` to readers that
+        planned on it. Segment objects that no manifest names (an upload that died before its publish) go once
+        their last-modified time is ``grace_ms`` old; that time is the object store's clock, so the grace period
+        must exceed the skew between it and ours."""
+        manifests = [manifest for version in self._manifest_versions()
+                     if (manifest := self._read_manifest(version)) is not None]
+        kept = manifests[-1:] + [older for older, newer in itertools.pairwise(manifests)
+                                 if newer.published_ms + grace_ms > now_ms]
+        kept_keys = {key for manifest in kept for segment in manifest.segments for key in segment.object_keys}
+        named = {key for manifest in manifests for segment in manifest.segments for key in segment.object_keys}
+        doomed = [info.key for info in self.objects.list(f"{self.prefix}/segments") if info.key not in kept_keys
+                  and (info.key in named or info.modified_ms + grace_ms <= now_ms)]
+        doomed += [self.manifest_key(manifest.version) for manifest in manifests if manifest not in kept]
+        for key in doomed:
+            self.objects.delete(key)
+        return doomed
+
+
+class RemoteLogWriter:
+    """Changes one partition's remote log on behalf of one data folder, under that folder's epoch."""
+
+    def __init__(self, log: RemoteLog, partition_folder: Path, clock: Callable[[], int]) -> None:
+        self.log, self.clock = log, clock
+        self.epoch_path = partition_folder / REMOTE_EPOCH_RECORD
+
+    def held_epoch(self) -> int | None:
+        """The epoch this folder claimed, or None."""
+        try:
+            data = self.epoch_path.read_bytes()
+        except FileNotFoundError:
+            return None
+        _, body = decode_record(str(self.epoch_path), data, EPOCH_RECORD, max_version=RECORD_VERSION)
+        epoch = body.get("epoch")
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
+            raise CorruptRecordError(str(self.epoch_path), EPOCH_RECORD, f"its epoch {epoch!r} is not an integer >= 1")
+        return epoch
+
+    def claim(self, *, log_start_offset: int) -> RemoteLogManifest:
+        """Take the partition's remote log for this folder: publish it unchanged under an epoch above every
+        earlier one (a remote log not yet started begins at ``log_start_offset``). Writers of lower epochs are
+        fenced from then on."""
+        while True:
+            latest = self.log.latest()
+            manifest = (replace(latest, version=latest.version + 1, epoch=latest.epoch + 1, published_ms=self.clock())
+                        if latest else RemoteLogManifest(1, 1, log_start_offset, (), self.clock()))
+            if self.log.publish(manifest):
+                write_atomically(self.epoch_path, encode_record(EPOCH_RECORD, RECORD_VERSION,
+                                                                {"epoch": manifest.epoch}))
+                return manifest
+
+    def current(self, *, log_start_offset: int) -> RemoteLogManifest:
+        """The remote log, checked to be this folder's to change; a partition never uploaded is claimed now."""
+        epoch, latest = self.held_epoch(), self.log.latest()
+        if latest is None and epoch is None:
+            return self.claim(log_start_offset=log_start_offset)
+        if latest is None or epoch is None or latest.epoch != epoch:
+            raise RemoteLogFencedError(self.log.topic, self.log.partition, epoch, latest.epoch if latest else 0)
+        return latest
+
+    def change(self, edit: Callable[[RemoteLogManifest], RemoteLogManifest], *,
+               log_start_offset: int) -> RemoteLogManifest:
+        """Publish ``edit(current manifest)`` as the next version; raises RemoteLogFencedError if another
+        writer's epoch took over, before or during the change."""
+        while True:
+            current = self.current(log_start_offset=log_start_offset)
+            changed = replace(edit(current), version=current.version + 1, epoch=current.epoch,
+                              published_ms=self.clock())
+            changed.check(self.log.objects.url(self.log.manifest_key(changed.version)))
+            if self.log.publish(changed):
+                return changed

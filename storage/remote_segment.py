@@ -1,0 +1,131 @@
+"""A sealed segment read from the remote tier: the same batches and indexes as a local segment, fetched as objects.
+
+The log object is fetched whole on first read (one request) and kept in a byte-bounded cache shared by a store's
+partitions, so a scan over remote segments holds at most the cache plus the segment being read; batches are decoded
+from the fetched buffer without copies, as from a memory map. CRCs are checked on every fresh fetch.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from storage.errors import CorruptSegmentError
+from storage.files import LOG_SUFFIX, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
+from storage.index import OffsetIndex, TimeIndex
+from storage.object_store import ObjectStore
+from storage.segment import SegmentReads
+
+DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RemoteSegmentInfo:
+    """One uploaded segment as the remote log's manifest lists it."""
+
+    base_offset: int
+    next_offset: int
+    size_bytes: int
+    first_timestamp: int
+    max_timestamp: int
+    stem: str
+    """Key of its objects without suffix, relative to the remote URI: ``prices-0/segments/<base>-<uuid>``; the
+    log, offset index and time index are ``stem + .log / .index / .timeindex``."""
+
+    @property
+    def log_key(self) -> str:
+        return self.stem + LOG_SUFFIX
+
+    @property
+    def offset_index_key(self) -> str:
+        return self.stem + OFFSET_INDEX_SUFFIX
+
+    @property
+    def time_index_key(self) -> str:
+        return self.stem + TIME_INDEX_SUFFIX
+
+    @property
+    def object_keys(self) -> tuple[str, str, str]:
+        return self.log_key, self.offset_index_key, self.time_index_key
+
+
+class FetchCache:
+    """Fetched objects, least recently used dropped first once their bytes pass ``capacity_bytes``. Thread-safe;
+    a buffer handed out stays valid after it is dropped (Arrow counts its references)."""
+
+    def __init__(self, capacity_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self.capacity_bytes = capacity_bytes
+        self._entries: OrderedDict[str, pa.Buffer] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: str, fetch: Callable[[], pa.Buffer]) -> tuple[pa.Buffer, bool]:
+        """The cached object, or ``fetch()`` put in the cache; the flag says whether it was fetched now."""
+        with self._lock:
+            cached = self._entries.get(key)
+            if cached is not None:
+                self._entries.move_to_end(key)
+                return cached, False
+        fetched = fetch()
+        with self._lock:
+            if key not in self._entries:
+                self._entries[key] = fetched
+                self._bytes += fetched.size
+            while self._bytes > self.capacity_bytes and len(self._entries) > 1:
+                _, dropped = self._entries.popitem(last=False)
+                self._bytes -= dropped.size
+        return fetched, True
+
+
+class RemoteSegment(SegmentReads):
+    def __init__(self, objects: ObjectStore, info: RemoteSegmentInfo, cache: FetchCache) -> None:
+        self.objects, self.info, self.cache = objects, info, cache
+        self.base_offset, self.next_offset, self.size_bytes = info.base_offset, info.next_offset, info.size_bytes
+        self.first_timestamp, self.max_timestamp = info.first_timestamp, info.max_timestamp
+        self._verified_bytes = 0
+        self._indexes: tuple[OffsetIndex, TimeIndex] | None = None
+
+    @property
+    def source(self) -> str:
+        return self.objects.url(self.info.log_key)
+
+    def written_ms(self) -> int:
+        return self.max_timestamp  # an uploaded segment is never empty, so it has timestamps
+
+    def buffer(self) -> pa.Buffer:
+        key = self.info.log_key
+        data, fetched = self.cache.get(key, lambda: self.objects.read(key))
+        if fetched:
+            self._verified_bytes = 0  # check the CRCs of every fetch, not only the first
+        if data.size != self.size_bytes:
+            raise CorruptSegmentError(self.source, min(data.size, self.size_bytes), self.base_offset,
+                                      f"the object holds {data.size} bytes, the remote log's manifest says "
+                                      f"{self.size_bytes}")
+        return data
+
+    def _load_indexes(self) -> tuple[OffsetIndex, TimeIndex]:
+        if self._indexes is None:
+            offset_key, time_key = self.info.offset_index_key, self.info.time_index_key
+            offset_index, time_index = OffsetIndex(Path(offset_key)), TimeIndex(Path(time_key))
+            # An index that does not parse only costs speed: a scan then starts at the segment's first batch.
+            if not (offset_index.load_bytes(self.objects.read(offset_key).to_pybytes())
+                    and offset_index.is_consistent(self.size_bytes)):
+                offset_index.keys, offset_index.values = [], []
+            if not (time_index.load_bytes(self.objects.read(time_key).to_pybytes())
+                    and time_index.is_consistent(self.next_offset - self.base_offset)):
+                time_index.keys, time_index.values = [], []
+            self._indexes = offset_index, time_index
+        return self._indexes
+
+    @property
+    def offset_index(self) -> OffsetIndex:  # type: ignore[override]  # fetched on first use, not at listing
+        return self._load_indexes()[0]
+
+    @property
+    def time_index(self) -> TimeIndex:  # type: ignore[override]
+        return self._load_indexes()[1]

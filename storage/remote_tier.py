@@ -1,0 +1,164 @@
+"""A store's remote tier (Kafka's KIP-405, extended to topics whose compacted view ledgerview keeps): sealed
+segments are uploaded after they roll, read from there once their local copies are gone, and expire from there.
+
+Per partition of a topic with ``remote.storage.enable=true``, under the partition's ``.remote.lock`` (one
+uploader per data folder; the remote log's epoch fences other folders, see storage/remote_log.py):
+
+- ``sync_partition`` (Kafka's RLMCopyTask): upload every sealed local segment above the remote log's end, oldest
+  first, publishing a manifest after each so that progress survives a crash. The active segment is never uploaded.
+- ``enforce_tiered_retention`` (Kafka's RLMExpirationTask plus local retention), under the writer lock:
+  1. retention.ms and retention.bytes over the whole log, remote segments first (storage/retention.py's plan over
+     both tiers, with the two-phase compaction hold): the remote log drops the expired segments and moves its log
+     start offset (published first), then the local log moves its own and deletes its expired segments;
+  2. local.retention.ms and local.retention.bytes over the local segments already uploaded: their local copies
+     go, the log start offset stays, and reads of them go to the remote tier;
+  3. segment objects no manifest names (dropped by step 1, or uploads that died before their publish) and old
+     manifests are deleted once older than file.delete.delay.ms, so readers that planned on them can finish.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from storage import faults
+from storage.errors import LedgerviewError
+from storage.fileio import write_atomically
+from storage.files import REMOTE_LOCK, REMOTE_TIER_RECORD
+from storage.locks import FileLock
+from storage.object_store import ObjectStore
+from storage.partition_log import PartitionLog
+from storage.records import decode_record, encode_record
+from storage.remote_log import RemoteLog, RemoteLogManifest, RemoteLogWriter
+from storage.remote_segment import FetchCache, RemoteSegment, RemoteSegmentInfo
+from storage.retention import DeletedSegment, RetentionReason, plan_retention, remove_expired_deleted_files
+from storage.segment import SegmentReads
+
+REMOTE_TIER_KIND = "remote-tier"
+
+
+@dataclass(frozen=True)
+class RemoteSyncResult:
+    topic: str
+    partition: int
+    uploaded: list[RemoteSegmentInfo]
+    remote_end_offset: int
+    """The offset after the last uploaded message: the remote tier holds everything below it."""
+
+
+class RemoteTier:
+    """The remote tier of one store: its objects, the cache of fetched segments, and each partition's view."""
+
+    def __init__(self, objects: ObjectStore, cache: FetchCache, clock: Callable[[], int]) -> None:
+        self.objects, self.cache, self.clock = objects, cache, clock
+        self._segments: dict[str, RemoteSegment] = {}
+
+    def remote_log(self, topic: str, partition: int) -> RemoteLog:
+        return RemoteLog(self.objects, topic, partition)
+
+    def writer(self, log: PartitionLog) -> RemoteLogWriter:
+        return RemoteLogWriter(self.remote_log(log.topic, log.partition), log.folder, self.clock)
+
+    def segments(self, topic: str, partition: int) -> list[SegmentReads]:
+        """The segments of the partition's remote log now, oldest first (each fetched only when read)."""
+        manifest = self.remote_log(topic, partition).latest()
+        if manifest is None:
+            return []
+        segments: list[SegmentReads] = []
+        for info in manifest.segments:
+            segment = self._segments.get(info.stem)
+            if segment is None:
+                segment = self._segments[info.stem] = RemoteSegment(self.objects, info, self.cache)
+            segments.append(segment)
+        return segments
+
+
+def remembered_remote(root: Path, remote: str | None) -> str | None:
+    """The data folder's remote tier: ``remote`` if given (remembered in the folder the first time), else the one
+    the folder remembers, else None. A folder tiered to one URI refuses another: its remote segments are there."""
+    path = root / REMOTE_TIER_RECORD
+    try:
+        _, body = decode_record(str(path), path.read_bytes(), REMOTE_TIER_KIND, max_version=1)
+    except FileNotFoundError:
+        if remote is not None:
+            write_atomically(path, encode_record(REMOTE_TIER_KIND, 1, {"uri": remote.rstrip("/")}))
+        return remote
+    known = str(body.get("uri"))
+    if remote is not None and remote.rstrip("/") != known:
+        raise LedgerviewError(f"The data folder {root} is tiered to {known}, not {remote}: its remote segments are "
+                              f"there. Open it without a remote URI, or with {known}.")
+    return known
+
+
+def _remote_lock(log: PartitionLog) -> FileLock:
+    return FileLock(log.folder / REMOTE_LOCK, wait=True)
+
+
+def sync_partition(log: PartitionLog, writer: RemoteLogWriter) -> RemoteSyncResult:
+    """Upload the partition's sealed segments that the remote log lacks; returns what was uploaded."""
+    uploaded: list[RemoteSegmentInfo] = []
+    with _remote_lock(log):
+        log.refresh()
+        manifest = writer.current(log_start_offset=log.log_start_offset)
+        for segment in log.segments[:-1]:
+            if segment.next_offset <= manifest.end_offset or segment.size_bytes == 0:
+                continue
+            info = writer.log.upload(segment)
+            faults.crash_point("remote.upload.before_publish")
+            manifest = writer.change(functools.partial(_with_segment, info=info), log_start_offset=log.log_start_offset)
+            uploaded.append(info)
+    return RemoteSyncResult(log.topic, log.partition, uploaded, manifest.end_offset)
+
+
+def _with_segment(manifest: RemoteLogManifest, info: RemoteSegmentInfo) -> RemoteLogManifest:
+    """``manifest`` with ``info`` appended. A segment that does not follow the remote log's end means the local
+    log lost the segments between (retention deleted them before they were uploaded): the remote log, all older
+    than the new segment, then restarts at it."""
+    if info.base_offset == manifest.end_offset and manifest.segments:
+        return replace(manifest, segments=(*manifest.segments, info))
+    return replace(manifest, segments=(info,), log_start_offset=max(manifest.log_start_offset, info.base_offset))
+
+
+def enforce_tiered_retention(log: PartitionLog, writer: RemoteLogWriter, *, hold: int | None,
+                             now_ms: int) -> list[DeletedSegment]:
+    """Retention of a partition whose topic has remote.storage.enable (the module doc's steps 1 to 3)."""
+    deleted: list[DeletedSegment] = []
+    with _remote_lock(log), log.writer_lock:
+        log.settle()
+        manifest = writer.current(log_start_offset=log.log_start_offset)
+        tiered = log.tiered_segments()
+        plan = plan_retention(tiered, end_offset=log.end_offset, log_start_offset=log.log_start_offset, hold=hold,
+                              config=log.config, now_ms=now_ms)
+        if plan:
+            deleted += [DeletedSegment(log.topic, log.partition, segment.base_offset, segment.next_offset,
+                                       segment.size_bytes, reason) for segment, reason in plan]
+            if len(plan) == len(tiered):
+                log.roll()
+                tiered = log.tiered_segments()
+            new_start = max(log.log_start_offset, tiered[len(plan)].base_offset)
+            manifest = writer.change(lambda current: _starting_at(current, new_start),
+                                     log_start_offset=log.log_start_offset)
+            faults.crash_point("remote.retention.after_publish")
+            local_expired = [segment for segment in log.segments if segment.next_offset <= new_start]
+            if local_expired:
+                log.delete_segments_before(log.segments[len(local_expired)].base_offset, now_ms=now_ms)
+            log.move_log_start_offset(new_start)
+            log.reload_remote()
+        local_config = replace(log.config, retention_ms=log.config.effective_local_retention_ms,
+                               retention_bytes=log.config.effective_local_retention_bytes)
+        local_plan = plan_retention(log.segments, end_offset=log.end_offset, log_start_offset=log.log_start_offset,
+                                    hold=manifest.end_offset, config=local_config, now_ms=now_ms,
+                                    reasons={RetentionReason.RETENTION_BYTES, RetentionReason.RETENTION_MS})
+        if local_plan:
+            log.delete_segments_before(log.segments[len(local_plan)].base_offset, now_ms=now_ms,
+                                       move_log_start=False)
+        writer.log.remove_unreferenced(now_ms=now_ms, grace_ms=log.config.file_delete_delay_ms)
+        remove_expired_deleted_files(log.folder, now_ms=now_ms, delay_ms=log.config.file_delete_delay_ms)
+    return deleted
+
+
+def _starting_at(manifest: RemoteLogManifest, start: int) -> RemoteLogManifest:
+    kept = tuple(segment for segment in manifest.segments if segment.next_offset > start)
+    return replace(manifest, segments=kept, log_start_offset=max(manifest.log_start_offset, start))

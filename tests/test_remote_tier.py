@@ -1,0 +1,200 @@
+"""The remote tier (storage/remote_tier.py): sealed segments uploaded to object storage, read from there once their
+local copies are gone, expired from there by retention, and published by create-once manifests that fence stale
+writers. Against a real S3-protocol server (moto, on 127.0.0.1) and a file:// tier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import boto3
+import pytest
+
+from compactor import Compactor
+from readers import Reader, TableView
+from storage import Store
+from storage.config import InvalidConfigError
+from storage.errors import CorruptSegmentError, LedgerviewError, OffsetOutOfRangeError
+from storage.object_store import open_object_store
+from storage.records import CorruptRecordError
+from storage.remote_log import RemoteLog, RemoteLogFencedError
+from tests.conftest import ManualClock
+from tests.processes.children import Child
+
+TIERED = {"segment.bytes": "2048", "index.interval.bytes": "256", "remote.storage.enable": "true",
+          "local.retention.ms": "0", "file.delete.delay.ms": "0"}
+"""Small segments, uploaded and then dropped locally at once: every read of a sealed segment crosses the tier."""
+KEYS = 7
+
+
+def produce(store: Store, topic: str, count: int, start: int = 0) -> None:
+    store.append(topic, [(f"k{i % KEYS}", f"v{i}".encode() * 20) for i in range(start, start + count)], partition=0)
+
+
+@pytest.fixture(params=["s3", "file"])
+def remote_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "file":
+        return f"file://{tmp_path / 'shared-mount' / 'tier'}"
+    return str(request.getfixturevalue("s3_uri"))
+
+
+def tiered_store(data_dir: Path, remote_uri: str, clock: ManualClock, config: dict[str, str] | None = None) -> Store:
+    store = Store.open(data_dir, remote=remote_uri, clock=clock)
+    store.create_topic("t", 1, config or TIERED)
+    return store
+
+
+def test_reads_cross_the_tiers_once_local_copies_are_gone(data_dir: Path, remote_uri: str,
+                                                          clock: ManualClock) -> None:
+    with tiered_store(data_dir, remote_uri, clock) as store:
+        produce(store, "t", 200)
+        sealed = len(store.partition_log("t", 0).segments) - 1
+        [result] = store.sync_remote()
+        assert len(result.uploaded) == sealed and result.remote_end_offset == result.uploaded[-1].next_offset
+        assert store.sync_remote()[0].uploaded == []  # nothing new to upload
+        clock.advance(1)  # local.retention.ms=0: every uploaded segment is now past it
+        store.enforce_retention("t")
+        log = store.partition_log("t", 0)
+        assert len(log.segments) == 1 and len(log.remote_segments) == sealed  # only the active segment is local
+        assert log.log_start_offset == 0 and log.size_bytes > log.local_size_bytes
+        table = store.read("t", 0, 0)
+        assert table.column("offset").to_pylist() == list(range(200))
+        assert table.column("value")[150].as_py() == b"v150" * 20
+        assert store.read("t", 0, 37, max_messages=3).column("offset").to_pylist() == [37, 38, 39]
+        assert store.offset_for_timestamp("t", 0, 0) == 0
+    # Reopened without naming the tier: the folder remembers it, so nothing is lost to a caller.
+    with Store.open(data_dir, clock=clock) as store:
+        assert store.read("t", 0, 0).num_rows == 200
+        assert [result.ledger_id for result in Compactor(store).compact("t")] == [1]
+        latest = {f"k{i % KEYS}".encode(): f"v{i}".encode() * 20 for i in range(200)}
+        view = {message.key: message.value for message in Reader(store, "t", read_compacted=True)}
+        assert view == latest
+        assert [message.offset for message in Reader(store, "t")] == list(range(200))
+        assert TableView(store, "t").get(b"k3") == latest[b"k3"]
+
+
+def test_a_folder_tiered_to_one_uri_refuses_another(data_dir: Path, remote_uri: str, clock: ManualClock,
+                                                    tmp_path: Path) -> None:
+    tiered_store(data_dir, remote_uri, clock).close()
+    with pytest.raises(LedgerviewError, match="is tiered to"):
+        Store.open(data_dir, remote=f"file://{tmp_path / 'elsewhere'}")
+
+
+def test_local_retention_keeps_what_is_not_uploaded(data_dir: Path, remote_uri: str, clock: ManualClock) -> None:
+    with tiered_store(data_dir, remote_uri, clock) as store:
+        produce(store, "t", 200)
+        clock.advance(1)
+        store.enforce_retention("t")  # nothing uploaded yet: local copies are the only ones
+        assert store.partition_log("t", 0).remote_segments == []
+        assert len(store.partition_log("t", 0).segments) > 1
+        assert store.read("t", 0, 0).num_rows == 200
+
+
+def test_retention_ms_expires_the_whole_log_remote_segments_first(data_dir: Path, remote_uri: str,
+                                                                   clock: ManualClock) -> None:
+    config = {**TIERED, "retention.ms": "60000"}
+    with tiered_store(data_dir, remote_uri, clock, config) as store:
+        store.append("t", [("old", b"x" * 100)] * 60, partition=0)
+        store.roll("t", 0)
+        old_end = store.end_offset("t", 0)
+        clock.advance(120_000)
+        store.append("t", [("new", b"y" * 100)] * 60, partition=0)
+        store.sync_remote()
+        clock.advance(1)
+        store.enforce_retention("t")  # drops the local copies of the uploaded segments (the old ones expire too)
+        assert store.partition_log("t", 0).log_start_offset == old_end
+        # Every message older than retention.ms is gone from both tiers; the newer ones are all readable.
+        start = store.start_offset("t", 0)
+        assert start == old_end
+        assert store.read("t", 0, start).num_rows == 60
+        with pytest.raises(OffsetOutOfRangeError):
+            store.read("t", 0, 0)
+        remote = RemoteLog(open_object_store(remote_uri), "t", 0)
+        manifest = remote.latest()
+        assert manifest is not None and manifest.log_start_offset == old_end
+        assert all(segment.base_offset >= old_end for segment in manifest.segments)
+        stems = {info.key.rsplit(".", 1)[0] for info in open_object_store(remote_uri).list("t-0/segments")}
+        assert stems == {segment.stem for segment in manifest.segments}  # dropped objects deleted (no delay)
+
+
+def test_a_stale_writer_is_fenced_and_goes_on_appending_locally(data_dir: Path, remote_uri: str,
+                                                                clock: ManualClock, tmp_path: Path) -> None:
+    with tiered_store(data_dir, remote_uri, clock) as primary:
+        produce(primary, "t", 100)
+        primary.sync_remote()
+        with tiered_store(tmp_path / "standby", remote_uri, clock) as standby:
+            epoch = standby.claim_remote("t", 0)
+        assert epoch == 2
+        produce(primary, "t", 100, start=100)
+        with pytest.raises(RemoteLogFencedError, match="epoch 2"):
+            primary.sync_remote()
+        assert primary.end_offset("t", 0) == 200  # appends go on locally
+        manifest = RemoteLog(open_object_store(remote_uri), "t", 0).latest()
+        assert manifest is not None and manifest.epoch == 2 and manifest.end_offset < 100
+
+
+def test_of_two_publishes_of_one_version_exactly_one_wins(remote_uri: str) -> None:
+    objects = open_object_store(remote_uri)
+    assert objects.create("race/00000000000000000001.json", b"first")
+    assert not objects.create("race/00000000000000000001.json", b"second")
+    assert objects.read("race/00000000000000000001.json").to_pybytes() == b"first"
+
+
+def test_remote_tier_needs_delete_only_topics(data_dir: Path, remote_uri: str, clock: ManualClock) -> None:
+    with Store.open(data_dir, remote=remote_uri, clock=clock) as store, \
+            pytest.raises(InvalidConfigError, match=r"in-place cleaning .* stays local-only"):
+        store.create_topic("t", 1, {"remote.storage.enable": "true", "cleanup.policy": "compact,delete"})
+
+
+def test_a_damaged_manifest_is_an_error_naming_it(data_dir: Path, s3_uri: str, clock: ManualClock) -> None:
+    with tiered_store(data_dir, s3_uri, clock) as store:
+        produce(store, "t", 100)
+        store.sync_remote()
+    bucket, prefix = s3_uri.removeprefix("s3://").split("/", 1)
+    s3 = boto3.client("s3")
+    key = max(item["Key"] for item in s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/t-0/manifests/")["Contents"])
+    body = bytearray(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    body[body.index(b'"next_offset": ') + 15] ^= 0x01  # one digit changed: still JSON, no longer what was written
+    s3.put_object(Bucket=bucket, Key=key, Body=bytes(body))
+    with pytest.raises(CorruptRecordError, match=f"{key.rsplit('/', 1)[-1]}.*CRC-32C"):
+        Store.open(data_dir, clock=clock).read("t", 0, 0)
+
+
+def test_a_flipped_byte_in_a_remote_segment_is_an_error_naming_the_object(data_dir: Path, s3_uri: str,
+                                                                           clock: ManualClock) -> None:
+    with tiered_store(data_dir, s3_uri, clock) as store:
+        produce(store, "t", 100)
+        store.sync_remote()
+        clock.advance(1)
+        store.enforce_retention("t")
+    bucket, prefix = s3_uri.removeprefix("s3://").split("/", 1)
+    s3 = boto3.client("s3")
+    key = min(item["Key"] for item in s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/t-0/segments/")["Contents"]
+              if item["Key"].endswith(".log"))
+    body = bytearray(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    body[len(body) // 2] ^= 0xFF
+    s3.put_object(Bucket=bucket, Key=key, Body=bytes(body))
+    with Store.open(data_dir, clock=clock) as store, pytest.raises(CorruptSegmentError, match=key):
+        store.read("t", 0, 0)
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("point", ["remote.upload.before_log", "remote.upload.before_publish"])
+def test_an_upload_killed_before_its_publish_leaves_only_orphans_that_retention_removes(
+        data_dir: Path, s3_uri: str, point: str) -> None:
+    with Store.open(data_dir, remote=s3_uri) as store:
+        store.create_topic("t", 1, {**TIERED, "local.retention.ms": "-2"})
+        produce(store, "t", 200)
+    with Child("remote_sync.py", data_dir, crash_at=point) as child:
+        code, _, _ = child.finish()
+    assert code == -9
+    objects = open_object_store(s3_uri)
+    assert RemoteLog(objects, "t", 0).latest() is not None  # the claim was published before the upload
+    orphans = [info.key for info in objects.list("t-0/segments")]
+    assert orphans  # the killed upload's objects, named by no manifest
+    with Store.open(data_dir) as store:
+        store.enforce_retention("t")
+        assert not set(orphans) & {info.key for info in objects.list("t-0/segments")}
+        assert store.sync_remote()[0].uploaded  # the next sync uploads under fresh keys
+        store.alter_topic_config("t", {"local.retention.ms": "0"})
+        store.enforce_retention("t")
+        assert store.read("t", 0, 0).column("offset").to_pylist() == list(range(200))
