@@ -90,9 +90,7 @@ class PartitionLog:
         self._folder_mtime_ns = folder.stat().st_mtime_ns
         self._listing = _listing(folder)
         self._load_remote = load_remote
-        self.remote_segments: list[SegmentReads] = []
-        """The remote segments below the first local one, oldest first."""
-        self.reload_remote()
+        self._remote_segments: list[SegmentReads] | None = None
 
     # ------------------------------------------------------------------------------------------------- state
     @property
@@ -113,19 +111,39 @@ class PartitionLog:
     def local_size_bytes(self) -> int:
         return sum(segment.size_bytes for segment in self.segments)
 
+    @property
+    def is_tiered(self) -> bool:
+        return self._load_remote is not None and self.config.remote_storage_enable
+
+    @property
+    def remote_segments(self) -> list[SegmentReads]:
+        """The remote segments below the first local one, oldest first, read from the remote log when first needed
+        after a change (so appends never wait for the remote tier, and never fail with it)."""
+        if not self.is_tiered:
+            return []
+        if self._remote_segments is None:
+            assert self._load_remote is not None
+            first_local = self.segments[0].base_offset
+            self._remote_segments = [segment for segment in self._load_remote() if segment.next_offset <= first_local]
+        return self._remote_segments
+
     def tiered_segments(self) -> list[SegmentReads]:
         """Every segment of the log in offset order: remote ones where no local copy is left, then local ones."""
-        return [*self.remote_segments, *self.segments] if self.remote_segments else list(self.segments)
+        return [*self.remote_segments, *self.segments]
+
+    def segments_from(self, offset: int) -> list[SegmentReads]:
+        """The segments from the one holding ``offset`` on; the remote tier is asked only for offsets below the
+        first local segment."""
+        local_first = self.segments[0].base_offset
+        return _segments_from(self.tiered_segments() if offset < local_first else list(self.segments), offset)
 
     def reload_remote(self) -> None:
-        """Catch up with the remote log (its segments below the first local segment)."""
-        if self._load_remote is not None:
-            first_local = self.segments[0].base_offset
-            self.remote_segments = [segment for segment in self._load_remote() if segment.next_offset <= first_local]
+        """Forget the remote segments: the next read that needs them reads the remote log again."""
+        self._remote_segments = None
 
     def bytes_above(self, offset: int) -> int:
         """Bytes of the batches holding offsets above ``offset``."""
-        segments = _segments_from(self.tiered_segments(), offset + 1)
+        segments = self.segments_from(offset + 1)
         return sum(segment.size_bytes for segment in segments) - segments[0].position_of(offset + 1)
 
     def refresh(self) -> None:
@@ -142,8 +160,10 @@ class PartitionLog:
                 self._listing = listing
                 self._relist_segments()
         self.active.follow_growth()
-        first = self.remote_segments[0] if self.remote_segments else self.segments[0]
-        self.log_start_offset = max(self.checkpoints.read_log_start_offset(), first.base_offset)
+        # A tiered log's first local segment may be well above its start (local retention): its checkpoint, which
+        # retention moves on both tiers, is the start then, and the remote tier is not asked.
+        first = self._remote_segments[0] if self._remote_segments else None if self.is_tiered else self.segments[0]
+        self.log_start_offset = max(self.checkpoints.read_log_start_offset(), first.base_offset if first else 0)
 
     def _relist_segments(self) -> None:
         known = {segment.base_offset: segment for segment in self.segments}
@@ -360,7 +380,7 @@ class PartitionLog:
         if not self.log_start_offset <= start_offset <= self.end_offset:
             raise OffsetOutOfRangeError(self.topic, self.partition, start_offset, self.log_start_offset,
                                         self.end_offset)
-        for segment in _segments_from(self.tiered_segments(), start_offset):
+        for segment in self.segments_from(start_offset):
             if segment.base_offset >= end:
                 return
             yield from segment.read_batches(start_offset, end, verify=self.verify_reads)

@@ -114,6 +114,8 @@ class RemoteLog:
     def __init__(self, objects: ObjectStore, topic: str, partition: int) -> None:
         self.objects, self.topic, self.partition = objects, topic, partition
         self.prefix = f"{topic}-{partition}"
+        self.last_seen: RemoteLogManifest | None = None
+        """The newest manifest this process read or published (for status, without a request)."""
 
     def manifest_key(self, version: int) -> str:
         return f"{self.prefix}/manifests/{version:020d}.json"
@@ -127,6 +129,7 @@ class RemoteLog:
         for version in reversed(self._manifest_versions()):
             manifest = self._read_manifest(version)
             if manifest is not None:
+                self.last_seen = manifest
                 return manifest
         return None
 
@@ -145,7 +148,10 @@ class RemoteLog:
 
     def publish(self, manifest: RemoteLogManifest) -> bool:
         """Create the manifest of ``manifest.version``; False if another writer published that version first."""
-        return self.objects.create(self.manifest_key(manifest.version), manifest.encode())
+        published = self.objects.create(self.manifest_key(manifest.version), manifest.encode())
+        if published:
+            self.last_seen = manifest
+        return published
 
     def upload(self, segment: Segment) -> RemoteSegmentInfo:
         """Copy a sealed segment and its indexes to fresh keys (the log last); not yet in the remote log."""

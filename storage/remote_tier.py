@@ -54,9 +54,22 @@ class RemoteTier:
     def __init__(self, objects: ObjectStore, cache: FetchCache, clock: Callable[[], int]) -> None:
         self.objects, self.cache, self.clock = objects, cache, clock
         self._segments: dict[str, RemoteSegment] = {}
+        self._logs: dict[tuple[str, int], RemoteLog] = {}
 
     def remote_log(self, topic: str, partition: int) -> RemoteLog:
-        return RemoteLog(self.objects, topic, partition)
+        log = self._logs.get((topic, partition))
+        if log is None:
+            log = self._logs[(topic, partition)] = RemoteLog(self.objects, topic, partition)
+        return log
+
+    def upload_lag_bytes(self, log: PartitionLog) -> int:
+        """Bytes of sealed local segments the remote tier does not hold yet, as of the last manifest this process
+        saw (read once if it saw none): what is at risk if the local disk is lost, and the sign of a remote that
+        is down or slow."""
+        remote = self.remote_log(log.topic, log.partition)
+        manifest = remote.last_seen or remote.latest()
+        uploaded_end = manifest.end_offset if manifest else log.log_start_offset
+        return sum(segment.size_bytes for segment in log.segments[:-1] if segment.next_offset > uploaded_end)
 
     def writer(self, log: PartitionLog) -> RemoteLogWriter:
         return RemoteLogWriter(self.remote_log(log.topic, log.partition), log.folder, self.clock)

@@ -31,7 +31,7 @@ from storage.checkpoints import CachedCheckpoint, read_checkpoint, update_checkp
 from storage.cleaner import CleanerStats
 from storage.cleaner_manager import CleanerConfig, CleanerManager
 from storage.compacted import retention_hold_offset
-from storage.config import CONFIG_KEYS, TopicConfig, UnknownConfigError
+from storage.config import CONFIG_KEYS, InvalidConfigError, TopicConfig, UnknownConfigError
 from storage.errors import (
     InvalidMessagesError,
     KeylessMessageError,
@@ -260,6 +260,9 @@ class Store:
                 overrides.pop(key, None)
             overrides.update(set or {})
             config = TopicConfig.from_overrides(overrides)
+            if metadata.config.remote_storage_enable and not config.remote_storage_enable:
+                raise InvalidConfigError("remote.storage.enable", "false", "true once a topic is tiered: its older "
+                                         "segments are on the remote tier only (Kafka refused this too until 3.9)")
             new = TopicMetadata(topic, metadata.partitions, config.to_overrides(), metadata.created_ms)
             new.write(topic_metadata_file(self.root, topic))
             self.topic_metadata(topic)
@@ -568,6 +571,13 @@ class Store:
         tier = self._require_remote()
         log = self.partition_log(topic, partition)
         return tier.writer(log).claim(log_start_offset=log.log_start_offset).epoch
+
+    def remote_upload_lag(self, topic: str, partition: int) -> int | None:
+        """Bytes of the partition's sealed segments not yet on the remote tier (None: the topic is not tiered)."""
+        log = self.partition_log(topic, partition)
+        if self.remote is None or not log.config.remote_storage_enable:
+            return None
+        return self.remote.upload_lag_bytes(log)
 
     def _require_remote(self) -> RemoteTier:
         if self.remote is None:

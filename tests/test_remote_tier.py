@@ -14,7 +14,7 @@ from readers import Reader, TableView
 from storage import Store
 from storage.config import InvalidConfigError
 from storage.errors import CorruptSegmentError, LedgerviewError, OffsetOutOfRangeError
-from storage.object_store import open_object_store
+from storage.object_store import RemoteStorageError, open_object_store
 from storage.records import CorruptRecordError
 from storage.remote_log import RemoteLog, RemoteLogFencedError
 from tests.conftest import ManualClock
@@ -132,6 +132,12 @@ def test_a_stale_writer_is_fenced_and_goes_on_appending_locally(data_dir: Path, 
         assert manifest is not None and manifest.epoch == 2 and manifest.end_offset < 100
 
 
+def test_a_tiered_topic_stays_tiered(data_dir: Path, remote_uri: str, clock: ManualClock) -> None:
+    with tiered_store(data_dir, remote_uri, clock) as store, \
+            pytest.raises(InvalidConfigError, match="true once a topic is tiered"):
+        store.alter_topic_config("t", {"remote.storage.enable": "false"})
+
+
 def test_of_two_publishes_of_one_version_exactly_one_wins(remote_uri: str) -> None:
     objects = open_object_store(remote_uri)
     assert objects.create("race/00000000000000000001.json", b"first")
@@ -149,6 +155,8 @@ def test_a_damaged_manifest_is_an_error_naming_it(data_dir: Path, s3_uri: str, c
     with tiered_store(data_dir, s3_uri, clock) as store:
         produce(store, "t", 100)
         store.sync_remote()
+        clock.advance(1)
+        store.enforce_retention("t")  # reads of sealed segments now need the manifest
     bucket, prefix = s3_uri.removeprefix("s3://").split("/", 1)
     s3 = boto3.client("s3")
     key = max(item["Key"] for item in s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/t-0/manifests/")["Contents"])
@@ -198,3 +206,27 @@ def test_an_upload_killed_before_its_publish_leaves_only_orphans_that_retention_
         store.alter_topic_config("t", {"local.retention.ms": "0"})
         store.enforce_retention("t")
         assert store.read("t", 0, 0).column("offset").to_pylist() == list(range(200))
+
+
+def test_while_the_remote_is_down_appends_go_on_and_the_upload_lag_grows(data_dir: Path, s3_server: object,
+                                                                        clock: ManualClock,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto.server import ThreadedMotoServer
+
+    own = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    own.start()
+    host, port = own.get_host_and_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+    boto3.client("s3").create_bucket(Bucket="going-down")
+    with tiered_store(data_dir, "s3://going-down/tier", clock) as store:
+        produce(store, "t", 100)
+        lag = store.remote_upload_lag("t", 0)
+        assert lag is not None and lag > 0
+        store.sync_remote()
+        assert store.remote_upload_lag("t", 0) == 0
+        own.stop()
+        produce(store, "t", 100, start=100)
+        with pytest.raises(RemoteStorageError, match="going-down"):
+            store.sync_remote()
+        assert store.end_offset("t", 0) == 200 and store.read("t", 0, 0).num_rows == 200
+        assert store.remote_upload_lag("t", 0) > 0
