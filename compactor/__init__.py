@@ -19,10 +19,14 @@ class Compactor:
         self.store = store
 
     def compact(self, topic: str, partitions: list[int] | None = None) -> list[CompactionResult]:
-        """Compact each partition (all by default) in turn; one result per partition."""
-        count = self.store.topic_metadata(topic).partitions
-        chosen = range(count) if partitions is None else partitions
-        return [compact_partition(self.store.partition_log(topic, p), clock=self.store.clock) for p in chosen]
+        """Compact each partition (all by default) in turn; one result per partition. On a tiered topic the raw
+        segments may be remote, and the new ledgers are uploaded too (``Store.sync_remote``)."""
+        metadata = self.store.topic_metadata(topic)
+        chosen = range(metadata.partitions) if partitions is None else partitions
+        results = [compact_partition(self.store.partition_log(topic, p), clock=self.store.clock) for p in chosen]
+        if self.store.remote is not None and metadata.config.remote_storage_enable:
+            self.store.sync_remote(topic)  # the new ledgers go to the remote tier (once the raw tail is there)
+        return results
 
     def status(self, topic: str) -> list[CompactionStatus]:
         """Pulsar's compaction status of every partition: NOT_RUN, RUNNING, SUCCESS or ERROR with its details."""

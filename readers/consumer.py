@@ -25,7 +25,7 @@ from types import TracebackType
 from readers.errors import AcknowledgementOutOfRangeError, ReaderClosedError
 from readers.partition_read import open_partition_read
 from readers.positions import Position, Resume, StartPosition, positions_per_partition
-from readers.topic_read import StoreOrPath, TopicRead, chosen_partitions, open_store
+from readers.topic_read import StoreOrPath, TopicRead, chosen_partitions, open_local_store
 from storage import Message
 from storage.cursors import (
     SubscriptionCursor,
@@ -46,7 +46,7 @@ class Consumer:
     def __init__(self, store: StoreOrPath, topic: str, subscription: str, *, read_compacted: bool = False,
                  initial_position: StartPosition = "earliest", partitions: Iterable[int] | None = None) -> None:
         self.subscription = validate_subscription_name(subscription)
-        self._store, self._owns_store = open_store(store)
+        self._store, self._owns_store = open_local_store(store, "Consumer (a durable subscription)")
         self.topic = topic
         self.read_compacted = read_compacted
         self._read: TopicRead | None = None

@@ -26,10 +26,10 @@ import pyarrow as pa
 
 from readers.batches import first_offset_at_or_after
 from readers.positions import Earliest, Latest, Position, Resume, Timestamp
-from storage import Store
-from storage.compacted import CompactedLedgers, CompactionCursor
+from storage.compacted import CompactionCursor
 from storage.errors import OffsetOutOfRangeError
 from storage.ledger import Ledger
+from storage.readable import ReadableStore
 from storage.schema import with_partition_column
 
 
@@ -38,7 +38,7 @@ class PartitionRead:
     """What one read of one partition serves: ledger messages in [ledger_start, horizon] below end_offset, then
     raw messages in [raw_start, end_offset)."""
 
-    store: Store
+    store: ReadableStore
     topic: str
     partition: int
     cursor: CompactionCursor | None
@@ -76,11 +76,11 @@ class PartitionRead:
             self.ledger = None
 
 
-def open_partition_read(store: Store, topic: str, partition: int, position: Position, *,
+def open_partition_read(store: ReadableStore, topic: str, partition: int, position: Position, *,
                         read_compacted: bool) -> PartitionRead:
     """Open one bounded read from ``position`` (see the module docstring for the steps)."""
-    folder = store.partition_log(topic, partition).folder
-    opened = CompactedLedgers(folder).open_current(verify=store.verify_reads) if read_compacted else None
+    ledgers = store.compacted_ledgers(topic, partition)
+    opened = ledgers.open_current(verify=store.verify_reads) if read_compacted else None
     try:
         log_start = store.start_offset(topic, partition)
         end = store.end_offset(topic, partition)

@@ -32,10 +32,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from readers.snapshot import FOLD_ROWS, last_rows
-from storage import Store
 from storage.batch_groups import grouped
-from storage.compacted import CompactedLedgers, CompactionCursor
+from storage.compacted import CompactionCursor
 from storage.ledger import Ledger
+from storage.readable import ReadableStore
 
 
 class TailEntry(NamedTuple):
@@ -48,9 +48,9 @@ class TailEntry(NamedTuple):
 
 
 class PartitionTable:
-    def __init__(self, store: Store, topic: str, partition: int) -> None:
+    def __init__(self, store: ReadableStore, topic: str, partition: int) -> None:
         self.store, self.topic, self.partition = store, topic, partition
-        self._ledgers = CompactedLedgers(store.partition_log(topic, partition).folder)
+        self._ledgers = store.compacted_ledgers(topic, partition)
         self._cursor: CompactionCursor | None = None
         self._ledger: Ledger | None = None
         self._ledger_keys: int | None = None

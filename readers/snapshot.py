@@ -26,11 +26,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage import Store
 from storage.batch_groups import grouped
-from storage.compacted import CompactedLedgers
 from storage.errors import LedgerviewError
 from storage.ledger import Ledger
+from storage.readable import ReadableStore
 from storage.schema import with_partition_column
 
 FOLD_ROWS = 1 << 20
@@ -58,7 +57,7 @@ def fold_tail(batches: Iterable[pa.RecordBatch], keys: frozenset[bytes] | None =
     return latest
 
 
-def snapshot_batches(store: Store, topic: str, partition: int, end_offset: int, *,
+def snapshot_batches(store: ReadableStore, topic: str, partition: int, end_offset: int, *,
                      keys: frozenset[bytes] | None = None, ledger_offsets: tuple[int, int | None] = (0, None),
                      pinned: tuple[int, int] | None = None, with_tail: bool = True) -> Iterator[pa.RecordBatch]:
     """MESSAGE_SCHEMA batches of the partition's live keys (see the module docstring for the steps).
@@ -69,7 +68,7 @@ def snapshot_batches(store: Store, topic: str, partition: int, end_offset: int, 
     the ledger to read, current or retiring, instead of the one the cursor names now, so that the tasks of one
     query all read the ledger it was planned on. ``with_tail``: serve the tail's rows too (one task of a split
     partition does)."""
-    ledgers = CompactedLedgers(store.partition_log(topic, partition).folder)
+    ledgers = store.compacted_ledgers(topic, partition)
     if pinned is None:
         opened = ledgers.open_current(verify=store.verify_reads)
         horizon = opened[0].horizon if opened is not None else -1

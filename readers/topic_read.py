@@ -13,24 +13,41 @@ from readers.batches import take_rows
 from readers.partition_read import PartitionRead, open_partition_read
 from readers.positions import Position, Resume
 from storage import Message, Store
+from storage.errors import LedgerviewError, UnknownPartitionError
+from storage.readable import ReadableStore
+from storage.remote_store import RemoteStore, is_remote_location
 from storage.schema import messages_from_table
 
-StoreOrPath = Store | str | os.PathLike[str]
+StoreOrPath = Store | RemoteStore | str | os.PathLike[str]
+"""A store, a data folder's path, or a remote tier's URI (``s3://bucket/prefix``: read from the remote tier alone)."""
 
 
-def open_store(store: StoreOrPath) -> tuple[Store, bool]:
-    """The store to read and whether the reader owns it (opened it from a path, so closes it)."""
+def open_store(store: StoreOrPath) -> tuple[ReadableStore, bool]:
+    """The store to read and whether the reader owns it (opened it from a path or URI, so closes it)."""
+    if isinstance(store, Store | RemoteStore):
+        return store, False
+    if is_remote_location(store):
+        return RemoteStore.open(str(store)), True
+    return Store.open(store), True
+
+
+def open_local_store(store: StoreOrPath, role: str) -> tuple[Store, bool]:
+    """As ``open_store``, for a ``role`` that keeps state in the data folder and so cannot use a remote tier alone."""
+    if isinstance(store, RemoteStore) or (not isinstance(store, Store) and is_remote_location(store)):
+        raise LedgerviewError(f"A {role} keeps its state in a data folder; a remote tier alone ({store}) can be read "
+                              "with Reader and TableView. Give the data folder (its remote tier is read through it).")
     if isinstance(store, Store):
         return store, False
     return Store.open(store), True
 
 
-def chosen_partitions(store: Store, topic: str, partitions: Iterable[int] | None) -> list[int]:
+def chosen_partitions(store: ReadableStore, topic: str, partitions: Iterable[int] | None) -> list[int]:
     """Every partition of the topic, or the given ones, checked to exist (UnknownPartitionError otherwise)."""
     count = store.topic_metadata(topic).partitions
     chosen = list(range(count)) if partitions is None else sorted(set(partitions))
     for partition in chosen:
-        store.partition_log(topic, partition)
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
+            raise UnknownPartitionError(topic, partition, count)
     return chosen
 
 
@@ -51,7 +68,7 @@ class TopicRead(Iterator[pa.RecordBatch]):
         self._batches = self._run()
 
     @classmethod
-    def open(cls, store: Store, topic: str, positions: MutableMapping[int, Position], *, read_compacted: bool,
+    def open(cls, store: ReadableStore, topic: str, positions: MutableMapping[int, Position], *, read_compacted: bool,
              max_messages: int | None = None) -> TopicRead:
         reads: list[PartitionRead] = []
         try:

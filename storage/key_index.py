@@ -51,7 +51,7 @@ RUNS_FOLDER: Final = "runs"
 class CorruptKeyIndexError(LedgerviewError):
     """A key index that cannot be right: lookups through it must not answer."""
 
-    def __init__(self, path: Path, key: bytes, reason: str) -> None:
+    def __init__(self, path: Path | str, key: bytes, reason: str) -> None:
         super().__init__(f"Key index {path}: {reason} (looking up key {key!r}). The index is damaged or from "
                          "another format: compact again to rebuild it.")
 
@@ -131,7 +131,7 @@ def _groups(keys: pa.Array, offsets: npt.NDArray[np.int64]) -> Iterator[tuple[by
             key_bytes[first:last], offset_bytes[start * OFFSET_BYTES : end * OFFSET_BYTES]))
 
 
-def _layout(group: bytes, path: Path, key: bytes) -> tuple[int, int, int]:
+def _layout(group: bytes, path: Path | str, key: bytes) -> tuple[int, int, int]:
     """(count, where the key bytes start, where the offsets start) of a packed group, checked against its size."""
     count = COUNT.unpack_from(group)[0] if len(group) >= COUNT.size else 0
     keys_start = COUNT.size + (count + 1) * BOUND_BYTES
@@ -143,7 +143,7 @@ def _layout(group: bytes, path: Path, key: bytes) -> tuple[int, int, int]:
     return count, keys_start, offsets_start
 
 
-def _offset_in_group(group: bytes, key: bytes, path: Path) -> int | None:
+def offset_in_group(group: bytes, key: bytes, path: Path | str) -> int | None:
     """``key``'s offset if the group holds it. The key's bytes are looked for with ``bytes.find`` (a C scan of a few
     hundred bytes, where a binary search in Python took 5 µs) and a match counts only where a key of its length
     starts."""
@@ -193,10 +193,16 @@ class KeyIndex:
             prefix = RUN.pack(run)
             groups.seek_for_prev(prefix + key)
             if groups.valid() and groups.key()[: RUN.size] == prefix:
-                offset = _offset_in_group(groups.value(), key, self.path)
+                offset = offset_in_group(groups.value(), key, self.path)
                 if offset is not None:
                     return offset
         return None
+
+    def entries(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every (run number + first key, packed group), in the index's order."""
+        for entry, packed in self._db.items():
+            assert isinstance(entry, bytes) and isinstance(packed, bytes)  # raw mode
+            yield entry, packed
 
     def keys(self) -> Iterator[bytes]:
         """Every key, run by run, in bytewise order within a run."""

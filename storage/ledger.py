@@ -19,6 +19,7 @@ from storage.codec import BatchFormatError, BatchHeader, decode_payload, encode_
 from storage.errors import CorruptSegmentError
 from storage.fileio import fsync_folder, write_all
 from storage.key_index import CorruptKeyIndexError, KeyIndex, KeyIndexWriter
+from storage.remote_key_index import FlatKeyIndex
 from storage.segment import scan_headers
 
 
@@ -62,11 +63,10 @@ class LedgerWriter:
 
 
 class Ledger:
-    """A finished ledger opened for reading: memory-mapped, its batch headers read once, its key index open."""
+    """A finished ledger opened for reading: memory-mapped, its batch headers read once, its key index open.
+    storage/remote_ledger.py reads one from the remote tier with the same methods."""
 
     def __init__(self, path: Path, key_index_path: Path, *, verify: bool = True) -> None:
-        self.path = path
-        self.verify = verify
         size = path.stat().st_size
         if size:
             with pa.memory_map(str(path), "r") as mapped:
@@ -74,12 +74,20 @@ class Ledger:
         else:
             self._buffer = pa.py_buffer(b"")
         try:
-            self.headers: list[BatchHeader] = list(scan_headers(memoryview(self._buffer), 0, size, None))
+            headers = list(scan_headers(memoryview(self._buffer), 0, size, None))
         except BatchFormatError as error:
             raise CorruptSegmentError(str(path), error.position, -1, error.reason) from error
-        self._bases = [header.base_offset for header in self.headers]
+        self._set_up(str(path), headers, KeyIndex(key_index_path), verify=verify)
+
+    def _set_up(self, source: str, headers: list[BatchHeader], keys: KeyIndex | FlatKeyIndex, *,
+                verify: bool) -> None:
+        self.source = source
+        """Where the ledger is, for errors: a path or a URI."""
+        self.headers = headers
+        self.keys = keys
+        self.verify = verify
+        self._bases = [header.base_offset for header in headers]
         self._verified: set[int] = set()
-        self.keys = KeyIndex(key_index_path)
 
     @property
     def messages(self) -> int:
@@ -87,17 +95,22 @@ class Ledger:
 
     @property
     def size_bytes(self) -> int:
-        return int(self._buffer.size)
+        return sum(header.batch_length for header in self.headers)
+
+    def _batch_bytes(self, header: BatchHeader) -> tuple[pa.Buffer, BatchHeader]:
+        """A buffer holding the batch and the header placed in it (a subclass may fetch the batch alone)."""
+        return self._buffer, header
 
     def _decode(self, header: BatchHeader) -> pa.RecordBatch:
         """Decode a batch, checking its CRC the first time this reader touches it (a ledger never changes)."""
+        buffer, placed = self._batch_bytes(header)
         try:
             if self.verify and header.position not in self._verified:
-                verify_batch(memoryview(self._buffer), header)
+                verify_batch(memoryview(buffer), placed)
                 self._verified.add(header.position)
-            return decode_payload(self._buffer, header)
+            return decode_payload(buffer, placed)
         except BatchFormatError as error:
-            raise CorruptSegmentError(str(self.path), header.position, header.base_offset, error.reason) from error
+            raise CorruptSegmentError(self.source, header.position, header.base_offset, error.reason) from error
 
     def read_batches(self, start_offset: int = 0, end_offset: int | None = None) -> Iterator[pa.RecordBatch]:
         """Batches of STORED_SCHEMA with start_offset <= offset < end_offset, in offset order."""
@@ -127,7 +140,7 @@ class Ledger:
         if batch is None or row >= len(offsets) or offsets[row] != offset:
             # A damaged or stale index must not hand out a neighbouring message as this key's.
             raise CorruptKeyIndexError(self.keys.path, key, f"it sends the key to offset {offset}, which ledger "
-                                       f"{self.path} does not hold")
+                                       f"{self.source} does not hold")
         return batch.slice(row, 1)
 
     def close(self) -> None:

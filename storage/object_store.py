@@ -61,6 +61,8 @@ class ObjectStore:
         self._base = base.rstrip("/")
         self._create_once = create_once
         self._local = isinstance(filesystem, pafs.LocalFileSystem)
+        self.requests = 0
+        """Requests made so far (reads, lists, writes, deletes), for tests and status."""
 
     def url(self, key: str) -> str:
         return f"{self.uri}/{key}"
@@ -77,7 +79,7 @@ class ObjectStore:
     def read_range(self, key: str, position: int, length: int) -> pa.Buffer:
         """``length`` bytes from ``position`` (fewer at the object's end), in one ranged request."""
         with self._request(key, "read"), self.filesystem.open_input_file(self._path(key)) as source:
-            return source.read_at(length, position)
+            return pa.py_buffer(source.read_at(length, position))
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         """Every object under ``prefix`` (recursively), sorted by key; none if the prefix does not exist."""
@@ -128,6 +130,7 @@ class ObjectStore:
                                      "where it can publish by a conditional write; other pyarrow URIs are read-only")
 
     def _request(self, key: str, action: str) -> _Translated:
+        self.requests += 1
         return _Translated(self.url(key), action)
 
 

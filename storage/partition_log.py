@@ -19,13 +19,11 @@ replaces with Kafka's ``.cleaned`` -> ``.swap`` -> ``.deleted`` renames (``repla
 
 from __future__ import annotations
 
-import bisect
 import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -40,12 +38,11 @@ from storage.files import CLEANED_SUFFIX, SWAP_SUFFIX
 from storage.loader import complete_interrupted_swaps, read_segments
 from storage.locks import FileLock
 from storage.schema import STORED_SCHEMA
-from storage.segment import NO_TIMESTAMP, Segment, SegmentReads
+from storage.segment import NO_TIMESTAMP, Segment, SegmentReads, segments_from
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
 MTIME_TICK_NS = 1_000_000_000
 Clock = Callable[[], int]
-S = TypeVar("S", bound=SegmentReads)
 
 
 @dataclass(frozen=True)
@@ -135,7 +132,7 @@ class PartitionLog:
         """The segments from the one holding ``offset`` on; the remote tier is asked only for offsets below the
         first local segment."""
         local_first = self.segments[0].base_offset
-        return _segments_from(self.tiered_segments() if offset < local_first else list(self.segments), offset)
+        return segments_from(self.tiered_segments() if offset < local_first else list(self.segments), offset)
 
     def reload_remote(self) -> None:
         """Forget the remote segments: the next read that needs them reads the remote log again."""
@@ -351,7 +348,7 @@ class PartitionLog:
         Waits for the writer lock whatever ``lock_wait`` says: the flush is of this process's own appends."""
         with self.writer_lock.waiting():
             self.refresh()  # another process may have replaced or deleted segments (cleaning, retention)
-            for segment in _segments_from(self.segments, self.recovery_point):
+            for segment in segments_from(self.segments, self.recovery_point):
                 segment.fsync()
             faults.crash_point("flush.before_checkpoint")
             self._unflushed_messages = 0
@@ -394,12 +391,6 @@ class PartitionLog:
                 if found is not None:
                     return found
         return None
-
-
-def _segments_from(segments: list[S], offset: int) -> list[S]:
-    """The segments from the one holding ``offset`` on (from the first if ``offset`` is below it)."""
-    bases = [segment.base_offset for segment in segments]
-    return segments[max(bisect.bisect_right(bases, offset) - 1, 0) :]
 
 
 def _listing(folder: Path) -> frozenset[tuple[str, int]]:

@@ -31,11 +31,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from storage import faults
+from storage.compacted import CompactionCursor
 from storage.errors import LedgerviewError
 from storage.fileio import write_atomically
-from storage.files import REMOTE_EPOCH_RECORD
+from storage.files import KEY_INDEX_SUFFIX, LEDGER_SUFFIX, REMOTE_EPOCH_RECORD, TEMP_SUFFIX
+from storage.key_index import KeyIndex
+from storage.ledger import Ledger
 from storage.object_store import ObjectStore, RemoteObjectMissingError
 from storage.records import CorruptRecordError, decode_record, encode_record
+from storage.remote_key_index import write_flat_key_index
+from storage.remote_ledger import RemoteCompactedView
 from storage.remote_segment import RemoteSegmentInfo
 from storage.segment import Segment
 
@@ -67,6 +72,9 @@ class RemoteLogManifest:
     """Reads below it are out of range, on both tiers."""
     segments: tuple[RemoteSegmentInfo, ...]
     published_ms: int
+    compacted: RemoteCompactedView | None = None
+    """The partition's compacted view on the remote tier; its horizon is below ``end_offset``, so a reader of the
+    remote tier alone finds the raw tail above it there."""
 
     @property
     def end_offset(self) -> int:
@@ -77,18 +85,27 @@ class RemoteLogManifest:
     def size_bytes(self) -> int:
         return sum(segment.size_bytes for segment in self.segments)
 
+    @property
+    def object_keys(self) -> set[str]:
+        """Every object the manifest names."""
+        keys = {key for segment in self.segments for key in segment.object_keys}
+        return keys | set(self.compacted.object_keys) if self.compacted else keys
+
     def encode(self) -> bytes:
         body = asdict(self)
         body["segments"] = [asdict(segment) for segment in self.segments]
+        body["compacted"] = self.compacted.to_record() if self.compacted else None
         return encode_record(MANIFEST_RECORD, RECORD_VERSION, body)
 
     @classmethod
     def decode(cls, source: str, data: bytes) -> RemoteLogManifest:
         _, body = decode_record(source, data, MANIFEST_RECORD, max_version=RECORD_VERSION)
         try:
+            compacted = body["compacted"]
             manifest = cls(body["version"], body["epoch"], body["log_start_offset"],
-                           tuple(RemoteSegmentInfo(**segment) for segment in body["segments"]), body["published_ms"])
-        except (KeyError, TypeError) as error:
+                           tuple(RemoteSegmentInfo(**segment) for segment in body["segments"]), body["published_ms"],
+                           RemoteCompactedView.from_record(compacted) if compacted is not None else None)
+        except (KeyError, TypeError, ValueError) as error:
             raise CorruptRecordError(source, MANIFEST_RECORD, f"a field is missing or unknown ({error})") from None
         manifest.check(source)
         return manifest
@@ -106,6 +123,10 @@ class RemoteLogManifest:
         if self.segments and not self.segments[0].base_offset <= self.log_start_offset < self.end_offset:
             raise CorruptRecordError(source, MANIFEST_RECORD, f"its log start offset {self.log_start_offset} is "
                                                               "outside its segments")
+        if self.compacted is not None and not -1 <= self.compacted.horizon < self.end_offset:
+            raise CorruptRecordError(source, MANIFEST_RECORD, f"its compacted view's horizon "
+                                                              f"{self.compacted.horizon} is not below its end offset "
+                                                              f"{self.end_offset}")
 
 
 class RemoteLog:
@@ -153,6 +174,24 @@ class RemoteLog:
             self.last_seen = manifest
         return published
 
+    def upload_compacted(self, cursor: CompactionCursor, ledger: Ledger, paths: tuple[Path, Path]) -> (
+        RemoteCompactedView
+    ):
+        """Copy a ledger and its key index (flattened, storage/remote_key_index.py) to fresh keys; not yet in the
+        remote log."""
+        stem = f"{self.prefix}/compacted/{cursor.ledger_id:020d}-{uuid.uuid4().hex}"
+        ledger_path, key_index_path = paths
+        flat = key_index_path.with_name(f"{key_index_path.name}.flat{TEMP_SUFFIX}")
+        try:
+            assert isinstance(ledger.keys, KeyIndex)
+            key_index_bytes = write_flat_key_index(ledger.keys, flat)
+            self.objects.upload(flat, stem + KEY_INDEX_SUFFIX)
+        finally:
+            flat.unlink(missing_ok=True)
+        self.objects.upload(ledger_path, stem + LEDGER_SUFFIX)
+        return RemoteCompactedView.of(cursor, ledger, ledger_key=stem + LEDGER_SUFFIX,
+                                      key_index_key=stem + KEY_INDEX_SUFFIX, key_index_bytes=key_index_bytes)
+
     def upload(self, segment: Segment) -> RemoteSegmentInfo:
         """Copy a sealed segment and its indexes to fresh keys (the log last); not yet in the remote log."""
         stem = f"{self.prefix}/segments/{segment.base_offset:020d}-{uuid.uuid4().hex}"
@@ -176,9 +215,10 @@ class RemoteLog:
                      if (manifest := self._read_manifest(version)) is not None]
         kept = manifests[-1:] + [older for older, newer in itertools.pairwise(manifests)
                                  if newer.published_ms + grace_ms > now_ms]
-        kept_keys = {key for manifest in kept for segment in manifest.segments for key in segment.object_keys}
-        named = {key for manifest in manifests for segment in manifest.segments for key in segment.object_keys}
-        doomed = [info.key for info in self.objects.list(f"{self.prefix}/segments") if info.key not in kept_keys
+        kept_keys = {key for manifest in kept for key in manifest.object_keys}
+        named = {key for manifest in manifests for key in manifest.object_keys}
+        listed = self.objects.list(f"{self.prefix}/segments") + self.objects.list(f"{self.prefix}/compacted")
+        doomed = [info.key for info in listed if info.key not in kept_keys
                   and (info.key in named or info.modified_ms + grace_ms <= now_ms)]
         doomed += [self.manifest_key(manifest.version) for manifest in manifests if manifest not in kept]
         for key in doomed:

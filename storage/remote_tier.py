@@ -5,7 +5,9 @@ Per partition of a topic with ``remote.storage.enable=true``, under the partitio
 uploader per data folder; the remote log's epoch fences other folders, see storage/remote_log.py):
 
 - ``sync_partition`` (Kafka's RLMCopyTask): upload every sealed local segment above the remote log's end, oldest
-  first, publishing a manifest after each so that progress survives a crash. The active segment is never uploaded.
+  first, publishing a manifest after each so that progress survives a crash (the active segment is never
+  uploaded); then the current compacted ledger with its key index, once the raw log above its horizon is there
+  (storage/remote_ledger.py): Kafka tiers no compacted topic, ledgerview tiers the compacted view too.
 - ``enforce_tiered_retention`` (Kafka's RLMExpirationTask plus local retention), under the writer lock:
   1. retention.ms and retention.bytes over the whole log, remote segments first (storage/retention.py's plan over
      both tiers, with the two-phase compaction hold): the remote log drops the expired segments and moves its log
@@ -24,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from storage import faults
+from storage.compacted import CompactedLedgers
 from storage.errors import LedgerviewError
 from storage.fileio import write_atomically
 from storage.files import REMOTE_LOCK, REMOTE_TIER_RECORD
@@ -31,10 +34,13 @@ from storage.locks import FileLock
 from storage.object_store import ObjectStore
 from storage.partition_log import PartitionLog
 from storage.records import decode_record, encode_record
+from storage.remote_ledger import RemoteCompactedView
 from storage.remote_log import RemoteLog, RemoteLogManifest, RemoteLogWriter
 from storage.remote_segment import FetchCache, RemoteSegment, RemoteSegmentInfo
+from storage.remote_store import remote_topic_key
 from storage.retention import DeletedSegment, RetentionReason, plan_retention, remove_expired_deleted_files
 from storage.segment import SegmentReads
+from storage.topics import TopicMetadata
 
 REMOTE_TIER_KIND = "remote-tier"
 
@@ -46,6 +52,8 @@ class RemoteSyncResult:
     uploaded: list[RemoteSegmentInfo]
     remote_end_offset: int
     """The offset after the last uploaded message: the remote tier holds everything below it."""
+    compacted: RemoteCompactedView | None
+    """The compacted view on the remote tier now."""
 
 
 class RemoteTier:
@@ -61,6 +69,11 @@ class RemoteTier:
         if log is None:
             log = self._logs[(topic, partition)] = RemoteLog(self.objects, topic, partition)
         return log
+
+    def publish_topic(self, metadata: TopicMetadata) -> None:
+        """Put the topic's metadata on the remote tier once, for readers of the remote tier alone (its partition
+        count never changes; its config matters only to the data folder)."""
+        self.objects.create(remote_topic_key(metadata.name), metadata.encode())
 
     def upload_lag_bytes(self, log: PartitionLog) -> int:
         """Bytes of sealed local segments the remote tier does not hold yet, as of the last manifest this process
@@ -122,7 +135,33 @@ def sync_partition(log: PartitionLog, writer: RemoteLogWriter) -> RemoteSyncResu
             faults.crash_point("remote.upload.before_publish")
             manifest = writer.change(functools.partial(_with_segment, info=info), log_start_offset=log.log_start_offset)
             uploaded.append(info)
-    return RemoteSyncResult(log.topic, log.partition, uploaded, manifest.end_offset)
+        compacted = _sync_compacted(log, writer, manifest)
+    return RemoteSyncResult(log.topic, log.partition, uploaded, manifest.end_offset, compacted)
+
+
+def _sync_compacted(log: PartitionLog, writer: RemoteLogWriter, manifest: RemoteLogManifest) -> (
+    RemoteCompactedView | None
+):
+    """Upload the partition's current compacted ledger if the remote log names an older one, once the raw log
+    above its horizon is uploaded (so a reader of the remote tier alone reads the view whole); returns the view
+    the remote log names now."""
+    ledgers = CompactedLedgers(log.folder)
+    with ledgers.lock(wait=True):  # no compaction retires the ledger while it is copied
+        opened = ledgers.open_current(verify=False)
+        if opened is None:
+            return manifest.compacted
+        cursor, ledger = opened
+        try:
+            known = manifest.compacted
+            if (known and (known.ledger_id, known.horizon) == (cursor.ledger_id, cursor.horizon)) or (
+                    cursor.horizon >= manifest.end_offset):
+                return known
+            view = writer.log.upload_compacted(cursor, ledger, ledgers.ledger_paths(cursor.ledger_id))
+            faults.crash_point("remote.compacted.before_publish")
+            return writer.change(lambda current: replace(current, compacted=view),
+                                 log_start_offset=log.log_start_offset).compacted
+        finally:
+            ledger.close()
 
 
 def _with_segment(manifest: RemoteLogManifest, info: RemoteSegmentInfo) -> RemoteLogManifest:
@@ -141,6 +180,8 @@ def enforce_tiered_retention(log: PartitionLog, writer: RemoteLogWriter, *, hold
     with _remote_lock(log), log.writer_lock:
         log.settle()
         manifest = writer.current(log_start_offset=log.log_start_offset)
+        if manifest.compacted is not None:  # readers of the remote tier alone read the raw log above its horizon
+            hold = min(manifest.compacted.horizon + 1, hold if hold is not None else manifest.compacted.horizon + 1)
         tiered = log.tiered_segments()
         plan = plan_retention(tiered, end_offset=log.end_offset, log_start_offset=log.log_start_offset, hold=hold,
                               config=log.config, now_ms=now_ms)

@@ -8,11 +8,13 @@ see the same pages, which is what lets readers in other processes follow the wri
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -415,6 +417,15 @@ class Segment(SegmentReads):
             except BatchFormatError:
                 break  # a batch still being written, or the end
             self._remember(*self._take_in(header))
+
+
+S = TypeVar("S", bound=SegmentReads)
+
+
+def segments_from(segments: list[S], offset: int) -> list[S]:
+    """The segments from the one holding ``offset`` on (from the first if ``offset`` is below it)."""
+    bases = [segment.base_offset for segment in segments]
+    return segments[max(bisect.bisect_right(bases, offset) - 1, 0) :]
 
 
 def _path(folder: Path, base_offset: int, suffix: str, temporary_suffix: str | None) -> Path:

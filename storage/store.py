@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from storage.checkpoints import CachedCheckpoint, read_checkpoint, update_checkpoint
 from storage.cleaner import CleanerStats
 from storage.cleaner_manager import CleanerConfig, CleanerManager
-from storage.compacted import retention_hold_offset
+from storage.compacted import CompactedLedgers, retention_hold_offset
 from storage.config import CONFIG_KEYS, InvalidConfigError, TopicConfig, UnknownConfigError
 from storage.errors import (
     InvalidMessagesError,
@@ -523,6 +523,10 @@ class Store:
         """Kafka's offsetsForTimes: the earliest offset whose timestamp is >= ``timestamp_ms``; None if none."""
         return self.partition_log(topic, partition).offset_for_timestamp(timestamp_ms)
 
+    def compacted_ledgers(self, topic: str, partition: int) -> CompactedLedgers:
+        """The partition's compacted ledgers and the cursor that names the current one."""
+        return CompactedLedgers(self.partition_log(topic, partition).folder)
+
     def retention_hold(self, topic: str, partition: int) -> int | None:
         """The lowest offset retention may not delete past while two-phase compaction needs it (None: no hold)."""
         log = self.partition_log(topic, partition)
@@ -560,6 +564,7 @@ class Store:
                     raise LedgerviewError(f"Topic {name!r} has remote.storage.enable=false: nothing to upload. "
                                           "Set it to true (ledgerview topics alter) to tier it.")
                 continue
+            tier.publish_topic(metadata)
             for partition in range(metadata.partitions):
                 log = self.partition_log(name, partition)
                 results.append(sync_partition(log, tier.writer(log)))

@@ -21,7 +21,7 @@ FORMAT_VERSION = 1
 
 
 class CorruptTopicMetadataError(LedgerviewError):
-    def __init__(self, path: Path, reason: str) -> None:
+    def __init__(self, path: Path | str, reason: str) -> None:
         super().__init__(f"Topic metadata {path} is unreadable: {reason}.")
 
 
@@ -49,7 +49,8 @@ class TopicMetadata:
         return json.dumps(record, indent=2, sort_keys=True).encode()
 
     @classmethod
-    def decode(cls, path: Path, data: bytes) -> TopicMetadata:
+    def decode(cls, path: Path | str, data: bytes) -> TopicMetadata:
+        """The record read from ``path`` (a file or a remote tier's object, named in errors)."""
         try:
             record: dict[str, Any] = json.loads(data)
             if record.get("version") != FORMAT_VERSION:

@@ -4,19 +4,21 @@ writers. Against a real S3-protocol server (moto, on 127.0.0.1) and a file:// ti
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import boto3
 import pytest
 
 from compactor import Compactor
-from readers import Reader, TableView
+from readers import Consumer, Reader, TableView
 from storage import Store
 from storage.config import InvalidConfigError
 from storage.errors import CorruptSegmentError, LedgerviewError, OffsetOutOfRangeError
 from storage.object_store import RemoteStorageError, open_object_store
 from storage.records import CorruptRecordError
 from storage.remote_log import RemoteLog, RemoteLogFencedError
+from storage.remote_store import RemoteStore
 from tests.conftest import ManualClock
 from tests.processes.children import Child
 
@@ -230,3 +232,73 @@ def test_while_the_remote_is_down_appends_go_on_and_the_upload_lag_grows(data_di
             store.sync_remote()
         assert store.end_offset("t", 0) == 200 and store.read("t", 0, 0).num_rows == 200
         assert store.remote_upload_lag("t", 0) > 0
+
+
+def tiered_and_compacted(data_dir: Path, s3_uri: str, clock: ManualClock) -> dict[bytes, bytes | None]:
+    """A tiered topic compacted once and then appended to, all of it uploaded; returns each key's latest value."""
+    with tiered_store(data_dir, s3_uri, clock, {**TIERED, "compaction.threshold.bytes": "1"}) as store:
+        produce(store, "t", 300)
+        store.append("t", [("k1", None)], partition=0)  # a tombstone
+        store.roll("t", 0)
+        [result] = Compactor(store).compact("t")  # the ledger goes to the remote tier too
+        produce(store, "t", 40, start=301)
+        store.roll("t", 0)
+        [synced] = store.sync_remote()
+        assert synced.compacted is not None and synced.compacted.ledger_id == result.ledger_id
+        clock.advance(1)
+        store.enforce_retention("t")
+    latest: dict[bytes, bytes | None] = {f"k{i % KEYS}".encode(): f"v{i}".encode() * 20 for i in range(300)}
+    latest[b"k1"] = None
+    latest.update({f"k{i % KEYS}".encode(): f"v{i}".encode() * 20 for i in range(301, 341)})
+    return latest
+
+
+def test_a_machine_without_the_folder_reads_both_views_from_the_remote_tier(data_dir: Path, s3_uri: str,
+                                                                            clock: ManualClock) -> None:
+    latest = tiered_and_compacted(data_dir, s3_uri, clock)
+    with Store.open(data_dir) as local:
+        expected_view = [(m.offset, m.key, m.value) for m in Reader(local, "t", read_compacted=True)]
+    remote_view = [(m.offset, m.key, m.value) for m in Reader(s3_uri, "t", read_compacted=True)]
+    assert remote_view == expected_view  # the ledger, then the raw messages above its horizon
+    assert [m.offset for m in Reader(s3_uri, "t")] == list(range(341))
+    with TableView(s3_uri, "t") as table:
+        assert {key: table.get(key) for key in latest} == latest
+
+
+def test_a_remote_only_point_lookup_costs_at_most_three_requests(data_dir: Path, s3_uri: str,
+                                                                 clock: ManualClock) -> None:
+    latest = tiered_and_compacted(data_dir, s3_uri, clock)
+    remote = RemoteStore.open(s3_uri, manifest_max_age_ms=3_600_000)
+    with TableView(remote, "t") as table:
+        table.get(b"k0")  # warm-up: the manifest, the key index's directory
+        before = remote.objects.requests
+        for key in latest:
+            assert table.get(key) == latest[key]
+        assert remote.objects.requests - before <= 3 * len(latest)
+
+
+def test_a_consumer_needs_the_data_folder(s3_uri: str) -> None:
+    with pytest.raises(LedgerviewError, match="keeps its state in a data folder"):
+        Consumer(s3_uri, "t", "sub")
+
+
+def test_of_two_compactors_only_the_current_writer_publishes_remotely(data_dir: Path, s3_uri: str,
+                                                                      clock: ManualClock, tmp_path: Path) -> None:
+    with tiered_store(data_dir, s3_uri, clock) as primary:
+        produce(primary, "t", 200)
+        primary.roll("t", 0)
+        primary.sync_remote()
+    standby_dir = tmp_path / "standby"
+    shutil.copytree(data_dir, standby_dir)  # a standby restored from the primary's folder takes over
+    with Store.open(standby_dir, clock=clock) as standby:
+        standby.claim_remote("t", 0)
+    with Store.open(data_dir, clock=clock) as primary, pytest.raises(RemoteLogFencedError):
+        Compactor(primary).compact("t")  # compacted locally; the stale writer's ledger never reaches the tier
+    remote = RemoteLog(open_object_store(s3_uri), "t", 0)
+    manifest = remote.latest()
+    assert manifest is not None and manifest.compacted is None
+    with Store.open(standby_dir, clock=clock) as standby:
+        [result] = Compactor(standby).compact("t")
+    manifest = remote.latest()
+    assert manifest is not None and manifest.compacted is not None
+    assert (manifest.compacted.ledger_id, manifest.compacted.horizon) == (result.ledger_id, 199)

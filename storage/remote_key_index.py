@@ -1,0 +1,92 @@
+"""A ledger's key index as one object of the remote tier, so a point lookup from a machine without the ledger's
+folder costs one ranged read, not a download of the index.
+
+The RocksDB key index (storage/key_index.py) already holds its keys in groups of up to GROUP_KEYS; this object
+lays the same groups end to end and ends with a directory (docs/FORMAT.md, "Remote tier")::
+
+    group bytes ... | directory: per group <u64 position, u32 length, u32 entry length, entry> | tail
+
+where an entry is the RocksDB key (run number, big-endian uint16, then the group's first key) and the tail is
+``<u64 directory position, u32 groups, 8-byte magic>``. The directory is fetched once and kept (about 20 bytes
+per 32 keys); a lookup then reads the one group that may hold the key in each run (one run unless phase one was
+split into passes).
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+import pyarrow as pa
+
+from storage.key_index import RUN, CorruptKeyIndexError, KeyIndex, offset_in_group
+
+MAGIC: Final = b"LVKEYS01"
+TAIL: Final = struct.Struct("<QI8s")
+ENTRY: Final = struct.Struct("<QII")
+RangeReader = Callable[[int, int], pa.Buffer]
+"""Reads ``length`` bytes at ``position`` of the object (one ranged request)."""
+
+
+def write_flat_key_index(index: KeyIndex, path: Path) -> int:
+    """Write ``index`` as one flat file at ``path``; returns its size."""
+    directory: list[bytes] = []
+    position = 0
+    with open(path, "wb") as file:
+        for entry, group in index.entries():
+            file.write(group)
+            directory.append(ENTRY.pack(position, len(group), len(entry)) + entry)
+            position += len(group)
+        file.write(b"".join(directory))
+        file.write(TAIL.pack(position, len(directory), MAGIC))
+        return file.tell()
+
+
+class FlatKeyIndex:
+    """A flat key index read through ranged reads; the same ``locate`` as KeyIndex."""
+
+    def __init__(self, path: str, size: int, read_range: RangeReader) -> None:
+        self.path = path
+        self._size, self._read_range = size, read_range
+        self._runs: list[tuple[list[bytes], list[tuple[int, int]]]] | None = None
+
+    def _directory(self, key: bytes) -> list[tuple[list[bytes], list[tuple[int, int]]]]:
+        """Per run: its groups' first keys (sorted) and their (position, length); read on first use."""
+        if self._runs is None:
+            if self._size < TAIL.size:
+                raise CorruptKeyIndexError(self.path, key, f"{self._size} bytes cannot hold its tail")
+            start, groups, magic = TAIL.unpack(self._read_range(self._size - TAIL.size, TAIL.size).to_pybytes())
+            if magic != MAGIC or start > self._size - TAIL.size:
+                raise CorruptKeyIndexError(self.path, key, "its tail is not a flat key index's")
+            data = self._read_range(start, self._size - TAIL.size - start).to_pybytes()
+            runs: dict[int, tuple[list[bytes], list[tuple[int, int]]]] = {}
+            at = 0
+            for _ in range(groups):
+                position, length, entry_length = ENTRY.unpack_from(data, at)
+                entry = data[at + ENTRY.size : at + ENTRY.size + entry_length]
+                at += ENTRY.size + entry_length
+                if len(entry) != entry_length or entry_length < RUN.size or position + length > start:
+                    raise CorruptKeyIndexError(self.path, key, "its directory is damaged")
+                first_keys, places = runs.setdefault(RUN.unpack_from(entry)[0], ([], []))
+                first_keys.append(entry[RUN.size :])
+                places.append((position, length))
+            self._runs = [runs[run] for run in sorted(runs)]
+        return self._runs
+
+    def locate(self, key: bytes) -> int | None:
+        """The offset of ``key``'s message in the ledger, or None."""
+        for first_keys, places in self._directory(key):
+            group = bisect.bisect_right(first_keys, key) - 1
+            if group < 0:
+                continue
+            position, length = places[group]
+            offset = offset_in_group(self._read_range(position, length).to_pybytes(), key, self.path)
+            if offset is not None:
+                return offset
+        return None
+
+    def close(self) -> None:
+        self._runs = None
