@@ -16,7 +16,8 @@ from pathlib import Path
 
 from bench import datasets, report
 from bench.measurement import Measurement
-from bench.workloads import WORKLOADS, Case, Workload, find
+from bench.remote import REMOTE_MESSAGES
+from bench.workloads import DEFAULT_MESSAGES, WORKLOADS, Case, Workload, find
 from ledgerview.changelog import ChangelogSpec
 
 
@@ -27,7 +28,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         epilog="workloads: " + "; ".join(f"{w.name}: {w.description}" for w in WORKLOADS.values()),
     )
     parser.add_argument("workloads", nargs="*", metavar="workload", help=f"default: all ({', '.join(WORKLOADS)})")
-    parser.add_argument("--messages", type=int, default=10_000_000)
+    parser.add_argument("--messages", type=int, default=None,
+                        help=f"default: each workload's own ({DEFAULT_MESSAGES:,}; remote-*: {REMOTE_MESSAGES:,})")
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--distribution", choices=["uniform", "zipf"], default="uniform")
     parser.add_argument("--value-bytes", type=int, default=100)
@@ -44,7 +46,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [name for name in args.workloads if name not in WORKLOADS]
     if unknown:
         parser.error(f"unknown workload(s) {', '.join(map(repr, unknown))}; valid workloads: {', '.join(WORKLOADS)}")
-    if args.messages < 1 or args.keys < 1 or args.value_bytes < 0 or args.repeat < 1:
+    if (args.messages is not None and args.messages < 1) or args.keys < 1 or args.value_bytes < 0 or args.repeat < 1:
         parser.error("--messages, --keys and --repeat must be at least 1, --value-bytes at least 0")
     if not 0 <= args.tombstones <= 1:
         parser.error("--tombstones is a share between 0 and 1")
@@ -81,15 +83,27 @@ def run_case(workload: Workload, case: Case, dataset: Path, repeat: int, profile
 
 
 def main(argv: list[str] | None = None) -> int:
+    """One recorded run per dataset size: --messages for every workload, or else each workload's own default."""
     args = parse_args(argv)
-    names = args.workloads or list(WORKLOADS)
-    spec = ChangelogSpec(messages=args.messages, keys=args.keys, value_bytes=args.value_bytes,
+    command = shlex.join(["python", "-m", "bench", *(argv if argv is not None else sys.argv[1:])])
+    runs: dict[int, list[str]] = {}
+    for name in args.workloads or list(WORKLOADS):
+        runs.setdefault(args.messages or find(name).default_messages, []).append(name)
+    for messages, names in runs.items():
+        if code := run(names, messages, args, command):
+            return code
+    return 0
+
+
+def run(names: list[str], messages: int, args: argparse.Namespace, command: str) -> int:
+    """The named workloads over a dataset of ``messages`` messages: the table printed and (unless told not to)
+    appended to RESULTS.md."""
+    spec = ChangelogSpec(messages=messages, keys=args.keys, value_bytes=args.value_bytes,
                          distribution=args.distribution, tombstone_share=args.tombstones)
     started = time.perf_counter()
     print(f"dataset: {datasets.describe(spec)}", file=sys.stderr)
     dataset = datasets.ensure_dataset(spec)
     payload = datasets.payload_bytes(dataset)
-    command = shlex.join(["python", "-m", "bench", *(argv if argv is not None else sys.argv[1:])])
     text = report.heading(names, f"{datasets.describe(spec)}; {payload:,} key+value bytes", command, args.repeat)
     commit_before = report.commit()
     rows: list[report.Row] = []

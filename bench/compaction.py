@@ -93,16 +93,18 @@ def ledgerview_store(config: Mapping[str, Any] | None = None, *, compact: bool =
     def prepare(table: pa.Table, spec: ChangelogSpec, target: Path) -> None:
         with Store.open(target) as store:
             store.create_topic(TOPIC, partitions=1, config=dict(config or {}))
-            _append(store, table)
+            append_table(store, table)
             if compact:
                 Compactor(store).compact(TOPIC)
             if new_messages:
-                _append(store, changelog.generate(new_messages_spec(spec)))
+                append_table(store, changelog.generate(new_messages_spec(spec)))
 
     return prepare
 
 
-def _append(store: Store, table: pa.Table) -> None:
+def append_table(store: Store, table: pa.Table) -> None:
+    """``table`` appended to partition 0 of TOPIC in APPEND_ROWS-message appends (the ``append`` workload's layout),
+    flushed."""
     for start in range(0, table.num_rows, APPEND_ROWS):
         store.append(TOPIC, table.slice(start, APPEND_ROWS), partition=0)
     store.flush()

@@ -9,7 +9,6 @@ use; on this machine they share its two cores.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from bench.compaction import Outcome, ledgerview_store
+from bench.measurement import cpu_seconds
 from bench.systems import TOPIC
 from ledgerview.changelog import ChangelogSpec
 from storage import Store
@@ -72,19 +72,13 @@ def _timed(target: Path, run: Callable[[str], int]) -> Outcome:
     """Time ``run``; the notes give the CPU seconds the endpoint and the client spent, which say what each side
     would sustain on a core of its own when the machine is shared."""
     with endpoint(target) as (bootstrap, pid):
-        endpoint_cpu, client_cpu, start = _cpu_seconds(pid), time.process_time(), time.perf_counter()
+        endpoint_cpu, client_cpu, start = cpu_seconds(pid), time.process_time(), time.perf_counter()
         messages = run(bootstrap)
         seconds = time.perf_counter() - start
-        endpoint_cpu, client_cpu = _cpu_seconds(pid) - endpoint_cpu, time.process_time() - client_cpu
+        endpoint_cpu, client_cpu = cpu_seconds(pid) - endpoint_cpu, time.process_time() - client_cpu
         notes = (f"CPU: endpoint {endpoint_cpu:.2f} s ({endpoint_cpu / messages * 1e6:.1f} us/message), "
                  f"client {client_cpu:.2f} s")
         return Outcome(messages, seconds=seconds, notes=notes)
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def confluent_produce(target: Path, output: Path) -> Outcome:

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from bench.measurement import Measurement
-from bench.workloads import Workload
+from bench.workloads import Goal, Workload
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -51,8 +51,8 @@ class Row:
     passes: int | None = None
     output_bytes: int | None = None
     index_bytes: int | None = None
-    warning: bool = False
-    """A row that only carries a warning in its notes (no figures)."""
+    notes_only: bool = False
+    """A row that only carries notes, no figures: a warning, or how a workload's goal came out."""
 
 
 def make_rows(workload: Workload, results: list[tuple[str, str, Measurement]], payload: int) -> list[Row]:
@@ -80,8 +80,22 @@ def make_rows(workload: Workload, results: list[tuple[str, str, Measurement]], p
     if workload.same_result and len(set(kept.values())) > 1:
         listed = ", ".join(f"{system} {count:,}" for system, count in kept.items())
         rows.append(Row(workload.name, "WARNING", 0, 0.0, 0.0, 0.0, 0.0, 0, 0,
-                        f"the systems kept different numbers of messages: {listed}", warning=True))
-    return rows
+                        f"the systems kept different numbers of messages: {listed}", notes_only=True))
+    return rows + [_goal_row(workload.name, goal, rows) for goal in workload.goals
+                   if {goal.system, *goal.parts} <= {row.system for row in rows}]
+
+
+def _goal_row(workload: str, goal: Goal, rows: list[Row]) -> Row:
+    """A row whose notes give ``goal.system``'s time over the sum of ``goal.parts``' times, and whether it is at
+    most ``goal.factor``."""
+    seconds = {row.system: row.seconds for row in rows}
+    ratio = seconds[goal.system] / sum(seconds[part] for part in goal.parts)
+    parts = " + ".join(f"{part} {seconds[part]:.3f} s" for part in goal.parts)
+    notes = f"{goal.system} {seconds[goal.system]:.3f} s / ({parts}) = {ratio:.2f}"
+    if goal.factor is not None:
+        notes += f"; goal <= {goal.factor:g}: {'met' if ratio <= goal.factor else 'NOT met'}"
+    return Row(workload, "goal" if goal.factor is not None else "ratio", 0, 0.0, 0.0, 0.0, 0.0, 0, 0, notes,
+               notes_only=True)
 
 
 def _gib(size: int) -> str:
@@ -107,7 +121,7 @@ def _markdown(header: tuple[str, ...], body: list[tuple[str, ...]]) -> str:
 
 def table(rows: list[Row]) -> str:
     return _markdown(COLUMNS, [
-        (r.workload, r.system, *[""] * (len(COLUMNS) - 3), r.notes) if r.warning else
+        (r.workload, r.system, *[""] * (len(COLUMNS) - 3), r.notes) if r.notes_only else
         (r.workload, r.system, f"{r.messages:,}", f"{r.seconds:.3f}", _rate(r.messages_per_s),
          f"{r.mb_per_s:,.0f}" if r.mb_per_s else "", f"{r.ratio:.2f}", _gib(r.peak_rss_bytes),
          _gib(r.rss_before_bytes), r.notes)
@@ -131,7 +145,7 @@ def output_table(rows: list[Row]) -> str:
          _mb(r.output_bytes), _mb(r.index_bytes),
          f"{((r.output_bytes or 0) + (r.index_bytes or 0)) / r.kept:,.1f}" if r.kept else "",
          _gib(r.peak_anon_bytes), _gib(r.peak_rss_bytes))
-        for r in rows if r.kept is not None and not r.warning
+        for r in rows if r.kept is not None and not r.notes_only
     ])
 
 

@@ -15,12 +15,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench import cleaning, compaction, kafka, spark_jobs, systems
+from bench import cleaning, compaction, kafka, remote, spark_jobs, systems
 
+DEFAULT_MESSAGES = 10_000_000
+"""The dataset's size when neither --messages nor the workload says otherwise."""
 MEMORY_BUDGET_BYTES = 64 * compaction.MiB
 BUDGET_CONFIG = {"compaction.memory.bytes": MEMORY_BUDGET_BYTES}
 BUDGET = f"{MEMORY_BUDGET_BYTES // compaction.MiB} MiB"
 SYSTEM_ALLOCATOR = (("ARROW_DEFAULT_MEMORY_POOL", "system"),)
+SEALED = remote.sealed_store()
+"""The remote workloads' input: the dataset in sealed segments of remote.SEGMENT_BYTES."""
+SEALED_COMPACTED = remote.sealed_store(compacted_head=True)
+"""The same with its first 90% compacted before the rest is appended (a ledger, then a raw tail)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,17 @@ class Case:
 
 
 @dataclass(frozen=True)
+class Goal:
+    """One row's time against the sum of other rows' times, reported in a row of its own (when every named row
+    ran): e.g. issue 16's remote compaction <= 1.2 x (local compaction + a plain read of the same remote bytes)."""
+
+    system: str
+    parts: tuple[str, ...]
+    factor: float | None = None
+    """The most the ratio may be; None: the ratio is only reported."""
+
+
+@dataclass(frozen=True)
 class Workload:
     name: str
     description: str
@@ -55,6 +72,10 @@ class Workload:
     """Every case keeps the same number of messages (checked: a warning row when not)."""
     time_vs_first: bool = False
     """Notes give each row's time as a multiple of the first row's."""
+    goals: tuple[Goal, ...] = ()
+    """Rows of notes only, each a row's time against the sum of others' (see Goal)."""
+    default_messages: int = DEFAULT_MESSAGES
+    """The dataset's size when --messages is not given (a run groups its workloads by it)."""
 
 
 def _ledgerview(system: str, note: str, *, config: dict[str, int] | None = None, compact: bool = False,
@@ -165,6 +186,71 @@ WORKLOADS: dict[str, Workload] = {
                      note="CompactedLedgers(folder).open_current(), sum of num_rows over ledger.read_batches()"),
             ),
             whole_dataset=False,
+        ),
+        Workload(
+            "remote-upload",
+            "upload a topic's sealed segments to the remote tier (moto's S3 server on 127.0.0.1), beside a plain "
+            "pyarrow copy of the same files to the same kind of server",
+            (
+                Case("ledgerview sync_remote", preparer=SEALED, job=remote.ledgerview_upload,
+                     note=f"store.sync_remote(topic): {remote.SEGMENT_BYTES // compaction.MiB} MiB segments, "
+                          "each its 2 indexes then its log to fresh keys, a manifest published after each"),
+                Case("pyarrow copy_files", preparer=SEALED, job=remote.copy_files_floor,
+                     note="pyarrow.fs.copy_files of the same files, one call per file, to fresh keys"),
+            ),
+            default_messages=remote.REMOTE_MESSAGES,
+        ),
+        Workload(
+            "remote-compact",
+            "the first compaction with every sealed segment on the remote tier (fresh Store: nothing fetched yet), "
+            "beside the same on local segments and plain pyarrow transfers of the same bytes",
+            (
+                Case("ledgerview remote", preparer=SEALED,
+                     job=remote.on_remote(compaction.ledgerview_compact),
+                     note="Store.open, Compactor(store).compact(topic), close; every segment remote (moto S3), so "
+                          "compact also uploads the new ledger and its key index (sync_remote)"),
+                Case("ledgerview local", preparer=SEALED, job=compaction.ledgerview_compact,
+                     note="the same on the same segments, local, untiered (page cache warm)"),
+                Case("pyarrow read (floor)", preparer=SEALED, job=remote.remote_read_floor,
+                     note="open_input_file(key).read_buffer() of every uploaded segment log object"),
+                Case("pyarrow copy result (floor)", preparer=SEALED, job=remote.result_copy_floor,
+                     note="copy_files of what the remote row uploads: the ledger and its flattened key index"),
+            ),
+            same_result=True,
+            goals=(
+                Goal("ledgerview remote", ("ledgerview local", "pyarrow read (floor)"), 1.2),
+                Goal("ledgerview remote", ("ledgerview local", "pyarrow read (floor)", "pyarrow copy result (floor)")),
+            ),
+            default_messages=remote.REMOTE_MESSAGES,
+        ),
+        Workload(
+            "remote-scan",
+            f"full reads with every sealed segment on the remote tier (fresh Store), beside the same on local "
+            f"segments: the raw log, and the compacted view (a ledger of the first "
+            f"{1 - remote.SCAN_TAIL_SHARE:.0%}, then a raw tail of {remote.SCAN_TAIL_SHARE:.0%})",
+            (
+                Case("ledgerview remote raw", preparer=SEALED_COMPACTED,
+                     job=remote.on_remote(remote.raw_scan),
+                     note="Store.open, sum of num_rows over store.read_batches of every partition, close"),
+                Case("ledgerview local raw", preparer=SEALED_COMPACTED, job=remote.raw_scan,
+                     note="the same on local segments (page cache warm)"),
+                Case("ledgerview remote compacted", preparer=SEALED_COMPACTED,
+                     job=remote.on_remote(remote.compacted_view_scan),
+                     note="Store.open, sum of num_rows over Reader(store, topic, read_compacted=True).batches(), "
+                          "close: the ledger from the data folder, the raw tail remote"),
+                Case("ledgerview remote-only compacted", preparer=SEALED_COMPACTED,
+                     job=remote.on_remote(remote.remote_tier_compacted_scan),
+                     note="Reader('s3://…', topic, read_compacted=True).batches(): the ledger and the tail both "
+                          "from the remote tier, no data folder"),
+                Case("ledgerview local compacted", preparer=SEALED_COMPACTED,
+                     job=remote.compacted_view_scan, note="the same on local segments (page cache warm)"),
+                Case("pyarrow read (floor)", preparer=SEALED_COMPACTED,
+                     job=remote.remote_read_floor,
+                     note="open_input_file(key).read_buffer() of every uploaded segment log object"),
+            ),
+            whole_dataset=False,
+            goals=(Goal("ledgerview remote raw", ("ledgerview local raw", "pyarrow read (floor)")),),
+            default_messages=remote.REMOTE_MESSAGES,
         ),
         Workload(
             "spark-sink",
