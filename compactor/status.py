@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from storage.fileio import write_atomically
 from storage.files import COMPACTION_STATUS, ledgers_folder
+from storage.records import decode_record, encode_record
+
+STATUS_RECORD = "compaction-status"
+STATUS_VERSION = 2
+"""1: the bare record of earlier releases (still read); 2: storage/records.py's format."""
 
 
 class CompactionState(enum.Enum):
@@ -42,8 +46,9 @@ def status_path(partition_folder: Path) -> Path:
 
 def read_status(partition_folder: Path, partition: int, *, run_in_progress: Callable[[], bool]) -> CompactionStatus:
     """The stored status; a RUNNING status whose run holds no lock any more is reported as an ERROR."""
+    path = status_path(partition_folder)
     try:
-        record = json.loads(status_path(partition_folder).read_bytes())
+        _, record = decode_record(path, path.read_bytes(), STATUS_RECORD, max_version=STATUS_VERSION, legacy=True)
     except FileNotFoundError:
         return CompactionStatus(partition)
     status = CompactionStatus(**{**record, "state": CompactionState(record["state"])})
@@ -55,4 +60,4 @@ def read_status(partition_folder: Path, partition: int, *, run_in_progress: Call
 
 def write_status(partition_folder: Path, status: CompactionStatus) -> None:
     ledgers_folder(partition_folder).mkdir(exist_ok=True)
-    write_atomically(status_path(partition_folder), json.dumps(status.as_record()).encode())
+    write_atomically(status_path(partition_folder), encode_record(STATUS_RECORD, STATUS_VERSION, status.as_record()))

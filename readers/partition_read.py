@@ -35,8 +35,8 @@ from storage.schema import with_partition_column
 
 @dataclass
 class PartitionRead:
-    """What one read of one partition serves: ledger messages in [ledger_start, horizon] below end_offset, then
-    raw messages in [raw_start, end_offset)."""
+    """What one read of one partition serves: ledger messages in [ledger_start, horizon] (or below ledger_end)
+    below end_offset, then raw messages in [raw_start, end_offset)."""
 
     store: ReadableStore
     topic: str
@@ -47,6 +47,9 @@ class PartitionRead:
     ledger_start: int
     raw_start: int
     end_offset: int
+    ledger_end: int | None = None
+    """Where the ledger part stops when not above the horizon: a continuation from another ledger whose raw
+    messages retention removed gets the ledger only below the raw log start, then every raw version from there."""
 
     @property
     def horizon(self) -> int:
@@ -54,8 +57,9 @@ class PartitionRead:
 
     @property
     def source_ledger_id(self) -> int | None:
-        """The ledger the delivered messages come from, recorded in positions (see positions.Resume)."""
-        return self.cursor.ledger_id if self.cursor is not None else None
+        """The ledger the delivered messages come from, recorded in positions (see positions.Resume); None when
+        raw messages at or below the horizon are delivered too."""
+        return self.cursor.ledger_id if self.cursor is not None and self.ledger_end is None else None
 
     @property
     def start_offset(self) -> int:
@@ -65,7 +69,8 @@ class PartitionRead:
     def batches(self) -> Iterator[pa.RecordBatch]:
         """MESSAGE_SCHEMA batches in offset order: the ledger part, then the raw part; zero-copy where stored."""
         if self.ledger is not None:
-            for batch in self.ledger.read_batches(self.ledger_start, min(self.horizon + 1, self.end_offset)):
+            ledger_end = self.horizon + 1 if self.ledger_end is None else self.ledger_end
+            for batch in self.ledger.read_batches(self.ledger_start, min(ledger_end, self.end_offset)):
                 yield with_partition_column(batch, self.partition)
         if self.raw_start < self.end_offset:
             yield from self.store.read_batches(self.topic, self.partition, self.raw_start, self.end_offset)
@@ -130,9 +135,10 @@ def _resolve_compacted(read: PartitionRead, position: Position, log_start: int) 
       then one vectorised compare); if L has none, the first raw message above h with timestamp >= t; if none,
       the end. The read then serves everything from that offset, as Kafka's offsetsForTimes does.
     - continuation at o with ledger id l: o > h reads raw from o. o <= h serves L from o when the messages below o
-      came from L too (l is L), when nothing was read (o = 0), or when the raw log no longer holds o; otherwise it
-      reads raw from o, every version: serving the new ledger would skip the tombstones between the old and the
-      new horizon (Pulsar PR #26190).
+      came from L too (l is L) or when nothing was read (o = 0); otherwise it reads raw from o, every version:
+      serving the new ledger would skip the tombstones between the old and the new horizon (Pulsar PR #26190).
+      When the raw log no longer holds o, L stands in for what retention removed: L below the raw log start,
+      then every raw version from there (the tombstones retention left are still delivered).
     """
     assert read.cursor is not None and read.ledger is not None
     horizon, end = read.cursor.horizon, read.end_offset
@@ -153,8 +159,10 @@ def _resolve_compacted(read: PartitionRead, position: Position, log_start: int) 
         offset = position.offset
         if offset > horizon:
             read.raw_start = min(max(offset, log_start), end)
-        elif position.ledger_id == read.cursor.ledger_id or offset == 0 or offset < log_start:
+        elif position.ledger_id == read.cursor.ledger_id or offset == 0:
             read.ledger_start, read.raw_start = offset, tail_start
+        elif offset < log_start:
+            read.ledger_start, read.ledger_end, read.raw_start = offset, min(log_start, horizon + 1), log_start
         else:
             read.raw_start = offset
     else:

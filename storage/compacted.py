@@ -10,12 +10,10 @@ nor is retiring is an orphan of a crashed run; it is removed under the compactio
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from storage import faults
 from storage.errors import LedgerviewError, PartitionLockedError
@@ -31,8 +29,11 @@ from storage.files import (
 )
 from storage.ledger import Ledger
 from storage.locks import FileLock
+from storage.records import CorruptRecordError, decode_record, encode_record
 
-CURSOR_VERSION = 1
+CURSOR_RECORD = "compaction-cursor"
+CURSOR_VERSION = 2
+"""1: the unchecksummed record of earlier releases (still read); 2: storage/records.py's format."""
 
 
 class CorruptCompactionCursorError(LedgerviewError):
@@ -97,11 +98,11 @@ class CompactedLedgers:
         except FileNotFoundError:
             return None
         try:
-            record: dict[str, Any] = json.loads(data)
-            if record.pop("version") != CURSOR_VERSION:
-                raise ValueError("unknown version")
+            _, record = decode_record(self.cursor_path, data, CURSOR_RECORD, max_version=CURSOR_VERSION, legacy=True)
             record["retiring"] = tuple(tuple(pair) for pair in record.get("retiring", ()))
             return CompactionCursor(**record)
+        except CorruptRecordError as error:
+            raise CorruptCompactionCursorError(self.cursor_path, error.reason) from error
         except (ValueError, TypeError, KeyError) as error:
             raise CorruptCompactionCursorError(self.cursor_path, str(error)) from error
 
@@ -160,7 +161,7 @@ class CompactedLedgers:
         if previous is not None and previous.ledger_id != cursor.ledger_id:
             still_there = tuple(pair for pair in previous.retiring if self._retired_exists(pair[0]))
             cursor = replace(cursor, retiring=((previous.ledger_id, previous.horizon), *still_there))
-        write_atomically(self.cursor_path, json.dumps({"version": CURSOR_VERSION, **asdict(cursor)}).encode())
+        write_atomically(self.cursor_path, encode_record(CURSOR_RECORD, CURSOR_VERSION, asdict(cursor)))
         faults.crash_point("compacted.publish_before_retire")
         if previous is not None and previous.ledger_id != cursor.ledger_id:
             for path in self.ledger_paths(previous.ledger_id):

@@ -8,10 +8,8 @@ never move it back; that rule is applied by the writer (readers/consumer.py) aga
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from storage.errors import InvalidTopicNameError, LedgerviewError
 from storage.fileio import fsync_folder, holds_temporary_files, remove_stray_temporary_files, write_atomically
@@ -25,8 +23,11 @@ from storage.files import (
     validate_topic_name,
 )
 from storage.locks import FileLock
+from storage.records import CorruptRecordError, decode_record, encode_record
 
-CURSOR_VERSION = 1
+CURSOR_RECORD = "subscription-cursor"
+CURSOR_VERSION = 2
+"""1: the unchecksummed record of earlier releases (still read); 2: storage/records.py's format."""
 FILE_NAME_BYTES_MAX = 255
 _FILE_NAME_EXTRA = len(subscription_file(Path(), "s").name) - 1 + len(TEMP_SUFFIX)
 MAX_SUBSCRIPTION_NAME_LENGTH = min(MAX_TOPIC_NAME_LENGTH, FILE_NAME_BYTES_MAX - _FILE_NAME_EXTRA)
@@ -94,15 +95,15 @@ class SubscriptionCursor:
                f"ledger_id {self.ledger_id!r} is not None or an id >= 0")
 
     def encode(self) -> bytes:
-        return json.dumps({"version": CURSOR_VERSION, **asdict(self)}, sort_keys=True).encode()
+        return encode_record(CURSOR_RECORD, CURSOR_VERSION, asdict(self))
 
     @classmethod
     def decode(cls, path: Path, data: bytes) -> SubscriptionCursor:
         try:
-            record: dict[str, Any] = json.loads(data)
-            if record.pop("version", None) != CURSOR_VERSION:
-                raise ValueError(f"format version is not {CURSOR_VERSION}")
+            _, record = decode_record(path, data, CURSOR_RECORD, max_version=CURSOR_VERSION, legacy=True)
             return cls(**record)
+        except CorruptRecordError as error:
+            raise CorruptSubscriptionCursorError(path, error.reason) from error
         except (ValueError, TypeError, KeyError, LedgerviewError) as error:
             raise CorruptSubscriptionCursorError(path, str(error)) from error
 

@@ -3,7 +3,9 @@ cursor, ...): a JSON document that names its kind and version and carries a CRC-
 truncated or foreign record is an error that names where it was read, never a silently wrong value.
 
 A record is ``{"record": KIND, "version": N, "crc32c": C, "body": {...}}`` where ``C`` is the CRC-32C of the body
-serialised canonically (sorted keys, no spaces). See docs/FORMAT.md, "Records".
+serialised canonically (sorted keys, no spaces). See docs/FORMAT.md, "Records". Records written before this
+format (``{"version": 1, ...fields}`` or the bare fields, without a checksum) are still read, as version 1, where
+a kind says so; every write uses this format.
 """
 
 from __future__ import annotations
@@ -34,13 +36,19 @@ def encode_record(kind: str, version: int, body: dict[str, Any]) -> bytes:
     return json.dumps(envelope, sort_keys=True, indent=1, allow_nan=False).encode() + b"\n"
 
 
-def decode_record(source: str, data: bytes, kind: str, *, max_version: int) -> tuple[int, dict[str, Any]]:
+def decode_record(source: object, data: bytes, kind: str, *, max_version: int, legacy: bool = False) -> (
+    tuple[int, dict[str, Any]]
+):
     """``(version, body)`` of a record of ``kind`` read from ``source`` (a path or URI, for the error), whose
-    version this code reads (1 to ``max_version``); raises CorruptRecordError otherwise."""
+    version this code reads (1 to ``max_version``); raises CorruptRecordError otherwise. ``legacy``: also read the
+    unchecksummed ``{"version": 1, ...fields}`` (or bare) records of earlier releases, as version 1."""
+    source = str(source)
     try:
         envelope = json.loads(data)
     except (UnicodeDecodeError, ValueError) as error:
         raise CorruptRecordError(source, kind, f"it is not JSON ({error})") from None
+    if legacy and isinstance(envelope, dict) and "record" not in envelope and envelope.get("version", 1) == 1:
+        return 1, {name: value for name, value in envelope.items() if name != "version"}
     if not isinstance(envelope, dict) or set(envelope) != {"record", "version", "crc32c", "body"}:
         raise CorruptRecordError(source, kind, "it lacks the fields record, version, crc32c and body")
     if envelope["record"] != kind:

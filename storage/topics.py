@@ -6,18 +6,19 @@ deleting removes it first, so a crash in between leaves folders that the next op
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 from storage.config import TopicConfig
 from storage.errors import LedgerviewError
 from storage.fileio import write_atomically
 from storage.files import validate_topic_name
+from storage.records import CorruptRecordError, decode_record, encode_record
 
-FORMAT_VERSION = 1
+TOPIC_RECORD = "topic"
+FORMAT_VERSION = 2
+"""1: the unchecksummed record of earlier releases (still read); 2: storage/records.py's format."""
 
 
 class CorruptTopicMetadataError(LedgerviewError):
@@ -44,19 +45,18 @@ class TopicMetadata:
         return TopicConfig.from_overrides(self.overrides)
 
     def encode(self) -> bytes:
-        record = {"version": FORMAT_VERSION, "name": self.name, "partitions": self.partitions,
-                  "config": self.overrides, "created_ms": self.created_ms}
-        return json.dumps(record, indent=2, sort_keys=True).encode()
+        return encode_record(TOPIC_RECORD, FORMAT_VERSION, {"name": self.name, "partitions": self.partitions,
+                                                            "config": self.overrides, "created_ms": self.created_ms})
 
     @classmethod
     def decode(cls, path: Path | str, data: bytes) -> TopicMetadata:
         """The record read from ``path`` (a file or a remote tier's object, named in errors)."""
         try:
-            record: dict[str, Any] = json.loads(data)
-            if record.get("version") != FORMAT_VERSION:
-                raise ValueError(f"format version {record.get('version')!r}, expected {FORMAT_VERSION}")
+            _, record = decode_record(path, data, TOPIC_RECORD, max_version=FORMAT_VERSION, legacy=True)
             metadata = cls(validate_topic_name(record["name"]), int(record["partitions"]),
                            {str(k): str(v) for k, v in record["config"].items()}, int(record["created_ms"]))
+        except CorruptRecordError as error:
+            raise CorruptTopicMetadataError(path, error.reason) from error
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise CorruptTopicMetadataError(path, str(error)) from error
         if metadata.partitions < 1:

@@ -72,7 +72,7 @@ def verify_topics(store: Store, topics: list[str], advance: Advance) -> Report:
             folder = partition_folder(store.root, topic, partition)
             report.partitions += 1
             _verify_segments(folder, report, advance, recorded_end=recovery_points.get((topic, partition), 0))
-            _verify_compacted(folder, report)
+            _verify_compacted(folder, report, end_offset=store.end_offset(topic, partition))
             _verify_subscriptions(folder, partition, report)
     return report
 
@@ -176,7 +176,7 @@ def _check_time_index(path: Path, base_offset: int, scanned: list[ScannedBatch],
         report.warnings.append(f"{path}: a sealed segment's time index does not end with its largest timestamp")
 
 
-def _verify_compacted(folder: Path, report: Report) -> None:
+def _verify_compacted(folder: Path, report: Report, *, end_offset: int) -> None:
     ledgers = CompactedLedgers(folder)
     try:
         cursor = ledgers.read_cursor()
@@ -185,6 +185,9 @@ def _verify_compacted(folder: Path, report: Report) -> None:
         return
     if cursor is None:
         return
+    if cursor.horizon >= end_offset:
+        report.problems.append(f"{ledgers.cursor_path}: names horizon {cursor.horizon}, at or above the partition's "
+                               f"end offset {end_offset}: it would serve a view of messages the log does not hold")
     path = ledger_file(folder, cursor.ledger_id)
     if not path.exists():
         report.problems.append(f"{ledgers.cursor_path}: names ledger {cursor.ledger_id}, but {path} is missing")

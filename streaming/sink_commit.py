@@ -10,7 +10,6 @@ rows start at and how many of its rows were already in the log then. The record 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -30,8 +29,11 @@ from storage.files import (
     parse_staged_batch,
     sink_folder,
 )
+from storage.records import CorruptRecordError, decode_record, encode_record
 
-RECORD_VERSION = 1
+SINK_RECORD_KIND = "sink"
+RECORD_VERSION = 2
+"""1: the unchecksummed record of earlier releases (still read); 2: storage/records.py's format."""
 COMPARED_COLUMNS = ("key", "value", "headers")
 
 
@@ -65,18 +67,16 @@ class SinkRecord:
     def encode(self) -> bytes:
         record = asdict(self)
         record["pending_starts"] = {str(p): asdict(start) for p, start in self.pending_starts.items()}
-        return json.dumps({"version": RECORD_VERSION, **record}).encode()
+        return encode_record(SINK_RECORD_KIND, RECORD_VERSION, record)
 
     @classmethod
     def read(cls, path: Path) -> SinkRecord:
         try:
-            data = json.loads(path.read_bytes())
+            _, data = decode_record(path, path.read_bytes(), SINK_RECORD_KIND, max_version=RECORD_VERSION, legacy=True)
         except FileNotFoundError:
             return cls()
-        except ValueError as error:
-            raise SinkStateError(path.parent, f"unreadable record ({error})") from error
-        if data.pop("version", None) != RECORD_VERSION:
-            raise SinkStateError(path.parent, f"unknown record version, expected {RECORD_VERSION}")
+        except CorruptRecordError as error:
+            raise SinkStateError(path.parent, error.reason) from error
         return cls(
             committed_batch=data["committed_batch"],
             pending_batch=data["pending_batch"],

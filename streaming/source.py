@@ -12,10 +12,11 @@ raw log. The compacted view adds the ledger that the messages below it came from
 ``{"0": {"offset": 120, "ledger": 3}}``, because continuing on a different ledger would skip tombstones: a
 consumer that got key k's value from ledger 3 must see k's tombstone even if ledger 4, published since, no
 longer holds k. So a micro-batch [s, e) of the compacted view serves the current ledger from s (then the raw
-tail) when the messages below s came from that very ledger, or s is 0, or retention no longer holds s; otherwise
-it reads the raw log from s, every version (readers/partition_read.py, ``Resume``). Its end is tagged with the
-ledger it was planned to serve, or none when it was planned to read raw; a compaction published between planning
-and reading makes the task read raw and the next batch see the tag differ, so no batch ever skips a tombstone.
+tail) when the messages below s came from that very ledger, or s is 0; otherwise it reads the raw log from s, every
+version, the ledger standing in only for offsets retention removed (readers/partition_read.py, ``Resume``). Its
+end is tagged with the ledger it was planned to serve, or none when it was planned to read raw; a compaction
+published between planning and reading makes the task read raw and the next batch see the tag differ, so no batch
+ever skips a tombstone.
 That keeps a query resumable from its checkpoint across any number of compactions and retention.
 
 Options (streaming/options.py): ``path``, ``topic``, ``view``, ``startingOffsets`` (Kafka's, used only when the
@@ -186,9 +187,7 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cursor = self._cursor(partition)
         if cursor is None:
             return Position(end)
-        log_start = self.store.start_offset(self.options.topic, partition)
-        reads_raw = (0 < begin.offset <= cursor.horizon and begin.offset >= log_start
-                     and begin.ledger != cursor.ledger_id)
+        reads_raw = 0 < begin.offset <= cursor.horizon and begin.ledger != cursor.ledger_id
         return Position(end, None if reads_raw else cursor.ledger_id)
 
     def reportLatestOffset(self) -> dict[str, Any]:

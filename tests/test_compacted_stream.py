@@ -171,3 +171,25 @@ def test_a_consumer_that_read_raw_below_a_new_horizon_keeps_reading_raw_up_to_it
     batch(10)
     assert seen == [(0, b"a", b"1"), (1, b"b", b"1"), (2, b"a", b"2"), (3, b"c", b"1"), (4, b"b", None),
                     (5, b"a", b"3")]
+
+
+def test_a_tombstone_retention_left_is_delivered_to_a_query_behind_the_log_start() -> None:
+    """Found by the model: a query at offset 2 (read raw), a tombstone at 3, a compaction that drops the key, then
+    retention to offset 3. The ledger stands in only for the removed offset; the tombstone is still read."""
+    model = CompactedStreamModel()
+
+    class Three:
+        @staticmethod
+        def draw(strategy: object) -> int:
+            return 3
+
+    try:
+        model.append([(None, None), (b"a", b"\x00"), (None, None)], 0)
+        model.micro_batch(limit=2, compact_between=True)  # reads offsets 0-1 raw: a compaction came between
+        model.append([(b"a", None)], 0)
+        model.compact()
+        model.retention_up_to_the_horizon(0, Three())  # type: ignore[arg-type]
+        model.micro_batch(limit=None, compact_between=False)
+        assert model.offsets["0"]["offset"] == 4 and model.seen == {}
+    finally:
+        model.teardown()

@@ -155,7 +155,7 @@ def test_the_cursor_record_is_one_json_file_per_partition_and_subscription(store
     with Consumer(store, "prices", "audit.v1", read_compacted=True) as consumer:
         consumer.acknowledge_cumulative(received(consumer)[0])
     path = subscription_file(folder, "audit.v1")
-    record = json.loads(path.read_bytes())
+    record = json.loads(path.read_bytes())["body"]  # storage/records.py's envelope
     assert record["acked_offset"] == 2 and record["read_compacted"] is True and record["partition"] == 0
     cursor = read_subscription_cursor(folder, "audit.v1", 0)
     assert cursor is not None and cursor.subscription == "audit.v1"
@@ -163,6 +163,11 @@ def test_the_cursor_record_is_one_json_file_per_partition_and_subscription(store
     assert read_subscription_cursor(folder, "audit.v1", 0) == SubscriptionCursor("audit.v1", 0, 1, False, None, 5)
     path.write_bytes(b'{"version": 1, "subscription": "audit.v1"}')
     with pytest.raises(CorruptSubscriptionCursorError, match="Remove it"):
+        read_subscription_cursor(folder, "audit.v1", 0)
+    damaged = bytearray(SubscriptionCursor("audit.v1", 0, 1, False, None, 5).encode())
+    damaged[damaged.index(b'"acked_offset": 1') + 16] = ord("7")  # still JSON, no longer what was written
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(CorruptSubscriptionCursorError, match="CRC-32C"):
         read_subscription_cursor(folder, "audit.v1", 0)
 
 
