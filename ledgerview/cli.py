@@ -16,28 +16,32 @@ from ledgerview.commands import (
     dump_log,
     groups,
     produce,
+    remote,
     retention,
     serve,
     topics,
     verify,
 )
-from ledgerview.commands.common import add_data_option
+from ledgerview.commands.common import add_store_options
+from ledgerview.errors import UsageError
 from ledgerview.exit_codes import EXIT_CODES_HELP, ExitCode, exit_code_for
 from storage.errors import LedgerviewError
 
-COMMAND_GROUPS = (topics, produce, consume, groups, compaction, clean, retention, dump_log, verify, serve, demo)
+COMMAND_GROUPS = (topics, produce, consume, groups, compaction, clean, retention, remote, dump_log, verify, serve,
+                  demo)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ledgerview",
         description="Keyed streams kept as a full history (the raw log) and a latest-per-key table (the compacted "
-                    "view). Every command takes --data DIR (default $LEDGERVIEW_DATA or ./data), before or after "
+                    "view). Every store command takes --data DIR (default $LEDGERVIEW_DATA or ./data) and, for a "
+                    "store with a remote tier, --remote URI (needed once: the folder remembers it), before or after "
                     "the command; 'ledgerview COMMAND --help' is the reference of each.",
         epilog=f"exit statuses:\n{EXIT_CODES_HELP}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_data_option(parser, before_command=True)
+    add_store_options(parser, before_command=True)
     parser.add_argument("--version", action="version", version=f"ledgerview {version('ledgerview')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in COMMAND_GROUPS:
@@ -48,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.remote is not None and not args.opens_store:
+            raise UsageError(f"--remote is for commands that open a store; '{args.command}' does not (the service "
+                             "takes its remote tier from [remote] uri in its config).")
         status: int = args.run(args)
         return status
     except KeyboardInterrupt:

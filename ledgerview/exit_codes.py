@@ -1,11 +1,12 @@
 """Exit statuses scripts can rely on, and the one place that maps an error to its status.
 
     0  success
-    1  a check failed: verify found damage, a command met a corrupt file, compaction-status saw ERROR
-    2  usage: bad option, bad topic config, malformed input, an offset or position out of range
+    1  a check failed: verify found damage, a command met a corrupt file or record, compaction-status saw ERROR
+    2  usage: bad option, bad topic config, malformed input, an offset or position out of range, a bad --remote
     3  not found: unknown topic, partition or file
-    4  conflict: the topic exists, a compaction is already running, a partition is locked, a service runs
-    5  any other failure (I/O errors included)
+    4  conflict: the topic exists, a compaction is already running, a partition is locked, a service runs,
+       another data folder holds the partition's remote log
+    5  any other failure (I/O errors and a remote tier that is down included)
   130  interrupted (Ctrl-C)
 """
 
@@ -29,6 +30,8 @@ from storage.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from storage.records import CorruptRecordError
+from storage.remote_log import RemoteLogFencedError
 from storage.retention import (
     DeleteRecordsOutOfRangeError,
     RecordDeletionNotAllowedError,
@@ -47,10 +50,10 @@ class ExitCode(enum.IntEnum):
 
 
 _BY_ERROR: tuple[tuple[tuple[type[BaseException], ...], ExitCode], ...] = (
-    ((CorruptSegmentError,), ExitCode.CHECK_FAILED),
+    ((CorruptSegmentError, CorruptRecordError), ExitCode.CHECK_FAILED),
     ((UnknownTopicError, UnknownPartitionError, UnknownGroupError, FileNotFoundError), ExitCode.NOT_FOUND),
     ((TopicExistsError, CompactionInProgressError, PartitionLockedError, RetentionHoldError,
-      RecordDeletionNotAllowedError, ServiceRunningError), ExitCode.CONFLICT),
+      RecordDeletionNotAllowedError, ServiceRunningError, RemoteLogFencedError), ExitCode.CONFLICT),
     ((UsageError, ConfigError, MalformedInputError, InvalidMessagesError, InvalidTopicNameError,
       InvalidSubscriptionNameError, InvalidPositionError, OffsetOutOfRangeError, DeleteRecordsOutOfRangeError,
       ServiceConfigError, InvalidResetError, ListenError), ExitCode.USAGE),

@@ -1,4 +1,6 @@
-"""Running the ``ledgerview`` command line as a real subprocess, as a user or a script would."""
+"""Running the ``ledgerview`` command line as a real subprocess, as a user or a script would; or, for the fast
+suite, its entry point ``ledgerview.cli.main`` in this process (the same parsing, error lines and exit statuses,
+without a second or so of interpreter start per command)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 TIMEOUT_S = 120
 
@@ -33,3 +37,13 @@ def run_cli(data: Path, *args: str, input: str | bytes | None = None, check: boo
     if check and completed.code != 0:
         raise AssertionError(f"ledgerview {' '.join(args)} exited {completed.code}: {completed.err}")
     return completed
+
+
+def run_main(capsys: pytest.CaptureFixture[str], data: Path, *args: str) -> Completed:
+    """``ledgerview --data DATA ARGS`` through ``ledgerview.cli.main`` in this process, its output captured."""
+    from ledgerview.cli import main
+
+    capsys.readouterr()
+    code = main(["--data", str(data), *args])
+    out, err = capsys.readouterr()
+    return Completed(code, out, err)

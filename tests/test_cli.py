@@ -319,16 +319,18 @@ def _read_available(fd: int) -> bytes:
 def test_help_is_the_reference() -> None:
     top = run_cli(Path("unused"), "--help")
     for command in ("topics", "produce", "consume", "compact", "compaction-status", "clean", "retention",
-                    "delete-records", "dump-log", "verify", "serve", "demo"):
+                    "delete-records", "remote", "dump-log", "verify", "serve", "demo"):
         assert command in top.out
     assert "exit statuses:" in top.out and "130  interrupted" in top.out
+    assert "--remote URI" in top.out
 
 
 @pytest.mark.parametrize("command", [["topics", "create"], ["produce"], ["consume"], ["compact"],
                                      ["compaction-status"], ["clean"], ["retention"], ["delete-records"], ["dump-log"],
-                                     ["verify"]])
+                                     ["verify"], ["remote", "sync"], ["remote", "status"], ["remote", "claim"]])
 def test_every_command_has_help_with_its_options(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args([*command, "--help"])
     assert exit_info.value.code == 0
-    assert "--data" in capsys.readouterr().out or command == ["dump-log"]
+    shown = capsys.readouterr().out
+    assert ("--data" in shown and "--remote URI" in shown) or command == ["dump-log"]

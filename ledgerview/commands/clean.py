@@ -40,7 +40,7 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     stats: list[CleanerStats] = []
-    with open_existing_store(args.data) as store:
+    with open_existing_store(args) as store:
         for topic in args.topics:
             require_topic(store, topic)
             policy = store.topic_metadata(topic).config

@@ -1,4 +1,5 @@
-"""What several commands share: the data-folder option, ``key=value`` pairs, opening the store, printing."""
+"""What several commands share: the data-folder and remote-tier options, ``key=value`` pairs, opening the store,
+printing."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from ledgerview.errors import UsageError
 from storage import Store
 from storage.errors import UnknownTopicError
+from storage.object_store import RemoteStorageError, open_object_store
 
 DATA_ENVIRONMENT = "LEDGERVIEW_DATA"
 Run = Callable[[argparse.Namespace], int]
@@ -20,37 +22,65 @@ Subparsers = Any
 """argparse's private ``_SubParsersAction``, which has no public name to annotate with."""
 
 
-def add_data_option(parser: argparse.ArgumentParser, *, before_command: bool) -> None:
-    """The ``--data`` option, taken before the command (``ledgerview --data X topics list``) and after it. The
-    default lives on the top-level parser only: a command's own ``--data`` sets the value when given and leaves
-    the one given before the command alone when not."""
+def add_store_options(parser: argparse.ArgumentParser, *, before_command: bool) -> None:
+    """``--data`` and ``--remote``, taken before the command (``ledgerview --data X topics list``) and after it.
+    The defaults live on the top-level parser only: a command's own option sets the value when given and leaves the
+    one given before the command alone when not."""
     parser.add_argument("--data", type=Path,
                         default=Path(os.environ.get(DATA_ENVIRONMENT, "data")) if before_command else argparse.SUPPRESS,
                         help=f"the store's data folder (default: ${DATA_ENVIRONMENT} or ./data)")
+    parser.add_argument("--remote", metavar="URI", default=None if before_command else argparse.SUPPRESS,
+                        help="the store's remote tier, s3://bucket/prefix or file:///mount/prefix; the data folder "
+                             "remembers it, so later commands need no --remote (S3 endpoint and credentials come "
+                             "from the AWS_* environment variables)")
 
 
-def data_parent() -> argparse.ArgumentParser:
-    """The ``--data`` option every store command takes."""
+def store_parent() -> argparse.ArgumentParser:
+    """The ``--data`` and ``--remote`` options every store command takes."""
     parent = argparse.ArgumentParser(add_help=False)
-    add_data_option(parent, before_command=False)
+    add_store_options(parent, before_command=False)
     return parent
 
 
 def add_command(subparsers: Subparsers, name: str, run: Run, *, help: str, description: str | None = None,
                 store: bool = True) -> argparse.ArgumentParser:
+    """A subcommand; ``store``: it opens the store at --data (and takes --remote)."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        name, help=help, description=description or help, parents=[data_parent()] if store else [],
+        name, help=help, description=description or help, parents=[store_parent()] if store else [],
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, opens_store=store)
     return parser
 
 
-def open_existing_store(data: Path) -> Store:
-    """The store at ``data``, which must exist: a typo in --data must not create an empty store."""
-    if not data.is_dir():
-        raise UsageError(f"No data folder at {data}; pass --data with the store's folder (or set "
+def open_existing_store(args: argparse.Namespace) -> Store:
+    """The store at ``--data``, which must exist: a typo in --data must not create an empty store."""
+    if not args.data.is_dir():
+        raise UsageError(f"No data folder at {args.data}; pass --data with the store's folder (or set "
                          f"${DATA_ENVIRONMENT}); 'ledgerview topics create' makes a new store.")
-    return Store.open(data)
+    return open_store(args)
+
+
+def open_store(args: argparse.Namespace) -> Store:
+    """The store at ``--data`` (created if missing), with the remote tier ``--remote`` names, else the one the
+    folder remembers, if any."""
+    if args.remote is not None:
+        check_remote_uri(args.remote)
+    return Store.open(args.data, remote=args.remote)
+
+
+def check_remote_uri(uri: str) -> None:
+    """Refuse a URI that is no remote tier before the data folder remembers it (the folder would refuse every
+    other URI from then on). A tier that cannot be reached now (an OSError from pyarrow) is not the URI's fault: that
+    error stands as it is."""
+    try:
+        open_object_store(uri)
+    except RemoteStorageError as error:
+        if isinstance(error.__cause__, OSError):
+            raise
+        raise UsageError(f"--remote {uri}: {error.reason}. Nothing was changed.") from None
+    except ValueError as error:  # urllib's, for a URI it cannot split (storage lets it through)
+        raise UsageError(f"--remote {uri}: {error}; a remote tier is a URI such as s3://bucket/prefix or "
+                         "file:///mount/prefix. Nothing was changed.") from None
 
 
 def require_topic(store: Store, topic: str) -> None:

@@ -18,6 +18,8 @@ from ledgerview.commands.common import (
 )
 from ledgerview.exit_codes import ExitCode
 from ledgerview.progress import progress
+from storage import Store
+from storage.object_store import RemoteStorageError
 
 COMPACT_DESCRIPTION = """Run two-phase compaction of a topic now, partition by partition, and wait for it.
 
@@ -29,6 +31,8 @@ example:
   ledgerview compact prices
 """
 STATUS_DESCRIPTION = """The last compaction of each partition, in Pulsar's states: NOT_RUN, RUNNING, SUCCESS, ERROR.
+For a topic with remote.storage.enable=true, also each partition's upload lag: bytes of sealed segments not yet on
+the remote tier ('ledgerview remote status' has the rest).
 
 Exit status 1 when any partition's state is ERROR, so scripts can check the result.
 
@@ -53,7 +57,7 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run_compact(args: argparse.Namespace) -> int:
-    with open_existing_store(args.data) as store:
+    with open_existing_store(args) as store:
         require_topic(store, args.topic)
         partitions = args.partition or list(range(store.topic_metadata(args.topic).partitions))
         compactor = Compactor(store)
@@ -79,19 +83,34 @@ def utc_time(epoch_ms: int | None) -> str | None:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    with open_existing_store(args.data) as store:
+    with open_existing_store(args) as store:
         require_topic(store, args.topic)
         compactor = Compactor(store)
         statuses = compactor.status(args.topic)
         while args.wait and any(status.state is CompactionState.RUNNING for status in statuses):
             time.sleep(WAIT_POLL_S)
             statuses = compactor.status(args.topic)
+        lags = upload_lags(store, args.topic)
+        tiered = store.topic_metadata(args.topic).config.remote_storage_enable
     if args.json:
         for status in statuses:
-            print_json(status.as_record())
+            print_json({**status.as_record(), "remote_upload_lag_bytes": lags.get(status.partition)})
     else:
-        print_table(["partition", "state", "started (UTC)", "ended (UTC)", "read", "kept", "removed", "last_error"],
+        print_table(["partition", "state", "started (UTC)", "ended (UTC)", "read", "kept", "removed", "last_error",
+                     *(["upload_lag_bytes"] if tiered else [])],
                     [(s.partition, s.state.value, utc_time(s.started_ms), utc_time(s.ended_ms), s.messages_read,
-                      s.messages_kept, s.messages_removed, s.last_error) for s in statuses])
+                      s.messages_kept, s.messages_removed, s.last_error,
+                      *([lags.get(s.partition)] if tiered else [])) for s in statuses])
     failed = any(status.state is CompactionState.ERROR for status in statuses)
     return ExitCode.CHECK_FAILED if failed else ExitCode.OK
+
+
+def upload_lags(store: Store, topic: str) -> dict[int, int | None]:
+    """Each partition's remote upload lag in bytes (None: not tiered); a remote tier that is down leaves them
+    unknown, with a warning, since the compaction status does not depend on it."""
+    try:
+        return {partition: store.remote_upload_lag(topic, partition)
+                for partition in range(store.topic_metadata(topic).partitions)}
+    except RemoteStorageError as error:
+        say(f"ledgerview: warning: upload lag unknown: {' '.join(str(error).split())}")
+        return {}

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     text_format = TextFormat(args.separator.encode(), args.null_marker.encode(), args.print_partition,
                              args.print_offset, args.print_timestamp, not args.no_key)
     out = sys.stdout.buffer
-    with open_existing_store(args.data) as store:
+    with open_existing_store(args) as store:
         require_topic(store, args.topic)
         for batch in _batches(store, args):
             out.write(json_lines(batch) if args.format == "json" else text_lines(batch, text_format))

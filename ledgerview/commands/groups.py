@@ -59,7 +59,7 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    with open_existing_store(args.data) as store:
+    with open_existing_store(args) as store:
         names = list_groups(store)
     if args.json:
         print_json(names)
@@ -70,7 +70,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    with open_existing_store(args.data) as store:
+    with open_existing_store(args) as store:
         positions = describe_group(store, args.group)
     if args.json:
         for position in positions:
@@ -83,7 +83,7 @@ def run_describe(args: argparse.Namespace) -> int:
 
 
 def run_reset(args: argparse.Namespace) -> int:
-    with open_existing_store(args.data) as store:
+    with open_existing_store(args) as store:
         require_topic(store, args.topic)
         resets = reset_offsets(store, args.group, args.topic, _reset_to(args), partitions=args.partitions,
                                dry_run=args.dry_run)
@@ -94,7 +94,7 @@ def run_reset(args: argparse.Namespace) -> int:
 
 
 def run_delete(args: argparse.Namespace) -> int:
-    with open_existing_store(args.data) as store:
+    with open_existing_store(args) as store:
         for topic in args.topics or []:
             require_topic(store, topic)
         removed = delete_group(store, args.group, args.topics)

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         if path != STDIN and not path.is_file():
             raise FileNotFoundError(errno.ENOENT, "No such file (nothing was produced)", str(path))
     written = 0
-    with open_existing_store(args.data) as store:
+    with open_existing_store(args) as store:
         require_topic(store, args.topic)
         for path in paths:
             if path == STDIN:

@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 
 from ledgerview.commands.common import Subparsers, add_command, open_existing_store, print_json, print_table, say
+from storage import Store
 from storage.retention import DeletedSegment
 
 RETENTION_DESCRIPTION = """Run retention now: delete the oldest segments past retention.ms or retention.bytes (topics
 whose cleanup.policy includes delete) or below the log start offset, never raw data that two-phase compaction still
 has to read. Deleted files are renamed .deleted and removed after file.delete.delay.ms.
+
+For topics with remote.storage.enable=true, retention.ms and retention.bytes expire the whole log on both tiers
+(remote segments first), and local.retention.ms and local.retention.bytes drop the local copies of segments already
+uploaded: they stay readable from the remote tier, and the summary counts them apart.
 
 example:
   ledgerview retention prices
@@ -39,16 +44,36 @@ def register(subparsers: Subparsers) -> None:
 
 def run_retention(args: argparse.Namespace) -> int:
     deleted: list[DeletedSegment] = []
-    with open_existing_store(args.data) as store:
+    dropped_bytes: list[int] = []
+    with open_existing_store(args) as store:
         for topic in args.topics or store.list_topics():
-            deleted += store.enforce_retention(topic)
+            before = _local_segments(store, topic)
+            topic_deleted = store.enforce_retention(topic)
+            gone = {(s.partition, s.base_offset) for s in topic_deleted}
+            after = _local_segments(store, topic)
+            dropped_bytes += [size for key, size in before.items() if key not in after and key not in gone]
+            deleted += topic_deleted
     _print_deleted(deleted, as_json=args.json)
-    say(f"Retention deleted {len(deleted)} segment(s), {sum(s.size_bytes for s in deleted)} bytes.")
+    dropped = (f"; local copies of {len(dropped_bytes)} uploaded segment(s), {sum(dropped_bytes)} bytes, dropped "
+               "(read from the remote tier now)" if dropped_bytes else "")
+    say(f"Retention deleted {len(deleted)} segment(s), {sum(s.size_bytes for s in deleted)} bytes{dropped}.")
     return 0
 
 
+def _local_segments(store: Store, topic: str) -> dict[tuple[int, int], int]:
+    """(partition, base offset) to size of the topic's local segments, for a tiered topic (else none)."""
+    if store.remote is None or not store.topic_metadata(topic).config.remote_storage_enable:
+        return {}
+    found = {}
+    for partition in range(store.topic_metadata(topic).partitions):
+        log = store.partition_log(topic, partition)
+        log.refresh()
+        found.update({(partition, segment.base_offset): segment.size_bytes for segment in log.segments})
+    return found
+
+
 def run_delete_records(args: argparse.Namespace) -> int:
-    with open_existing_store(args.data) as store:
+    with open_existing_store(args) as store:
         result = store.delete_records(args.topic, args.partition, args.before_offset)
     if args.json:
         print_json({"topic": result.topic, "partition": result.partition,

@@ -9,13 +9,13 @@ from ledgerview.commands.common import (
     Subparsers,
     add_command,
     open_existing_store,
+    open_store,
     parse_pairs,
     print_json,
     print_table,
     say,
 )
 from ledgerview.errors import UsageError
-from storage import Store
 from storage.config import CONFIG_KEYS
 
 CONFIG_HELP = "topic config key=value, repeatable; keys: " + ", ".join(key.name for key in CONFIG_KEYS)
@@ -54,7 +54,7 @@ def register(subparsers: Subparsers) -> None:
 
 def run_create(args: argparse.Namespace) -> int:
     config = parse_pairs(args.config, "--config")
-    with Store.open(args.data) as store:
+    with open_store(args) as store:
         if args.if_not_exists and args.topic in store.list_topics():
             say(f"Topic {args.topic} already exists.")
             return 0
@@ -64,7 +64,7 @@ def run_create(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    with open_existing_store(args.data) as store:
+    with open_existing_store(args) as store:
         names = store.list_topics()
     if args.json:
         print_json(names)
@@ -75,7 +75,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    with open_existing_store(args.data) as store:
+    with open_existing_store(args) as store:
         for topic in args.topics or store.list_topics():
             description = store.describe_topic(topic)
             config = description.config if args.all_config else description.overrides
@@ -94,7 +94,7 @@ def run_describe(args: argparse.Namespace) -> int:
 def run_alter(args: argparse.Namespace) -> int:
     if not args.config and not args.delete_config:
         raise UsageError("Nothing to alter: give --config KEY=VALUE or --delete-config KEY.")
-    with open_existing_store(args.data) as store:
+    with open_existing_store(args) as store:
         config = store.alter_topic_config(args.topic, set=parse_pairs(args.config, "--config"),
                                           delete=args.delete_config)
     overrides = ",".join(f"{key}={value}" for key, value in sorted(config.to_overrides().items()))
@@ -103,7 +103,7 @@ def run_alter(args: argparse.Namespace) -> int:
 
 
 def run_delete(args: argparse.Namespace) -> int:
-    with open_existing_store(args.data) as store:
+    with open_existing_store(args) as store:
         if args.if_exists and args.topic not in store.list_topics():
             say(f"Topic {args.topic} does not exist.")
             return 0

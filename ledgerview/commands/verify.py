@@ -27,7 +27,7 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_existing_store(args.data) as store:
+    with open_existing_store(args) as store:
         topics = args.topics or store.list_topics()
         for topic in topics:
             require_topic(store, topic)

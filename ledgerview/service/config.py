@@ -14,8 +14,10 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlparse
 
 from ledgerview.errors import ServiceConfigError
+from storage.object_store import WRITABLE_SCHEMES
 
 SourceKind = Literal["generator", "directory", "topic", "kafka"]
 
@@ -44,6 +46,19 @@ class HttpSection:
 @dataclass(frozen=True)
 class LoopSection:
     enabled: bool = True
+    interval_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class RemoteSection:
+    """The store's remote tier (storage/remote_tier.py) and the loop that uploads sealed segments of topics with
+    ``remote.storage.enable=true`` (Kafka's remote log manager copy task)."""
+
+    uri: str = ""
+    """``s3://bucket/prefix`` or ``file:///mount/prefix``; the store is opened with it and the data folder remembers
+    it. Empty: the tier the data folder remembers, if any (else the store has none)."""
+    enabled: bool = True
+    """Run the upload loop (when the store has a remote tier)."""
     interval_s: float = 30.0
 
 
@@ -128,6 +143,7 @@ class ServiceConfig:
     sources: tuple[SourceSection, ...] = ()
     spark: SparkSection = SparkSection()
     kafka: KafkaSection = KafkaSection()
+    remote: RemoteSection = RemoteSection()
 
     @property
     def data(self) -> Path:
@@ -136,7 +152,7 @@ class ServiceConfig:
 
 _SECTIONS: dict[str, type[Any]] = {"store": StoreSection, "service": ServiceSection, "http": HttpSection,
                                    "compaction": LoopSection, "retention": LoopSection, "cleaner": LoopSection,
-                                   "spark": SparkSection, "kafka": KafkaSection}
+                                   "spark": SparkSection, "kafka": KafkaSection, "remote": RemoteSection}
 
 
 def read_service_config(path: Path) -> ServiceConfig:
@@ -165,8 +181,28 @@ def parse_service_config(raw: dict[str, Any], path: str) -> ServiceConfig:
     sources = tuple(_build(SourceSection, _table(item, path, f"[[sources]] #{i + 1}"), path, f"[[sources]] #{i + 1}")
                     for i, item in enumerate(_list(raw, "sources", path)))
     _check_sources(sources, path, spark_enabled=sections.get("spark", SparkSection()).enabled)
+    _check_remote(sections.get("remote", RemoteSection()), path)
     sections["sources"] = sources
     return ServiceConfig(path, **sections)
+
+
+def _check_remote(remote: RemoteSection, path: str) -> None:
+    """A URI of a remote tier the service can write to, checked by its form only (no request is made)."""
+    if not remote.uri:
+        return
+    try:
+        parsed = urlparse(remote.uri)
+    except ValueError as error:
+        raise ServiceConfigError(path, "[remote] uri", f"{remote.uri!r}: {error}") from None
+    if parsed.scheme not in WRITABLE_SCHEMES:
+        problem = "is not an s3:// or file:// URI, the remote tiers ledgerview writes to"
+    elif parsed.scheme == "s3" and not parsed.netloc:
+        problem = "names no bucket (s3://bucket/prefix)"
+    elif parsed.scheme == "file" and (parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/")):
+        problem = "is not an absolute local path (file:///mount/prefix: three slashes)"
+    else:
+        return
+    raise ServiceConfigError(path, "[remote] uri", f"{remote.uri!r} {problem}")
 
 
 def _check_sources(sources: tuple[SourceSection, ...], path: str, *, spark_enabled: bool) -> None:

@@ -3,11 +3,12 @@
 Start:
 
 1. Read and check the config (nothing starts on a bad one); take the service lock of the data folder (a second
-   service there is refused: it would ingest every source twice); open the store (which recovers every partition it
-   touches: torn tails cut, indexes rebuilt) and create the configured topics that are missing.
+   service there is refused: it would ingest every source twice); open the store with its remote tier ([remote]
+   uri, which the folder then remembers for every other store the service opens; the store recovers every
+   partition it touches: torn tails cut, indexes rebuilt) and create the configured topics that are missing.
 2. Start the HTTP endpoint and the Kafka-protocol endpoint (when [kafka] enabled), then the loops (compaction
-   scheduler, retention, in-place cleaner), then the ingest workers, each of which first recovers its source
-   (ledgerview/service/ingest.py).
+   scheduler, retention, in-place cleaner, remote upload), then the ingest workers, each of which first recovers
+   its source (ledgerview/service/ingest.py).
 3. Log ``service.started`` with the HTTP address.
 
 Stop, on SIGTERM or SIGINT:
@@ -46,10 +47,12 @@ from ledgerview.service.sources import open_source
 from ledgerview.service.status import service_status
 from storage import Store
 from storage.cleaner import CleanerStats
-from storage.errors import PartitionLockedError
+from storage.errors import LedgerviewError, PartitionLockedError, UnknownTopicError
 from storage.locks import FileLock
 from storage.maintenance import CleanerLoop
-from storage.periodic import PeriodicCall, PeriodicTask
+from storage.object_store import RemoteStorageError, open_object_store
+from storage.periodic import PeriodicCall, PeriodicLoop, PeriodicTask
+from storage.remote_tier import RemoteSyncResult
 from storage.retention import DeletedSegment, RetentionLoop
 
 if TYPE_CHECKING:
@@ -93,6 +96,8 @@ class Service:
         self.loops: list[PeriodicTask[Any]] = []
         self.cleaner: CleanerLoop | None = None
         """Its store's cleaner manager (thread-safe) knows each partition's cleaning state."""
+        self.remote: _RemoteUploadLoop | None = None
+        """Knows how far each tiered partition is uploaded, for the status."""
         self.http: StatusServer | None = None
         self.kafka: KafkaEndpoint | None = None
         self.compaction = CompactionCounters()
@@ -129,7 +134,9 @@ class Service:
                     host=config.kafka.host, port=config.kafka.port, compacted_suffix=config.kafka.compacted_suffix,
                     advertised_host=config.kafka.advertised_host or None,
                     fetch_cache_bytes=config.kafka.fetch_cache_bytes)))
-        with Store.open(config.data) as store:
+        if config.remote.uri:
+            open_object_store(config.remote.uri)  # a URI pyarrow cannot open stops here, before the folder keeps it
+        with Store.open(config.data, remote=config.remote.uri or None) as store:
             for topic in config.topics:
                 if topic.name not in store.list_topics():
                     store.create_topic(topic.name, partitions=topic.partitions, config=topic.config)
@@ -186,6 +193,9 @@ class Service:
         if config.cleaner.enabled:
             self.cleaner = _CleanerLoop(store, interval_s=config.cleaner.interval_s)
             loops.append(self.cleaner)
+        if config.remote.enabled and store.remote is not None:
+            self.remote = _RemoteUploadLoop(store, interval_s=config.remote.interval_s)
+            loops.append(self.remote)
         loops.append(_LoggedCall("history", lambda: self.history.sample(time.time()), interval_s=STEP_S))
         return loops
 
@@ -210,7 +220,8 @@ class Service:
                 topic_errors.setdefault(ingest.topic, []).append(f"source {ingest.name}: {source['last_error']}")
         status = service_status(store, started_ms=self.started_ms, now_ms=time.time_ns() // 1_000_000,
                                 sources=sources, loops=loops, topic_errors=topic_errors,
-                                cleaner=self.cleaner.store.cleaner if self.cleaner else None)
+                                cleaner=self.cleaner.store.cleaner if self.cleaner else None,
+                                remote_ends=self.remote.remote_ends if self.remote else None)
         return {**status, "compaction_counters": asdict(self.compaction), "rates": self.history.rates()}
 
 
@@ -266,6 +277,47 @@ class _CleanerLoop(_Logged, CleanerLoop):
                       dirty_ratio=round(stats.dirty_ratio, 4), read=stats.messages_read,
                       written=stats.messages_written, tombstones_removed=stats.tombstones_removed)
         return cleaned
+
+
+class _RemoteUploadLoop(_Logged, PeriodicLoop[list[RemoteSyncResult]]):
+    """Uploads the sealed segments of every tiered topic (Kafka's remote log manager copy task) and logs each
+    partition that uploaded something. A remote tier that is down fails the pass (counted and logged; the next pass
+    tries again; appends go on locally, and the upload lag grows); a topic refused for a reason of its own (another
+    data folder claimed a partition's remote log, a damaged manifest) is a topic error, and the other topics go on."""
+
+    def __init__(self, store: Store, *, interval_s: float) -> None:
+        super().__init__("remote", store, interval_s=interval_s)
+        self.remote_ends: dict[tuple[str, int], int] = {}
+        """Each partition's remote end offset as of the last pass that synced it: the status's store never uploads,
+        so it takes the uploaded end from here, without a request to the remote tier."""
+
+    def run_once(self) -> list[RemoteSyncResult]:
+        results: list[RemoteSyncResult] = []
+        failures: dict[str, str] = {}
+        try:
+            for topic in self.store.list_topics():
+                try:
+                    if self.store.topic_metadata(topic).config.remote_storage_enable:
+                        results += self._sync(topic)
+                except UnknownTopicError:  # deleted meanwhile
+                    continue
+                except RemoteStorageError:
+                    raise
+                except LedgerviewError as error:
+                    failures[topic] = f"{type(error).__name__}: {error}"
+        finally:
+            self.stats.topic_errors = failures
+        return results
+
+    def _sync(self, topic: str) -> list[RemoteSyncResult]:
+        results = self.store.sync_remote(topic)
+        self.remote_ends = {**self.remote_ends, **{(r.topic, r.partition): r.remote_end_offset for r in results}}
+        for result in results:
+            if result.uploaded:
+                log_event(logger, logging.INFO, "remote.uploaded", topic=topic, partition=result.partition,
+                          segments=len(result.uploaded), size_bytes=sum(s.size_bytes for s in result.uploaded),
+                          remote_end_offset=result.remote_end_offset)
+        return results
 
 
 class _LoggedCall(_Logged, PeriodicCall):

@@ -7,7 +7,7 @@ import os
 import platform
 import resource
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from importlib.metadata import version
 from typing import Any
@@ -17,12 +17,17 @@ from readers.groups import describe_group, list_groups
 from storage import Store
 from storage.cleaner_manager import CleanerManager, first_dirty_offset, log_to_clean
 from storage.compacted import CompactedLedgers
+from storage.object_store import RemoteStorageError
 from storage.partition_log import PartitionLog
 
+RemoteEnds = Mapping[tuple[str, int], int]
+"""(topic, partition) to the remote end offset the service's upload loop last saw."""
 
-def partition_statuses(store: Store, topic: str, cleaner: CleanerManager | None) -> list[dict[str, Any]]:
-    """Offsets, sizes, compaction horizon and backlog of each partition, with its last compaction run and, for
-    compact topics, the in-place cleaner's view of it.
+
+def partition_statuses(store: Store, topic: str, cleaner: CleanerManager | None,
+                       remote_ends: RemoteEnds | None = None) -> list[dict[str, Any]]:
+    """Offsets, sizes, compaction horizon and backlog of each partition, with its last compaction run, for
+    compact topics the in-place cleaner's view of it, and for tiered topics the upload lag.
 
     ``dirty_ratio`` is the share of the partition's bytes above the horizon, not yet in the compacted view (for a
     topic never compacted, all of it). The cleaner's ``dirty_ratio`` is Kafka's: cleanable bytes over clean plus
@@ -36,9 +41,8 @@ def partition_statuses(store: Store, topic: str, cleaner: CleanerManager | None)
         log.refresh()
         cursor = CompactedLedgers(log.folder).read_cursor()
         horizon = cursor.horizon if cursor else -1
-        size = log.size_bytes
-        dirty = log.bytes_above(horizon) if log.end_offset > max(horizon + 1, log.log_start_offset) else 0
         errors = [compaction.last_error] if compaction.last_error else []
+        size, dirty = _sizes(log, horizon, errors)
         key = (topic, compaction.partition)
         if key in uncleanable:
             errors.append(f"cleaner: {uncleanable[key]}")
@@ -56,9 +60,23 @@ def partition_statuses(store: Store, topic: str, cleaner: CleanerManager | None)
             "compaction": compaction.as_record(),
             "cleaner": _cleaner_status(store, log, cleaner, checkpoints.get(key), uncleanable.get(key)),
             "next_retention_ms": _next_retention_ms(log),
+            "remote_upload_lag_bytes": _upload_lag_bytes(store, log, (remote_ends or {}).get(key)),
             "last_errors": errors,
         })
     return statuses
+
+
+def _sizes(log: PartitionLog, horizon: int, errors: list[str]) -> tuple[int, int]:
+    """The partition's bytes and those above the horizon. A tiered partition's count its remote segments, whose
+    list is read from the remote tier after a local change; while that cannot be read, the local bytes alone (a
+    lower bound), and why in ``errors``: the status must answer most when the remote tier is down."""
+    try:
+        return log.size_bytes, (log.bytes_above(horizon) if log.end_offset > max(horizon + 1, log.log_start_offset)
+                                else 0)
+    except RemoteStorageError as error:
+        errors.append(f"{error} Sizes count local segments only.")
+        local_above = max(horizon, log.segments[0].base_offset - 1)
+        return log.local_size_bytes, log.bytes_above(local_above) if log.end_offset > local_above + 1 else 0
 
 
 def _next_retention_ms(log: PartitionLog) -> int | None:
@@ -67,6 +85,23 @@ def _next_retention_ms(log: PartitionLog) -> int | None:
     if not log.config.is_delete or log.config.retention_ms < 0 or len(log.segments) < 2:
         return None
     return int(log.segments[0].max_timestamp) + log.config.retention_ms
+
+
+def _upload_lag_bytes(store: Store, log: PartitionLog, remote_end: int | None) -> int | None:
+    """Bytes of the partition's sealed segments not yet on the remote tier; None when the topic is not tiered, or
+    when no upload loop has seen its remote log and the remote tier cannot be read.
+
+    With ``remote_end`` (from the upload loop), the bytes of the sealed segments above it, as
+    ``Store.remote_upload_lag`` counts them: that figure is as of the last manifest the *same* Store read or
+    published, and the status's store never uploads, so it would keep its first reading."""
+    if not log.is_tiered:
+        return None
+    if remote_end is None:
+        try:
+            return store.remote_upload_lag(log.topic, log.partition)
+        except RemoteStorageError:
+            return None
+    return sum(segment.size_bytes for segment in log.segments[:-1] if segment.next_offset > remote_end)
 
 
 def _cleaner_status(store: Store, log: PartitionLog, cleaner: CleanerManager | None, checkpoint: int | None,
@@ -84,13 +119,13 @@ def _cleaner_status(store: Store, log: PartitionLog, cleaner: CleanerManager | N
 
 
 def service_status(store: Store, *, started_ms: int, now_ms: int, sources: list[dict[str, Any]],
-                   loops: dict[str, Any], topic_errors: dict[str, list[str]],
-                   cleaner: CleanerManager | None) -> dict[str, Any]:
+                   loops: dict[str, Any], topic_errors: dict[str, list[str]], cleaner: CleanerManager | None,
+                   remote_ends: RemoteEnds | None = None) -> dict[str, Any]:
     """``topic_errors``: the last failures of loops and sources per topic, shown with the topic."""
     topics = []
     for topic in store.list_topics():
         metadata = store.topic_metadata(topic)
-        topics.append({"topic": topic, "partitions": partition_statuses(store, topic, cleaner),
+        topics.append({"topic": topic, "partitions": partition_statuses(store, topic, cleaner, remote_ends),
                        "config": dict(metadata.overrides), "last_errors": topic_errors.get(topic, [])})
     failed = [source["name"] for source in sources if source["state"] == "failed"]
     return {
@@ -153,6 +188,10 @@ def prometheus_text(status: dict[str, Any]) -> str:
                      "1 for the state of the partition's last compaction run, 0 for the others.",
                      (({**labels, "state": state}, int(p["compaction"]["state"] == state))
                       for labels, p in partitions for state in COMPACTION_STATES))
+    lines += _family("ledgerview_remote_upload_lag_bytes", "gauge",
+                     "Bytes of sealed segments not yet uploaded to the remote tier (tiered partitions).",
+                     ((labels, p["remote_upload_lag_bytes"]) for labels, p in partitions
+                      if p["remote_upload_lag_bytes"] is not None))
     cleaned = [(labels, p["cleaner"]) for labels, p in partitions if p["cleaner"] is not None]
     for key, name, help_text in _CLEANER_GAUGES:
         lines += _family(name, "gauge", help_text, ((labels, cleaner[key]) for labels, cleaner in cleaned))
