@@ -194,7 +194,7 @@ def test_an_upload_killed_before_its_publish_leaves_only_orphans_that_retention_
     with Store.open(data_dir, remote=s3_uri) as store:
         store.create_topic("t", 1, {**TIERED, "local.retention.ms": "-2"})
         produce(store, "t", 200)
-    with Child("remote_sync.py", data_dir, crash_at=point) as child:
+    with Child("remote_sync.py", data_dir, "sync", crash_at=point) as child:
         code, _, _ = child.finish()
     assert code == -9
     objects = open_object_store(s3_uri)
@@ -302,3 +302,48 @@ def test_of_two_compactors_only_the_current_writer_publishes_remotely(data_dir: 
     manifest = remote.latest()
     assert manifest is not None and manifest.compacted is not None
     assert (manifest.compacted.ledger_id, manifest.compacted.horizon) == (result.ledger_id, 199)
+
+
+@pytest.mark.fault
+def test_a_compaction_killed_before_its_remote_publish_leaves_the_remote_view_as_it_was(data_dir: Path,
+                                                                                        s3_uri: str) -> None:
+    with Store.open(data_dir, remote=s3_uri) as store:
+        store.create_topic("t", 1, TIERED)
+        produce(store, "t", 200)
+        store.roll("t", 0)
+        store.sync_remote()
+    with Child("remote_sync.py", data_dir, "compact", crash_at="remote.compacted.before_publish") as child:
+        assert child.finish()[0] == -9
+    objects = open_object_store(s3_uri)
+    manifest = RemoteLog(objects, "t", 0).latest()
+    assert manifest is not None and manifest.compacted is None  # readers of the tier see no half-published view
+    assert sum(1 for _ in Reader(s3_uri, "t", read_compacted=True)) == 200  # the raw log, whole
+    assert [info.key for info in objects.list("t-0/compacted")]  # the killed run's ledger: an orphan
+    with Store.open(data_dir) as store:
+        store.sync_remote()  # the local compaction finished before the kill: its ledger goes up now
+        store.enforce_retention("t")  # and the orphan goes (file.delete.delay.ms=0)
+    manifest = RemoteLog(objects, "t", 0).latest()
+    assert manifest is not None and manifest.compacted is not None
+    assert {info.key for info in objects.list("t-0/compacted")} == set(manifest.compacted.object_keys)
+    view = {m.key: m.value for m in Reader(s3_uri, "t", read_compacted=True)}
+    assert view == {f"k{i % KEYS}".encode(): f"v{i}".encode() * 20 for i in range(200)}
+
+
+@pytest.mark.fault
+def test_retention_killed_after_its_remote_publish_finishes_on_the_next_run(data_dir: Path, s3_uri: str) -> None:
+    with Store.open(data_dir, remote=s3_uri) as store:
+        store.create_topic("t", 1, {**TIERED, "retention.bytes": "4096"})
+        produce(store, "t", 200)
+        store.sync_remote()
+    with Child("remote_sync.py", data_dir, "retention", crash_at="remote.retention.after_publish") as child:
+        assert child.finish()[0] == -9
+    manifest = RemoteLog(open_object_store(s3_uri), "t", 0).latest()
+    assert manifest is not None and manifest.log_start_offset > 0  # the remote log moved its start first
+    with Store.open(data_dir) as store:
+        start = store.start_offset("t", 0)  # the local log has not moved yet: what it holds is read without a gap
+        assert store.read("t", 0, start).column("offset").to_pylist() == list(range(start, 200))
+        store.enforce_retention("t")  # the next run finishes the job on both tiers
+        assert store.start_offset("t", 0) == manifest.log_start_offset
+        assert store.read("t", 0, manifest.log_start_offset).column("offset").to_pylist() == list(
+            range(manifest.log_start_offset, 200))
+    assert [m.offset for m in Reader(s3_uri, "t")] == list(range(manifest.log_start_offset, manifest.end_offset))
