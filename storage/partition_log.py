@@ -38,7 +38,7 @@ from storage.files import CLEANED_SUFFIX, SWAP_SUFFIX
 from storage.loader import complete_interrupted_swaps, read_segments
 from storage.locks import FileLock
 from storage.schema import STORED_SCHEMA
-from storage.segment import NO_TIMESTAMP, Segment, SegmentReads, segments_from
+from storage.segment import NO_TIMESTAMP, Segment, SegmentReads, batches_of_segments, segments_from
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
 MTIME_TICK_NS = 1_000_000_000
@@ -377,10 +377,7 @@ class PartitionLog:
         if not self.log_start_offset <= start_offset <= self.end_offset:
             raise OffsetOutOfRangeError(self.topic, self.partition, start_offset, self.log_start_offset,
                                         self.end_offset)
-        for segment in self.segments_from(start_offset):
-            if segment.base_offset >= end:
-                return
-            yield from segment.read_batches(start_offset, end, verify=self.verify_reads)
+        yield from batches_of_segments(self.segments_from(start_offset), start_offset, end, verify=self.verify_reads)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """Kafka's offsetsForTimes: the first offset whose timestamp is >= ``timestamp``, None past the end."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,13 +57,22 @@ class RemoteSegmentInfo:
 
 class FetchCache:
     """Fetched objects, least recently used dropped first once their bytes pass ``capacity_bytes``. Thread-safe;
-    a buffer handed out stays valid after it is dropped (Arrow counts its references)."""
+    a buffer handed out stays valid after it is dropped (Arrow counts its references). ``prefetch`` fetches on a
+    background thread, so a scan reads segment n + 1 from the remote tier while it decodes segment n."""
 
     def __init__(self, capacity_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.capacity_bytes = capacity_bytes
         self._entries: OrderedDict[str, pa.Buffer] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        self._pending: dict[str, Future[pa.Buffer]] = {}
+        self._fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledgerview-remote-fetch")
+
+    def prefetch(self, key: str, fetch: Callable[[], pa.Buffer]) -> None:
+        """Start fetching ``key`` unless it is cached or on its way (a failed fetch is retried by ``get``)."""
+        with self._lock:
+            if key not in self._entries and key not in self._pending:
+                self._pending[key] = self._fetcher.submit(fetch)
 
     def get(self, key: str, fetch: Callable[[], pa.Buffer]) -> tuple[pa.Buffer, bool]:
         """The cached object, or ``fetch()`` put in the cache; the flag says whether it was fetched now."""
@@ -71,7 +81,8 @@ class FetchCache:
             if cached is not None:
                 self._entries.move_to_end(key)
                 return cached, False
-        fetched = fetch()
+            pending = self._pending.pop(key, None)
+        fetched = fetch() if pending is None or pending.exception() is not None else pending.result()
         with self._lock:
             if key not in self._entries:
                 self._entries[key] = fetched
@@ -96,6 +107,9 @@ class RemoteSegment(SegmentReads):
 
     def written_ms(self) -> int:
         return self.max_timestamp  # an uploaded segment is never empty, so it has timestamps
+
+    def prefetch(self) -> None:
+        self.cache.prefetch(self.info.log_key, lambda: self.objects.read(self.info.log_key))
 
     def buffer(self) -> pa.Buffer:
         key = self.info.log_key

@@ -25,7 +25,7 @@ from storage.remote_ledger import RemoteLedger
 from storage.remote_log import RemoteLog, RemoteLogManifest
 from storage.remote_segment import DEFAULT_CACHE_BYTES, FetchCache, RemoteSegment
 from storage.schema import with_partition_column
-from storage.segment import segments_from
+from storage.segment import batches_of_segments
 from storage.topics import TopicMetadata
 
 
@@ -150,11 +150,8 @@ class RemoteStore:
         end = manifest.end_offset if end_offset is None else min(end_offset, manifest.end_offset)
         if not manifest.log_start_offset <= start <= manifest.end_offset:
             raise OffsetOutOfRangeError(topic, partition, start, manifest.log_start_offset, manifest.end_offset)
-        for segment in segments_from(self._segments_of(manifest), start):
-            if segment.base_offset >= end:
-                return
-            for batch in segment.read_batches(start, end, verify=self.verify_reads):
-                yield with_partition_column(batch, partition)
+        for batch in batches_of_segments(self._segments_of(manifest), start, end, verify=self.verify_reads):
+            yield with_partition_column(batch, partition)
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         """Kafka's offsetsForTimes over the uploaded log."""

@@ -69,6 +69,9 @@ class SegmentReads:
         """When the segment was last written, for the age of a segment without timestamps."""
         raise NotImplementedError
 
+    def prefetch(self) -> None:
+        """Start bringing the bytes close, for a read that comes next (a local segment has them already)."""
+
     def scan(self, start_position: int, *, verify: bool = False) -> Iterator[BatchHeader]:
         """Batch headers from ``start_position`` to the end of the bytes valid now.
 
@@ -426,6 +429,18 @@ def segments_from(segments: list[S], offset: int) -> list[S]:
     """The segments from the one holding ``offset`` on (from the first if ``offset`` is below it)."""
     bases = [segment.base_offset for segment in segments]
     return segments[max(bisect.bisect_right(bases, offset) - 1, 0) :]
+
+
+def batches_of_segments(segments: list[S], start_offset: int, end_offset: int, *, verify: bool) -> (
+    Iterator[pa.RecordBatch]
+):
+    """The batches of ``segments`` (in offset order) with start_offset <= offset < end_offset; each segment's next
+    one is prefetched while it is read."""
+    chosen = [segment for segment in segments_from(segments, start_offset) if segment.base_offset < end_offset]
+    for number, segment in enumerate(chosen):
+        if number + 1 < len(chosen):
+            chosen[number + 1].prefetch()
+        yield from segment.read_batches(start_offset, end_offset, verify=verify)
 
 
 def _path(folder: Path, base_offset: int, suffix: str, temporary_suffix: str | None) -> Path:

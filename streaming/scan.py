@@ -147,7 +147,7 @@ class TopicScan(DataSourceReader):
                                       fail_on_data_loss=self.options.fail_on_data_loss)
                 start, end = self.filters.offsets.contains_range(start, end)
                 planned += [ScanPartition(partition, low, high)
-                            for low, high in segment_runs(log.segments, start, end, piece_bytes)]
+                            for low, high in segment_runs(log.tiered_segments(), start, end, piece_bytes)]
             else:  # read_compacted: offset 0 of the compacted view is its earliest
                 planned.append(ScanPartition(partition, EARLIEST if start == 0 else start, end))
         return planned

@@ -19,6 +19,7 @@ from storage.object_store import RemoteStorageError, open_object_store
 from storage.records import CorruptRecordError
 from storage.remote_log import RemoteLog, RemoteLogFencedError
 from storage.remote_store import RemoteStore
+from streaming.scan import ScanOptions, TopicScan
 from tests.conftest import ManualClock
 from tests.processes.children import Child
 
@@ -347,3 +348,18 @@ def test_retention_killed_after_its_remote_publish_finishes_on_the_next_run(data
         assert store.read("t", 0, manifest.log_start_offset).column("offset").to_pylist() == list(
             range(manifest.log_start_offset, 200))
     assert [m.offset for m in Reader(s3_uri, "t")] == list(range(manifest.log_start_offset, manifest.end_offset))
+
+
+def test_a_spark_batch_read_of_a_tiered_folder_covers_the_remote_segments(data_dir: Path, s3_uri: str,
+                                                                          clock: ManualClock) -> None:
+    with tiered_store(data_dir, s3_uri, clock) as store:
+        produce(store, "t", 200)
+        store.sync_remote()
+        clock.advance(1)
+        store.enforce_retention("t")
+    scan = TopicScan(ScanOptions.parse({"path": str(data_dir), "topic": "t", "view": "raw",
+                                        "maxPartitionBytes": "4096"}))
+    pieces = list(scan.partitions())
+    assert len(pieces) > 1  # cut over the remote segments as over local ones
+    offsets = [row["offset"] for piece in pieces for batch in scan.read(piece) for row in batch.to_pylist()]
+    assert offsets == list(range(200))
