@@ -11,6 +11,26 @@ class LedgerviewError(Exception):
     """Root of every error ledgerview raises on purpose."""
 
 
+class RemoteTierMismatchError(LedgerviewError):
+    def __init__(self, folder: str, known: str, given: str) -> None:
+        self.known, self.given = known, given
+        super().__init__(f"The data folder {folder} is tiered to {known}, not {given}: its remote segments are "
+                         f"there. Open it without a remote URI, or with {known}.")
+
+
+class NoRemoteTierError(LedgerviewError):
+    def __init__(self, folder: str) -> None:
+        super().__init__(f"The store at {folder} has no remote tier; open it with "
+                         "Store.open(path, remote='s3://bucket/prefix') (or --remote) first.")
+
+
+class TopicNotTieredError(LedgerviewError):
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        super().__init__(f"Topic {topic!r} has remote.storage.enable=false: nothing of it is on the remote tier. "
+                         "Set it to true (ledgerview topics alter) to tier it.")
+
+
 class InvalidTopicNameError(LedgerviewError):
     """A topic name that Kafka would refuse or that would leave the data folder."""
 

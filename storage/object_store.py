@@ -154,8 +154,12 @@ class _Translated:
 
 def open_object_store(uri: str) -> ObjectStore:
     """The remote tier at ``uri``: ``s3://bucket/prefix``, ``file:///mount/prefix``, or any URI pyarrow reads."""
-    scheme = urlparse(uri).scheme
-    if not scheme:
+    try:
+        parsed = urlparse(uri)
+    except ValueError as error:
+        raise RemoteStorageError(uri, "open", f"it is not a URI ({error})") from None
+    scheme = parsed.scheme
+    if not scheme or (scheme == "s3" and not parsed.netloc):
         raise RemoteStorageError(uri, "open", "a remote tier is a URI such as s3://bucket/prefix or "
                                               "file:///shared/mount/prefix")
     try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -48,6 +49,8 @@ MANIFEST_RECORD = "remote-log-manifest"
 EPOCH_RECORD = "remote-epoch"
 RECORD_VERSION = 1
 _MANIFEST_NAME = re.compile(r"(\d{20})\.json")
+_LAST_SEEN: dict[tuple[str, str, int], RemoteLogManifest] = {}
+_LAST_SEEN_LOCK = threading.Lock()
 
 
 class RemoteLogFencedError(LedgerviewError):
@@ -135,8 +138,18 @@ class RemoteLog:
     def __init__(self, objects: ObjectStore, topic: str, partition: int) -> None:
         self.objects, self.topic, self.partition = objects, topic, partition
         self.prefix = f"{topic}-{partition}"
-        self.last_seen: RemoteLogManifest | None = None
-        """The newest manifest this process read or published (for status, without a request)."""
+        self._key = (objects.uri, topic, partition)
+
+    @property
+    def last_seen(self) -> RemoteLogManifest | None:
+        """The newest manifest any Store of this process read or published (for status, without a request)."""
+        return _LAST_SEEN.get(self._key)
+
+    def _saw(self, manifest: RemoteLogManifest) -> None:
+        with _LAST_SEEN_LOCK:
+            known = _LAST_SEEN.get(self._key)
+            if known is None or known.version < manifest.version:
+                _LAST_SEEN[self._key] = manifest
 
     def manifest_key(self, version: int) -> str:
         return f"{self.prefix}/manifests/{version:020d}.json"
@@ -150,7 +163,7 @@ class RemoteLog:
         for version in reversed(self._manifest_versions()):
             manifest = self._read_manifest(version)
             if manifest is not None:
-                self.last_seen = manifest
+                self._saw(manifest)
                 return manifest
         return None
 
@@ -171,7 +184,7 @@ class RemoteLog:
         """Create the manifest of ``manifest.version``; False if another writer published that version first."""
         published = self.objects.create(self.manifest_key(manifest.version), manifest.encode())
         if published:
-            self.last_seen = manifest
+            self._saw(manifest)
         return published
 
     def upload_compacted(self, cursor: CompactionCursor, ledger: Ledger, paths: tuple[Path, Path]) -> (

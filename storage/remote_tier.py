@@ -8,7 +8,8 @@ uploader per data folder; the remote log's epoch fences other folders, see stora
   first, publishing a manifest after each so that progress survives a crash (the active segment is never
   uploaded); then the current compacted ledger with its key index, once the raw log above its horizon is there
   (storage/remote_ledger.py): Kafka tiers no compacted topic, ledgerview tiers the compacted view too.
-- ``enforce_tiered_retention`` (Kafka's RLMExpirationTask plus local retention), under the writer lock:
+- ``enforce_tiered_retention`` (Kafka's RLMExpirationTask plus local retention), taking the writer lock only for
+  its local changes:
   1. retention.ms and retention.bytes over the whole log, remote segments first (storage/retention.py's plan over
      both tiers, with the two-phase compaction hold): the remote log drops the expired segments and moves its log
      start offset (published first), then the local log moves its own and deletes its expired segments;
@@ -21,28 +22,41 @@ uploader per data folder; the remote log's epoch fences other folders, see stora
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from storage import faults
 from storage.compacted import CompactedLedgers
-from storage.errors import LedgerviewError
+from storage.errors import RemoteTierMismatchError
 from storage.fileio import write_atomically
 from storage.files import REMOTE_LOCK, REMOTE_TIER_RECORD
 from storage.locks import FileLock
-from storage.object_store import ObjectStore
+from storage.object_store import ObjectStore, RemoteStorageError, open_object_store
 from storage.partition_log import PartitionLog
 from storage.records import decode_record, encode_record
 from storage.remote_ledger import RemoteCompactedView
 from storage.remote_log import RemoteLog, RemoteLogManifest, RemoteLogWriter
 from storage.remote_segment import FetchCache, RemoteSegment, RemoteSegmentInfo
 from storage.remote_store import remote_topic_key
-from storage.retention import DeletedSegment, RetentionReason, plan_retention, remove_expired_deleted_files
+from storage.retention import (
+    LOCAL_REASONS,
+    DeletedSegment,
+    RetentionReason,
+    plan_retention,
+    remove_expired_deleted_files,
+)
 from storage.segment import SegmentReads
 from storage.topics import TopicMetadata
 
 REMOTE_TIER_KIND = "remote-tier"
+PUBLISH_EVERY = 64
+"""Segments uploaded per manifest published: each manifest lists the whole remote log, so publishing after every
+small segment made uploads fall behind appends; a crash loses at most this many uploads (they are redone)."""
+RETRY_AFTER_FAILURE_S = 5.0
+"""After reading a remote log failed, reads that need it fail at once for this long instead of each waiting for
+the remote tier's time-outs again (a status page must answer while the tier is down)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,22 @@ class RemoteSyncResult:
     """The compacted view on the remote tier now."""
 
 
+@dataclass(frozen=True)
+class RemotePartitionStatus:
+    """A tiered partition's offsets on both tiers, from its remote log read now."""
+
+    log_start_offset: int
+    local_start_offset: int
+    """The first offset with a local copy."""
+    remote_end_offset: int | None
+    """The offset after the last uploaded message; None before the first upload."""
+    end_offset: int
+    remote_bytes: int
+    upload_lag_bytes: int
+    epoch: int | None
+    """The epoch of the remote log's writer."""
+
+
 class RemoteTier:
     """The remote tier of one store: its objects, the cache of fetched segments, and each partition's view."""
 
@@ -63,6 +93,7 @@ class RemoteTier:
         self.objects, self.cache, self.clock = objects, cache, clock
         self._segments: dict[str, RemoteSegment] = {}
         self._logs: dict[tuple[str, int], RemoteLog] = {}
+        self._failures: dict[tuple[str, int], tuple[float, RemoteStorageError]] = {}
 
     def remote_log(self, topic: str, partition: int) -> RemoteLog:
         log = self._logs.get((topic, partition))
@@ -74,6 +105,14 @@ class RemoteTier:
         """Put the topic's metadata on the remote tier once, for readers of the remote tier alone (its partition
         count never changes; its config matters only to the data folder)."""
         self.objects.create(remote_topic_key(metadata.name), metadata.encode())
+
+    def status(self, log: PartitionLog) -> RemotePartitionStatus:
+        manifest = self.remote_log(log.topic, log.partition).latest()
+        log.refresh()
+        return RemotePartitionStatus(log.log_start_offset, log.segments[0].base_offset,
+                                     manifest.end_offset if manifest else None, log.end_offset,
+                                     manifest.size_bytes if manifest else 0, self.upload_lag_bytes(log),
+                                     manifest.epoch if manifest else None)
 
     def upload_lag_bytes(self, log: PartitionLog) -> int:
         """Bytes of sealed local segments the remote tier does not hold yet, as of the last manifest this process
@@ -88,8 +127,17 @@ class RemoteTier:
         return RemoteLogWriter(self.remote_log(log.topic, log.partition), log.folder, self.clock)
 
     def segments(self, topic: str, partition: int) -> list[SegmentReads]:
-        """The segments of the partition's remote log now, oldest first (each fetched only when read)."""
-        manifest = self.remote_log(topic, partition).latest()
+        """The segments of the partition's remote log now, oldest first (each fetched only when read). Within
+        RETRY_AFTER_FAILURE_S of a failed read of the remote log, its error again, at once."""
+        failed = self._failures.get((topic, partition))
+        if failed is not None and time.monotonic() - failed[0] < RETRY_AFTER_FAILURE_S:
+            raise failed[1]
+        try:
+            manifest = self.remote_log(topic, partition).latest()
+        except RemoteStorageError as error:
+            self._failures[(topic, partition)] = (time.monotonic(), error)
+            raise
+        self._failures.pop((topic, partition), None)
         if manifest is None:
             return []
         segments: list[SegmentReads] = []
@@ -101,21 +149,23 @@ class RemoteTier:
         return segments
 
 
-def remembered_remote(root: Path, remote: str | None) -> str | None:
-    """The data folder's remote tier: ``remote`` if given (remembered in the folder the first time), else the one
-    the folder remembers, else None. A folder tiered to one URI refuses another: its remote segments are there."""
+def open_remembered_tier(root: Path, remote: str | None) -> ObjectStore | None:
+    """The data folder's remote tier, opened: ``remote`` if given (remembered in the folder the first time it
+    opens), else the one the folder remembers, else None. A folder tiered to one URI refuses another
+    (RemoteTierMismatchError): its remote segments are there."""
     path = root / REMOTE_TIER_RECORD
     try:
-        _, body = decode_record(str(path), path.read_bytes(), REMOTE_TIER_KIND, max_version=1)
+        _, body = decode_record(path, path.read_bytes(), REMOTE_TIER_KIND, max_version=1)
     except FileNotFoundError:
-        if remote is not None:
-            write_atomically(path, encode_record(REMOTE_TIER_KIND, 1, {"uri": remote.rstrip("/")}))
-        return remote
+        if remote is None:
+            return None
+        objects = open_object_store(remote)  # a URI that does not open is never remembered
+        write_atomically(path, encode_record(REMOTE_TIER_KIND, 1, {"uri": objects.uri}))
+        return objects
     known = str(body.get("uri"))
     if remote is not None and remote.rstrip("/") != known:
-        raise LedgerviewError(f"The data folder {root} is tiered to {known}, not {remote}: its remote segments are "
-                              f"there. Open it without a remote URI, or with {known}.")
-    return known
+        raise RemoteTierMismatchError(str(root), known, remote)
+    return open_object_store(known)
 
 
 def _remote_lock(log: PartitionLog) -> FileLock:
@@ -123,18 +173,20 @@ def _remote_lock(log: PartitionLog) -> FileLock:
 
 
 def sync_partition(log: PartitionLog, writer: RemoteLogWriter) -> RemoteSyncResult:
-    """Upload the partition's sealed segments that the remote log lacks; returns what was uploaded."""
+    """Upload the partition's sealed segments that the remote log lacks, publishing one manifest per
+    PUBLISH_EVERY segments; returns what was uploaded."""
     uploaded: list[RemoteSegmentInfo] = []
     with _remote_lock(log):
         log.refresh()
         manifest = writer.current(log_start_offset=log.log_start_offset)
-        for segment in log.segments[:-1]:
-            if segment.next_offset <= manifest.end_offset or segment.size_bytes == 0:
-                continue
-            info = writer.log.upload(segment)
+        waiting = [segment for segment in log.segments[:-1]
+                   if segment.next_offset > manifest.end_offset and segment.size_bytes > 0]
+        for first in range(0, len(waiting), PUBLISH_EVERY):
+            infos = [writer.log.upload(segment) for segment in waiting[first : first + PUBLISH_EVERY]]
             faults.crash_point("remote.upload.before_publish")
-            manifest = writer.change(functools.partial(_with_segment, info=info), log_start_offset=log.log_start_offset)
-            uploaded.append(info)
+            manifest = writer.change(functools.partial(_with_segments, infos=infos),
+                                     log_start_offset=log.log_start_offset)
+            uploaded += infos
         compacted = _sync_compacted(log, writer, manifest)
     return RemoteSyncResult(log.topic, log.partition, uploaded, manifest.end_offset, compacted)
 
@@ -164,21 +216,23 @@ def _sync_compacted(log: PartitionLog, writer: RemoteLogWriter, manifest: Remote
             ledger.close()
 
 
-def _with_segment(manifest: RemoteLogManifest, info: RemoteSegmentInfo) -> RemoteLogManifest:
-    """``manifest`` with ``info`` appended. A segment that does not follow the remote log's end means the local
-    log lost the segments between (retention deleted them before they were uploaded): the remote log, all older
-    than the new segment, then restarts at it."""
-    if info.base_offset == manifest.end_offset and manifest.segments:
-        return replace(manifest, segments=(*manifest.segments, info))
-    return replace(manifest, segments=(info,), log_start_offset=max(manifest.log_start_offset, info.base_offset))
+def _with_segments(manifest: RemoteLogManifest, infos: list[RemoteSegmentInfo]) -> RemoteLogManifest:
+    """``manifest`` with ``infos`` (consecutive, in order) appended. Segments that do not follow the remote log's
+    end mean the local log lost the segments between (retention deleted them before they were uploaded): the
+    remote log, all older than the new segments, then restarts at them."""
+    if infos[0].base_offset == manifest.end_offset and manifest.segments:
+        return replace(manifest, segments=(*manifest.segments, *infos))
+    return replace(manifest, segments=tuple(infos),
+                   log_start_offset=max(manifest.log_start_offset, infos[0].base_offset))
 
 
 def enforce_tiered_retention(log: PartitionLog, writer: RemoteLogWriter, *, hold: int | None,
                              now_ms: int) -> list[DeletedSegment]:
-    """Retention of a partition whose topic has remote.storage.enable (the module doc's steps 1 to 3)."""
+    """Retention of a partition whose topic has remote.storage.enable (the module doc's steps 1 to 3). Requests to
+    the remote tier are made without the partition's writer lock, so appends never wait for the remote tier."""
     deleted: list[DeletedSegment] = []
-    with _remote_lock(log), log.writer_lock:
-        log.settle()
+    with _remote_lock(log):
+        log.refresh()
         manifest = writer.current(log_start_offset=log.log_start_offset)
         if manifest.compacted is not None:  # readers of the remote tier alone read the raw log above its horizon
             hold = min(manifest.compacted.horizon + 1, hold if hold is not None else manifest.compacted.horizon + 1)
@@ -186,8 +240,7 @@ def enforce_tiered_retention(log: PartitionLog, writer: RemoteLogWriter, *, hold
         plan = plan_retention(tiered, end_offset=log.end_offset, log_start_offset=log.log_start_offset, hold=hold,
                               config=log.config, now_ms=now_ms)
         if plan:
-            deleted += [DeletedSegment(log.topic, log.partition, segment.base_offset, segment.next_offset,
-                                       segment.size_bytes, reason) for segment, reason in plan]
+            deleted += [_deleted(log, segment, reason) for segment, reason in plan]
             if len(plan) == len(tiered):
                 log.roll()
                 tiered = log.tiered_segments()
@@ -195,22 +248,32 @@ def enforce_tiered_retention(log: PartitionLog, writer: RemoteLogWriter, *, hold
             manifest = writer.change(lambda current: _starting_at(current, new_start),
                                      log_start_offset=log.log_start_offset)
             faults.crash_point("remote.retention.after_publish")
-            local_expired = [segment for segment in log.segments if segment.next_offset <= new_start]
-            if local_expired:
-                log.delete_segments_before(log.segments[len(local_expired)].base_offset, now_ms=now_ms)
-            log.move_log_start_offset(new_start)
-            log.reload_remote()
+            with log.writer_lock:
+                log.refresh()
+                local_expired = [segment for segment in log.segments if segment.next_offset <= new_start]
+                if local_expired:
+                    log.delete_segments_before(log.segments[len(local_expired)].base_offset, now_ms=now_ms)
+                log.move_log_start_offset(new_start)
+                log.reload_remote()
         local_config = replace(log.config, retention_ms=log.config.effective_local_retention_ms,
                                retention_bytes=log.config.effective_local_retention_bytes)
-        local_plan = plan_retention(log.segments, end_offset=log.end_offset, log_start_offset=log.log_start_offset,
-                                    hold=manifest.end_offset, config=local_config, now_ms=now_ms,
-                                    reasons={RetentionReason.RETENTION_BYTES, RetentionReason.RETENTION_MS})
-        if local_plan:
-            log.delete_segments_before(log.segments[len(local_plan)].base_offset, now_ms=now_ms,
-                                       move_log_start=False)
+        with log.writer_lock:
+            log.refresh()
+            local_plan = plan_retention(log.segments, end_offset=log.end_offset, log_start_offset=log.log_start_offset,
+                                        hold=manifest.end_offset, config=local_config, now_ms=now_ms,
+                                        reasons=set(LOCAL_REASONS))
+            if local_plan:
+                log.delete_segments_before(log.segments[len(local_plan)].base_offset, now_ms=now_ms,
+                                           move_log_start=False)
+                deleted += [_deleted(log, segment, LOCAL_REASONS[reason]) for segment, reason in local_plan]
         writer.log.remove_unreferenced(now_ms=now_ms, grace_ms=log.config.file_delete_delay_ms)
         remove_expired_deleted_files(log.folder, now_ms=now_ms, delay_ms=log.config.file_delete_delay_ms)
     return deleted
+
+
+def _deleted(log: PartitionLog, segment: SegmentReads, reason: RetentionReason) -> DeletedSegment:
+    return DeletedSegment(log.topic, log.partition, segment.base_offset, segment.next_offset, segment.size_bytes,
+                          reason)
 
 
 def _starting_at(manifest: RemoteLogManifest, start: int) -> RemoteLogManifest:

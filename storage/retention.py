@@ -64,9 +64,17 @@ class RetentionReason(enum.StrEnum):
     LOG_START_OFFSET = "log start offset"
     RETENTION_BYTES = "retention.bytes"
     RETENTION_MS = "retention.ms"
+    LOCAL_RETENTION_BYTES = "local.retention.bytes"
+    """Only the local copy of an uploaded segment went: it stays in the log, on the remote tier."""
+    LOCAL_RETENTION_MS = "local.retention.ms"
+    """Only the local copy of an uploaded segment went: it stays in the log, on the remote tier."""
 
 
-ALL_REASONS = frozenset(RetentionReason)
+ALL_REASONS = frozenset({RetentionReason.LOG_START_OFFSET, RetentionReason.RETENTION_BYTES,
+                         RetentionReason.RETENTION_MS})
+LOCAL_REASONS = {RetentionReason.RETENTION_BYTES: RetentionReason.LOCAL_RETENTION_BYTES,
+                 RetentionReason.RETENTION_MS: RetentionReason.LOCAL_RETENTION_MS}
+"""What plan_retention's reasons mean when it plans local retention with the local.retention.* values."""
 
 
 @dataclass(frozen=True)

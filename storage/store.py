@@ -37,9 +37,11 @@ from storage.errors import (
     KeylessMessageError,
     LedgerviewError,
     MessageTooLargeError,
+    NoRemoteTierError,
     PartitionLockedError,
     StoreClosedError,
     TopicExistsError,
+    TopicNotTieredError,
     UnknownPartitionError,
     UnknownTopicError,
 )
@@ -61,15 +63,15 @@ from storage.files import (
 )
 from storage.loader import load_segments, read_segments
 from storage.locks import FileLock
-from storage.object_store import open_object_store
 from storage.partition_log import Clock, PartitionCheckpoints, PartitionLog, estimated_message_bytes
 from storage.partitioner import partition_for_keys
 from storage.remote_segment import DEFAULT_CACHE_BYTES, FetchCache
 from storage.remote_tier import (
+    RemotePartitionStatus,
     RemoteSyncResult,
     RemoteTier,
     enforce_tiered_retention,
-    remembered_remote,
+    open_remembered_tier,
     sync_partition,
 )
 from storage.retention import DeletedSegment, DeleteRecordsResult, delete_records, enforce_partition_retention
@@ -167,8 +169,8 @@ class Store:
         """
         root = Path(path)
         (root / TOPICS_FOLDER).mkdir(parents=True, exist_ok=True)
-        remote_uri = remembered_remote(root, remote)
-        tier = RemoteTier(open_object_store(remote_uri), FetchCache(remote_cache_bytes), clock) if remote_uri else None
+        objects = open_remembered_tier(root, remote)
+        tier = RemoteTier(objects, FetchCache(remote_cache_bytes), clock) if objects else None
         store = cls(root, lock_wait=lock_wait, verify_reads=verify_reads, clock=clock,
                     cleaner_config=cleaner_config or CleanerConfig(), remote=tier)
         store._remove_deleted_folders()
@@ -561,8 +563,7 @@ class Store:
             metadata = self.topic_metadata(name)
             if not metadata.config.remote_storage_enable:
                 if topic is not None:
-                    raise LedgerviewError(f"Topic {name!r} has remote.storage.enable=false: nothing to upload. "
-                                          "Set it to true (ledgerview topics alter) to tier it.")
+                    raise TopicNotTieredError(name)
                 continue
             tier.publish_topic(metadata)
             for partition in range(metadata.partitions):
@@ -577,6 +578,13 @@ class Store:
         log = self.partition_log(topic, partition)
         return tier.writer(log).claim(log_start_offset=log.log_start_offset).epoch
 
+    def remote_status(self, topic: str, partition: int) -> RemotePartitionStatus:
+        """The partition's offsets on both tiers, its remote bytes, upload lag and writer epoch (read now)."""
+        tier = self._require_remote()
+        if not self.topic_metadata(topic).config.remote_storage_enable:
+            raise TopicNotTieredError(topic)
+        return tier.status(self.partition_log(topic, partition))
+
     def remote_upload_lag(self, topic: str, partition: int) -> int | None:
         """Bytes of the partition's sealed segments not yet on the remote tier (None: the topic is not tiered)."""
         log = self.partition_log(topic, partition)
@@ -586,8 +594,7 @@ class Store:
 
     def _require_remote(self) -> RemoteTier:
         if self.remote is None:
-            raise LedgerviewError(f"The store at {self.root} has no remote tier; open it with "
-                                  "Store.open(path, remote='s3://bucket/prefix') (or --remote) first.")
+            raise NoRemoteTierError(str(self.root))
         return self.remote
 
     def delete_records(self, topic: str, partition: int, before_offset: int, *,

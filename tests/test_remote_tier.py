@@ -231,7 +231,10 @@ def test_while_the_remote_is_down_appends_go_on_and_the_upload_lag_grows(data_di
         produce(store, "t", 100, start=100)
         with pytest.raises(RemoteStorageError, match="going-down"):
             store.sync_remote()
-        assert store.end_offset("t", 0) == 200 and store.read("t", 0, 0).num_rows == 200
+        with pytest.raises(RemoteStorageError, match="going-down"):
+            store.enforce_retention("t")  # fails before it takes the partition's writer lock
+        produce(store, "t", 10, start=200)
+        assert store.end_offset("t", 0) == 210 and store.read("t", 0, 0).num_rows == 210
         assert store.remote_upload_lag("t", 0) > 0
 
 
@@ -363,3 +366,11 @@ def test_a_spark_batch_read_of_a_tiered_folder_covers_the_remote_segments(data_d
     assert len(pieces) > 1  # cut over the remote segments as over local ones
     offsets = [row["offset"] for piece in pieces for batch in scan.read(piece) for row in batch.to_pylist()]
     assert offsets == list(range(200))
+
+
+def test_a_uri_that_does_not_open_is_never_remembered(data_dir: Path) -> None:
+    for bad in ("s3://", "s3://[x", "no-scheme/at-all"):
+        with pytest.raises(LedgerviewError, match="Remote tier"):
+            Store.open(data_dir, remote=bad)
+    with Store.open(data_dir) as store:
+        assert store.remote is None  # the folder still opens, untiered

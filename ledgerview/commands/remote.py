@@ -4,6 +4,7 @@ service's upload loop does continuously."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 
 from ledgerview.commands.common import (
     Subparsers,
@@ -138,16 +139,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 def partition_status(store: Store, topic: str, partition: int) -> dict[str, object]:
     """The partition's offsets on both tiers, from its remote log read now."""
-    assert store.remote is not None
-    manifest = store.remote.remote_log(topic, partition).latest()
-    log = store.partition_log(topic, partition)
-    log.refresh()
-    return {"topic": topic, "partition": partition, "log_start_offset": log.log_start_offset,
-            "local_start_offset": log.segments[0].base_offset,
-            "remote_end_offset": manifest.end_offset if manifest else None, "end_offset": log.end_offset,
-            "remote_bytes": manifest.size_bytes if manifest else 0,
-            "upload_lag_bytes": store.remote_upload_lag(topic, partition),
-            "epoch": manifest.epoch if manifest else None}
+    return {"topic": topic, "partition": partition, **asdict(store.remote_status(topic, partition))}
 
 
 def run_claim(args: argparse.Namespace) -> int:

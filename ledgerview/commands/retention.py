@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ledgerview.commands.common import Subparsers, add_command, open_existing_store, print_json, print_table, say
-from storage import Store
-from storage.retention import DeletedSegment
+from storage.retention import LOCAL_REASONS, DeletedSegment
 
 RETENTION_DESCRIPTION = """Run retention now: delete the oldest segments past retention.ms or retention.bytes (topics
 whose cleanup.policy includes delete) or below the log start offset, never raw data that two-phase compaction still
@@ -44,32 +43,16 @@ def register(subparsers: Subparsers) -> None:
 
 def run_retention(args: argparse.Namespace) -> int:
     deleted: list[DeletedSegment] = []
-    dropped_bytes: list[int] = []
     with open_existing_store(args) as store:
         for topic in args.topics or store.list_topics():
-            before = _local_segments(store, topic)
-            topic_deleted = store.enforce_retention(topic)
-            gone = {(s.partition, s.base_offset) for s in topic_deleted}
-            after = _local_segments(store, topic)
-            dropped_bytes += [size for key, size in before.items() if key not in after and key not in gone]
-            deleted += topic_deleted
+            deleted += store.enforce_retention(topic)
     _print_deleted(deleted, as_json=args.json)
-    dropped = (f"; local copies of {len(dropped_bytes)} uploaded segment(s), {sum(dropped_bytes)} bytes, dropped "
-               "(read from the remote tier now)" if dropped_bytes else "")
-    say(f"Retention deleted {len(deleted)} segment(s), {sum(s.size_bytes for s in deleted)} bytes{dropped}.")
+    gone = [segment for segment in deleted if segment.reason not in LOCAL_REASONS.values()]
+    dropped = [segment for segment in deleted if segment.reason in LOCAL_REASONS.values()]
+    dropped_text = (f"; local copies of {len(dropped)} uploaded segment(s), {sum(s.size_bytes for s in dropped)} "
+                    "bytes, dropped (read from the remote tier now)" if dropped else "")
+    say(f"Retention deleted {len(gone)} segment(s), {sum(s.size_bytes for s in gone)} bytes{dropped_text}.")
     return 0
-
-
-def _local_segments(store: Store, topic: str) -> dict[tuple[int, int], int]:
-    """(partition, base offset) to size of the topic's local segments, for a tiered topic (else none)."""
-    if store.remote is None or not store.topic_metadata(topic).config.remote_storage_enable:
-        return {}
-    found = {}
-    for partition in range(store.topic_metadata(topic).partitions):
-        log = store.partition_log(topic, partition)
-        log.refresh()
-        found.update({(partition, segment.base_offset): segment.size_bytes for segment in log.segments})
-    return found
 
 
 def run_delete_records(args: argparse.Namespace) -> int:

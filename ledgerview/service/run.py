@@ -220,8 +220,7 @@ class Service:
                 topic_errors.setdefault(ingest.topic, []).append(f"source {ingest.name}: {source['last_error']}")
         status = service_status(store, started_ms=self.started_ms, now_ms=time.time_ns() // 1_000_000,
                                 sources=sources, loops=loops, topic_errors=topic_errors,
-                                cleaner=self.cleaner.store.cleaner if self.cleaner else None,
-                                remote_ends=self.remote.remote_ends if self.remote else None)
+                                cleaner=self.cleaner.store.cleaner if self.cleaner else None)
         return {**status, "compaction_counters": asdict(self.compaction), "rates": self.history.rates()}
 
 
@@ -287,9 +286,6 @@ class _RemoteUploadLoop(_Logged, PeriodicLoop[list[RemoteSyncResult]]):
 
     def __init__(self, store: Store, *, interval_s: float) -> None:
         super().__init__("remote", store, interval_s=interval_s)
-        self.remote_ends: dict[tuple[str, int], int] = {}
-        """Each partition's remote end offset as of the last pass that synced it: the status's store never uploads,
-        so it takes the uploaded end from here, without a request to the remote tier."""
 
     def run_once(self) -> list[RemoteSyncResult]:
         results: list[RemoteSyncResult] = []
@@ -311,7 +307,6 @@ class _RemoteUploadLoop(_Logged, PeriodicLoop[list[RemoteSyncResult]]):
 
     def _sync(self, topic: str) -> list[RemoteSyncResult]:
         results = self.store.sync_remote(topic)
-        self.remote_ends = {**self.remote_ends, **{(r.topic, r.partition): r.remote_end_offset for r in results}}
         for result in results:
             if result.uploaded:
                 log_event(logger, logging.INFO, "remote.uploaded", topic=topic, partition=result.partition,

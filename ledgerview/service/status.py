@@ -7,7 +7,7 @@ import os
 import platform
 import resource
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import asdict
 from importlib.metadata import version
 from typing import Any
@@ -20,12 +20,8 @@ from storage.compacted import CompactedLedgers
 from storage.object_store import RemoteStorageError
 from storage.partition_log import PartitionLog
 
-RemoteEnds = Mapping[tuple[str, int], int]
-"""(topic, partition) to the remote end offset the service's upload loop last saw."""
 
-
-def partition_statuses(store: Store, topic: str, cleaner: CleanerManager | None,
-                       remote_ends: RemoteEnds | None = None) -> list[dict[str, Any]]:
+def partition_statuses(store: Store, topic: str, cleaner: CleanerManager | None) -> list[dict[str, Any]]:
     """Offsets, sizes, compaction horizon and backlog of each partition, with its last compaction run, for
     compact topics the in-place cleaner's view of it, and for tiered topics the upload lag.
 
@@ -60,7 +56,7 @@ def partition_statuses(store: Store, topic: str, cleaner: CleanerManager | None,
             "compaction": compaction.as_record(),
             "cleaner": _cleaner_status(store, log, cleaner, checkpoints.get(key), uncleanable.get(key)),
             "next_retention_ms": _next_retention_ms(log),
-            "remote_upload_lag_bytes": _upload_lag_bytes(store, log, (remote_ends or {}).get(key)),
+            "remote_upload_lag_bytes": _upload_lag_bytes(store, log),
             "last_errors": errors,
         })
     return statuses
@@ -87,21 +83,14 @@ def _next_retention_ms(log: PartitionLog) -> int | None:
     return int(log.segments[0].max_timestamp) + log.config.retention_ms
 
 
-def _upload_lag_bytes(store: Store, log: PartitionLog, remote_end: int | None) -> int | None:
-    """Bytes of the partition's sealed segments not yet on the remote tier; None when the topic is not tiered, or
-    when no upload loop has seen its remote log and the remote tier cannot be read.
-
-    With ``remote_end`` (from the upload loop), the bytes of the sealed segments above it, as
-    ``Store.remote_upload_lag`` counts them: that figure is as of the last manifest the *same* Store read or
-    published, and the status's store never uploads, so it would keep its first reading."""
-    if not log.is_tiered:
+def _upload_lag_bytes(store: Store, log: PartitionLog) -> int | None:
+    """Bytes of the partition's sealed segments not yet on the remote tier, as of the last manifest the service's
+    upload loop saw (``Store.remote_upload_lag``); None when the topic is not tiered, or when no manifest was seen
+    yet and the remote tier cannot be read."""
+    try:
+        return store.remote_upload_lag(log.topic, log.partition)
+    except RemoteStorageError:
         return None
-    if remote_end is None:
-        try:
-            return store.remote_upload_lag(log.topic, log.partition)
-        except RemoteStorageError:
-            return None
-    return sum(segment.size_bytes for segment in log.segments[:-1] if segment.next_offset > remote_end)
 
 
 def _cleaner_status(store: Store, log: PartitionLog, cleaner: CleanerManager | None, checkpoint: int | None,
@@ -119,13 +108,14 @@ def _cleaner_status(store: Store, log: PartitionLog, cleaner: CleanerManager | N
 
 
 def service_status(store: Store, *, started_ms: int, now_ms: int, sources: list[dict[str, Any]],
-                   loops: dict[str, Any], topic_errors: dict[str, list[str]], cleaner: CleanerManager | None,
-                   remote_ends: RemoteEnds | None = None) -> dict[str, Any]:
+                   loops: dict[str, Any], topic_errors: dict[str, list[str]], cleaner: CleanerManager | None) -> (
+    dict[str, Any]
+):
     """``topic_errors``: the last failures of loops and sources per topic, shown with the topic."""
     topics = []
     for topic in store.list_topics():
         metadata = store.topic_metadata(topic)
-        topics.append({"topic": topic, "partitions": partition_statuses(store, topic, cleaner, remote_ends),
+        topics.append({"topic": topic, "partitions": partition_statuses(store, topic, cleaner),
                        "config": dict(metadata.overrides), "last_errors": topic_errors.get(topic, [])})
     failed = [source["name"] for source in sources if source["state"] == "failed"]
     return {
