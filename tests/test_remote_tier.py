@@ -23,6 +23,8 @@ from streaming.scan import ScanOptions, TopicScan
 from tests.conftest import ManualClock
 from tests.processes.children import Child
 
+pytestmark = pytest.mark.slow  # an S3 server and many requests per test: after the fast suite
+
 TIERED = {"segment.bytes": "2048", "index.interval.bytes": "256", "remote.storage.enable": "true",
           "local.retention.ms": "0", "file.delete.delay.ms": "0"}
 """Small segments, uploaded and then dropped locally at once: every read of a sealed segment crosses the tier."""
