@@ -3,13 +3,14 @@ the readers (readers/) are written against this, so they read either without kno
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 import pyarrow as pa
 
 from storage.compacted import CompactionCursor
 from storage.ledger import Ledger
+from storage.segment import SegmentReads
 from storage.topics import TopicMetadata
 
 
@@ -39,6 +40,12 @@ class ReadableStore(Protocol):
                      end_offset: int | None = None) -> Iterator[pa.RecordBatch]: ...
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None: ...
+
+    def size_bytes(self, topic: str, partition: int) -> int: ...
+
+    def segments(self, topic: str, partition: int) -> Sequence[SegmentReads]:
+        """The partition's segments in offset order, for cutting a read into tasks by size."""
+        ...
 
     def compacted_ledgers(self, topic: str, partition: int) -> CompactedView: ...
 

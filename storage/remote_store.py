@@ -133,6 +133,12 @@ class RemoteStore:
     def end_offset(self, topic: str, partition: int) -> int:
         return self.manifest(topic, partition).end_offset
 
+    def size_bytes(self, topic: str, partition: int) -> int:
+        return self.manifest(topic, partition).size_bytes
+
+    def segments(self, topic: str, partition: int) -> list[RemoteSegment]:
+        return self._segments_of(self.manifest(topic, partition))
+
     def _segments_of(self, manifest: RemoteLogManifest) -> list[RemoteSegment]:
         segments = []
         for info in manifest.segments:

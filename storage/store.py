@@ -66,6 +66,7 @@ from storage.locks import FileLock
 from storage.partition_log import Clock, PartitionCheckpoints, PartitionLog, estimated_message_bytes
 from storage.partitioner import partition_for_keys
 from storage.remote_segment import DEFAULT_CACHE_BYTES, FetchCache
+from storage.remote_store import is_remote_location
 from storage.remote_tier import (
     RemotePartitionStatus,
     RemoteSyncResult,
@@ -76,6 +77,7 @@ from storage.remote_tier import (
 )
 from storage.retention import DeletedSegment, DeleteRecordsResult, delete_records, enforce_partition_retention
 from storage.schema import MESSAGE_SCHEMA, Message, messages_from_table, normalize_input, with_partition_column
+from storage.segment import SegmentReads
 from storage.stray_records import remove_stray_record_temporaries
 from storage.topics import TopicMetadata
 
@@ -167,6 +169,10 @@ class Store:
         so later opens read through it without naming it again, and naming another one is refused.
         ``remote_cache_bytes``: memory for remote segments fetched for reading.
         """
+        if is_remote_location(path):
+            raise LedgerviewError(f"Store.open takes a data folder, not {path}: open the folder with "
+                                  f"remote={str(path)!r} to tier it, or read the remote tier alone with RemoteStore "
+                                  "(Reader and TableView take the URI).")
         root = Path(path)
         (root / TOPICS_FOLDER).mkdir(parents=True, exist_ok=True)
         objects = open_remembered_tier(root, remote)
@@ -520,6 +526,12 @@ class Store:
         log = self.partition_log(topic, partition)
         log.refresh()
         return log.size_bytes
+
+    def segments(self, topic: str, partition: int) -> list[SegmentReads]:
+        """The partition's segments on both tiers, in offset order."""
+        log = self.partition_log(topic, partition)
+        log.refresh()
+        return log.tiered_segments()
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         """Kafka's offsetsForTimes: the earliest offset whose timestamp is >= ``timestamp_ms``; None if none."""

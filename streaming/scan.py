@@ -35,15 +35,14 @@ from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from readers.partition_read import PartitionRead, open_partition_read
 from readers.positions import EARLIEST as EARLIEST_POSITION
 from readers.snapshot import snapshot_batches
-from storage import Store
-from storage.compacted import CompactedLedgers
 from storage.errors import OffsetOutOfRangeError
+from storage.readable import ReadableStore
 from storage.schema import with_partition_column
 from streaming.options import BATCH_READ, InvalidOptionError, Options, resolve_offsets, topic_offsets
 from streaming.rows import SparkRows
 from streaming.scan_filters import ScanFilters
 from streaming.source_offsets import EARLIEST, LATEST, checked_start
-from streaming.store_cache import cached_store
+from streaming.store_cache import cached_readable_store
 
 VIEWS = ("compacted", "read_compacted", "raw")
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
@@ -124,14 +123,13 @@ class TopicScan(DataSourceReader):
         yield from rejected
 
     def partitions(self) -> Sequence[InputPartition]:
-        store, topic = cached_store(self.options.path), self.options.topic
+        store, topic = cached_readable_store(self.options.path), self.options.topic
         count = store.topic_metadata(topic).partitions
-        earliest, latest = {}, {}
+        earliest, latest, log_starts = {}, {}, {}
         for partition in range(count):
-            log = store.partition_log(topic, partition)
-            log.refresh()
-            earliest[partition] = 0 if self.options.view == "read_compacted" else log.log_start_offset
-            latest[partition] = log.end_offset
+            log_starts[partition] = store.start_offset(topic, partition)
+            earliest[partition] = 0 if self.options.view == "read_compacted" else log_starts[partition]
+            latest[partition] = store.end_offset(topic, partition)
         starts = self._bounds("startingOffsets", self.options.starting, earliest, latest, (EARLIEST, LATEST))
         ends = self._bounds("endingOffsets", self.options.ending, earliest, latest, (LATEST,))
         chosen = [p for p in range(count) if self.filters.partitions is None or p in self.filters.partitions]
@@ -142,12 +140,11 @@ class TopicScan(DataSourceReader):
         for partition in chosen:
             start, end = starts[partition], ends[partition]
             if self.options.view == "raw":
-                log = store.partition_log(topic, partition)
-                start = checked_start(topic, partition, start, log.log_start_offset,
+                start = checked_start(topic, partition, start, log_starts[partition],
                                       fail_on_data_loss=self.options.fail_on_data_loss)
                 start, end = self.filters.offsets.contains_range(start, end)
                 planned += [ScanPartition(partition, low, high)
-                            for low, high in segment_runs(log.tiered_segments(), start, end, piece_bytes)]
+                            for low, high in segment_runs(store.segments(topic, partition), start, end, piece_bytes)]
             else:  # read_compacted: offset 0 of the compacted view is its earliest
                 planned.append(ScanPartition(partition, EARLIEST if start == 0 else start, end))
         return planned
@@ -158,11 +155,12 @@ class TopicScan(DataSourceReader):
         return min(self.options.max_partition_bytes,
                    max(MIN_PIECE_BYTES, -(-total_bytes // self.options.min_partitions)))
 
-    def _table_pieces(self, store: Store, chosen: list[int], latest: dict[int, int]) -> list[InputPartition]:
+    def _table_pieces(self, store: ReadableStore, chosen: list[int], latest: dict[int, int]) -> (
+        list[InputPartition]
+    ):
         """The table view: each partition's ledger split into offset ranges of about the piece size, every task
         pinned to the ledger the cursor names now; the last piece of a partition also serves its tail."""
-        cursors = {p: CompactedLedgers(store.partition_log(self.options.topic, p).folder).read_cursor()
-                   for p in chosen}
+        cursors = {p: store.compacted_ledgers(self.options.topic, p).read_cursor() for p in chosen}
         piece_bytes = self._piece_bytes(sum(c.ledger_bytes for c in cursors.values() if c is not None))
         pieces: list[InputPartition] = []
         for partition in chosen:
@@ -198,7 +196,7 @@ class TopicScan(DataSourceReader):
         return self._read(partition)
 
     def _read(self, planned: ScanPartition | TablePiece) -> Iterator[pa.RecordBatch]:
-        store = cached_store(self.options.path)
+        store = cached_readable_store(self.options.path)
         rows = SparkRows(self.options.topic)
         batches = self._table_rows(store, planned) if isinstance(planned, TablePiece) else \
             self._stored_batches(store, planned)
@@ -207,7 +205,7 @@ class TopicScan(DataSourceReader):
             if selected.num_rows:
                 yield selected
 
-    def _table_rows(self, store: Store, piece: TablePiece) -> Iterator[pa.RecordBatch]:
+    def _table_rows(self, store: ReadableStore, piece: TablePiece) -> Iterator[pa.RecordBatch]:
         offsets = self.filters.offsets
         low = piece.ledger_start if offsets.low is None else max(offsets.low, piece.ledger_start)
         high = piece.ledger_end if offsets.high is None else min(offsets.high, piece.ledger_end)
@@ -217,7 +215,7 @@ class TopicScan(DataSourceReader):
                                     keys=self.filters.keys, ledger_offsets=(low, max(low, high)),
                                     pinned=piece.pinned, with_tail=piece.with_tail)
 
-    def _stored_batches(self, store: Store, planned: ScanPartition) -> Iterator[pa.RecordBatch]:
+    def _stored_batches(self, store: ReadableStore, planned: ScanPartition) -> Iterator[pa.RecordBatch]:
         topic, partition = self.options.topic, planned.partition
         if self.options.view == "raw":
             if planned.start_offset < planned.end_offset:
@@ -229,7 +227,7 @@ class TopicScan(DataSourceReader):
             return
         yield from self._read_compacted(store, planned, low)
 
-    def _read_compacted(self, store: Store, planned: ScanPartition, low: int) -> Iterator[pa.RecordBatch]:
+    def _read_compacted(self, store: ReadableStore, planned: ScanPartition, low: int) -> Iterator[pa.RecordBatch]:
         position = EARLIEST_POSITION if planned.start_offset == EARLIEST else planned.start_offset
         read = open_partition_read(store, self.options.topic, planned.partition, position, read_compacted=True)
         try:

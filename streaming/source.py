@@ -41,12 +41,12 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from readers.partition_read import open_partition_read
 from readers.positions import Resume
-from storage import Store
-from storage.compacted import CompactedLedgers, CompactionCursor
+from storage.compacted import CompactionCursor
+from storage.readable import ReadableStore
 from streaming.options import STREAM_READ, Options, resolve_offsets, topic_offsets
 from streaming.rows import SparkRows
 from streaming.source_offsets import EARLIEST, LATEST, admitted, checked_start
-from streaming.store_cache import cached_store
+from streaming.store_cache import cached_readable_store
 
 VIEWS = ("raw", "compacted")
 WHERE = "spark.readStream.format('ledgerview')"
@@ -105,8 +105,9 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The planner's clock for maxTriggerDelay (tests set their own)."""
 
     @property
-    def store(self) -> Store:
-        return cached_store(self.options.path)
+    def store(self) -> ReadableStore:
+        """The data folder's store, or the remote tier read alone (``path`` ``s3://bucket/prefix``)."""
+        return cached_readable_store(self.options.path)
 
     # ------------------------------------------------------------------------------------- offsets (planner)
     def _encode(self, positions: dict[int, Position]) -> dict[str, Any]:
@@ -127,7 +128,7 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _cursor(self, partition: int) -> CompactionCursor | None:
         if not self.options.compacted:
             return None
-        return CompactedLedgers(self.store.partition_log(self.options.topic, partition).folder).read_cursor()
+        return self.store.compacted_ledgers(self.options.topic, partition).read_cursor()
 
     def initialOffset(self) -> dict[str, Any]:
         topic, store = self.options.topic, self.store

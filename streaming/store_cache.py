@@ -1,12 +1,27 @@
-"""One open Store per data folder per Python worker process, shared by the Spark source, scan and sink."""
+"""One open Store per data folder (or RemoteStore per remote tier) per Python worker process, shared by the Spark
+source, scan and sink."""
 
 from __future__ import annotations
 
 import os
 
 from storage import Store
+from storage.readable import ReadableStore
+from storage.remote_store import RemoteStore, is_remote_location
 
 _STORES: dict[str, tuple[int, Store]] = {}
+_REMOTE_STORES: dict[str, RemoteStore] = {}
+
+
+def cached_readable_store(location: str) -> ReadableStore:
+    """The store to read at ``location``: a data folder's (``cached_store``), or a remote tier read alone
+    (``s3://bucket/prefix``: no data folder on this machine)."""
+    if not is_remote_location(location):
+        return cached_store(location)
+    store = _REMOTE_STORES.get(location)
+    if store is None:
+        store = _REMOTE_STORES[location] = RemoteStore.open(location)
+    return store
 
 
 def cached_store(path: str) -> Store:

@@ -376,3 +376,21 @@ def test_a_uri_that_does_not_open_is_never_remembered(data_dir: Path) -> None:
             Store.open(data_dir, remote=bad)
     with Store.open(data_dir) as store:
         assert store.remote is None  # the folder still opens, untiered
+
+
+def spark_rows(location: str, view: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """What ``spark.read.format("ledgerview")`` reads at ``location``, planned and read as Spark does (no session)."""
+    scan = TopicScan(ScanOptions.parse({"path": location, "topic": "t", "view": view, "maxPartitionBytes": "4096"}))
+    return sorted((row["partition"], row["offset"], row["key"], row["value"])
+                  for piece in scan.partitions() for batch in scan.read(piece) for row in batch.to_pylist())
+
+
+def test_spark_reads_the_remote_tier_alone_as_it_reads_the_folder(data_dir: Path, s3_uri: str,
+                                                                  clock: ManualClock) -> None:
+    latest = tiered_and_compacted(data_dir, s3_uri, clock)
+    for view in ("raw", "read_compacted", "compacted"):
+        assert spark_rows(s3_uri, view) == spark_rows(str(data_dir), view)
+    table = {key: value for _, _, key, value in spark_rows(s3_uri, "compacted")}
+    assert table == {key: value for key, value in latest.items() if value is not None}
+    with pytest.raises(LedgerviewError, match="takes a data folder"):
+        Store.open(s3_uri)
