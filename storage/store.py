@@ -1,9 +1,13 @@
-"""The store: a data folder of topics, each a set of partition logs, and the public storage API.
+"""The store: the public storage API over a data folder of topics, each a set of partition logs.
+
+The facade: it opens and closes the store, opens (and recovers) partition logs, and serves reads, retention,
+cleaning and the remote tier. The topics themselves are storage/catalogue.py's; what an append checks and chooses
+before it writes is storage/append_path.py's.
 
 Layout of a data folder (see docs/FORMAT.md)::
 
     data/
-      __topics/<topic>.json              topic metadata (partitions, config overrides)
+      __topics/<topic>/topic.json        topic metadata (partitions, config overrides)
       <topic>-<partition>/               one folder per partition: segments, indexes, writer lock
       recovery-point-offset-checkpoint   Kafka's checkpoint files, shared by every partition
       log-start-offset-checkpoint
@@ -12,59 +16,46 @@ Layout of a data folder (see docs/FORMAT.md)::
 from __future__ import annotations
 
 import functools
-import itertools
 import os
-import shutil
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeAlias, overload
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from storage.append_path import AppendPath, Input
+from storage.append_path import AppendResult as AppendResult  # re-exported: callers import it from here too
+from storage.catalogue import TopicCatalogue
 from storage.checkpoints import CachedCheckpoint, read_checkpoint, update_checkpoint
 from storage.cleaner import CleanerStats
 from storage.cleaner_manager import CleanerConfig, CleanerManager
 from storage.compacted import CompactedLedgers, retention_hold_offset
-from storage.config import CONFIG_KEYS, InvalidConfigError, TopicConfig, UnknownConfigError
+from storage.config import TopicConfig
 from storage.errors import (
-    InvalidMessagesError,
-    KeylessMessageError,
     LedgerviewError,
-    MessageTooLargeError,
     NoRemoteTierError,
     PartitionLockedError,
     StoreClosedError,
-    TopicExistsError,
     TopicNotTieredError,
     UnknownPartitionError,
-    UnknownTopicError,
 )
-from storage.fileio import remove_stray_temporary_files
 from storage.files import (
     CLEANER_OFFSET_CHECKPOINT,
-    DELETED_FOLDER_SUFFIX,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     STORE_LOCK,
-    TOPIC_METADATA,
     TOPICS_FOLDER,
     WRITER_LOCK,
-    folder_to_delete,
-    parse_partition_folder,
     partition_folder,
-    topic_metadata_file,
-    validate_topic_name,
 )
 from storage.loader import load_segments, read_segments
 from storage.locks import FileLock
-from storage.partition_log import Clock, PartitionCheckpoints, PartitionLog, estimated_message_bytes
-from storage.partitioner import partition_for_keys
+from storage.partition_log import Clock, PartitionCheckpoints, PartitionLog
 from storage.remote_segment import DEFAULT_CACHE_BYTES, FetchCache
 from storage.remote_store import is_remote_location
 from storage.remote_tier import (
@@ -76,43 +67,14 @@ from storage.remote_tier import (
     sync_partition,
 )
 from storage.retention import DeletedSegment, DeleteRecordsResult, delete_records, enforce_partition_retention
-from storage.schema import MESSAGE_SCHEMA, Message, messages_from_table, normalize_input, with_partition_column
+from storage.schema import MESSAGE_SCHEMA, Message, messages_from_table, with_partition_column
 from storage.segment import SegmentReads
 from storage.stray_records import remove_stray_record_temporaries
 from storage.topics import TopicMetadata
 
-CONFIG_KEY_NAMES = frozenset(key.name for key in CONFIG_KEYS)
-Input: TypeAlias = pa.Table | pa.RecordBatch | Iterable[Any]
-
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class AppendResult(Sequence[tuple[int, int]]):
-    """The (partition, offset) each appended message got, in input order; arrays kept columnar."""
-
-    def __init__(self, partitions: np.ndarray, offsets: np.ndarray) -> None:
-        self.partitions = partitions
-        self.offsets = offsets
-
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    @overload
-    def __getitem__(self, index: int) -> tuple[int, int]: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[tuple[int, int]]: ...
-    def __getitem__(self, index: int | slice) -> tuple[int, int] | list[tuple[int, int]]:
-        if isinstance(index, slice):
-            return list(zip(self.partitions[index].tolist(), self.offsets[index].tolist(), strict=True))
-        return int(self.partitions[index]), int(self.offsets[index])
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and list(self) == list(other)
-
-    def __repr__(self) -> str:
-        return f"AppendResult({self[:5]}{'...' if len(self) > 5 else ''}, {len(self)} messages)"
 
 
 @dataclass(frozen=True)
@@ -146,10 +108,9 @@ class Store:
         self.verify_reads = verify_reads
         self.clock = clock
         self._store_lock = FileLock(root / STORE_LOCK)
-        self._topics: dict[str, tuple[tuple[int, int], TopicMetadata]] = {}
-        self._metadata_paths: dict[str, Path] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
-        self._keyless_turn = itertools.count()
+        self._catalogue = TopicCatalogue(root, self._store_lock, clock, on_read=self._push_config)
+        self._append_path = AppendPath(clock)
         self._log_start_offsets = CachedCheckpoint(root / LOG_START_OFFSET_CHECKPOINT)
         self.cleaner = CleanerManager(root / CLEANER_OFFSET_CHECKPOINT, self._store_lock, cleaner_config)
         """The in-place cleaner's states and checkpoint: pause, resume, abort partitions, see uncleanable ones."""
@@ -179,8 +140,7 @@ class Store:
         tier = RemoteTier(objects, FetchCache(remote_cache_bytes), clock) if objects else None
         store = cls(root, lock_wait=lock_wait, verify_reads=verify_reads, clock=clock,
                     cleaner_config=cleaner_config or CleanerConfig(), remote=tier)
-        store._remove_deleted_folders()
-        store._remove_stray_temporary_files()
+        store._catalogue.remove_leftovers()
         remove_stray_record_temporaries(root)
         return store
 
@@ -206,45 +166,21 @@ class Store:
 
     # -------------------------------------------------------------------------------------------------- topics
     def create_topic(self, topic: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
-        validate_topic_name(topic)
-        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
-            raise LedgerviewError(f"partitions must be an integer >= 1, got {partitions!r}.")
-        topic_config = TopicConfig.from_overrides(config or {})
-        metadata = TopicMetadata(topic, partitions, topic_config.to_overrides(), self.clock())
-        with self._store_lock:
-            if topic_metadata_file(self.root, topic).exists():
-                raise TopicExistsError(topic)
-            for partition in range(partitions):
-                folder = partition_folder(self.root, topic, partition)
-                if folder.exists():
-                    shutil.rmtree(folder)  # left by a creation or deletion that crashed half-way
-                folder.mkdir()
-            metadata.write(topic_metadata_file(self.root, topic))
+        self._catalogue.create(topic, partitions, config)
 
     def list_topics(self) -> list[str]:
-        return sorted(path.parent.name for path in (self.root / TOPICS_FOLDER).glob(f"*/{TOPIC_METADATA}"))
+        return self._catalogue.names()
 
     def topic_metadata(self, topic: str) -> TopicMetadata:
         """The topic's metadata, re-read when another process has changed it."""
         self._check_open()
-        path = self._metadata_paths.get(topic)
-        if path is None:
-            path = self._metadata_paths[topic] = topic_metadata_file(self.root, topic)
-        try:
-            stat = path.stat()
-        except FileNotFoundError:
-            self._topics.pop(topic, None)
-            raise UnknownTopicError(topic, self.list_topics()) from None
-        identity = (stat.st_ino, stat.st_mtime_ns)  # replaced by rename: a new inode even within one clock tick
-        cached = self._topics.get(topic)
-        if cached is None or cached[0] != identity:
-            metadata = TopicMetadata.decode(path, path.read_bytes())
-            self._topics[topic] = (identity, metadata)
-            for partition in range(metadata.partitions):
-                if (log := self._logs.get((topic, partition))) is not None:
-                    log.config = metadata.config
-            return metadata
-        return cached[1]
+        return self._catalogue.metadata(topic)
+
+    def _push_config(self, metadata: TopicMetadata) -> None:
+        """Give the topic's open partition logs the config just read."""
+        for partition in range(metadata.partitions):
+            if (log := self._logs.get((metadata.name, partition))) is not None:
+                log.config = metadata.config
 
     def describe_topic(self, topic: str) -> TopicDescription:
         metadata = self.topic_metadata(topic)
@@ -259,64 +195,18 @@ class Store:
     def alter_topic_config(self, topic: str, set: Mapping[str, Any] | None = None,
                            delete: Iterable[str] = ()) -> TopicConfig:
         """Set and remove config overrides; validated as a whole before anything is stored."""
-        with self._store_lock:
-            metadata = self.topic_metadata(topic)
-            overrides: dict[str, Any] = dict(metadata.overrides)
-            for key in delete:
-                if key not in CONFIG_KEY_NAMES:
-                    raise UnknownConfigError(key)
-                overrides.pop(key, None)
-            overrides.update(set or {})
-            config = TopicConfig.from_overrides(overrides)
-            if metadata.config.remote_storage_enable and not config.remote_storage_enable:
-                raise InvalidConfigError("remote.storage.enable", "false", "true once a topic is tiered: its older "
-                                         "segments are on the remote tier only (Kafka refused this too until 3.9)")
-            new = TopicMetadata(topic, metadata.partitions, config.to_overrides(), metadata.created_ms)
-            new.write(topic_metadata_file(self.root, topic))
-            self.topic_metadata(topic)
-            return config
+        self._check_open()
+        return self._catalogue.alter_config(topic, set, delete)
 
     def delete_topic(self, topic: str) -> None:
-        """Delete the topic: its metadata first (it is gone at once), then its folders."""
+        """Close the topic's open partition logs and delete it: its metadata first (it is gone at once), then its
+        folders."""
         with self._store_lock:
             metadata = self.topic_metadata(topic)
-            metadata_file = topic_metadata_file(self.root, topic)
-            metadata_file.unlink()
-            metadata_file.parent.rmdir()
-            self._topics.pop(topic, None)
-            changes: dict[tuple[str, int], int | None] = {}
             for partition in range(metadata.partitions):
                 if (log := self._logs.pop((topic, partition), None)) is not None:
                     log.close()
-                folder = partition_folder(self.root, topic, partition)
-                doomed = folder_to_delete(self.root)
-                folder.rename(doomed)
-                shutil.rmtree(doomed)
-                changes[(topic, partition)] = None
-            update_checkpoint(self.root / RECOVERY_POINT_CHECKPOINT, self._store_lock, changes)
-            update_checkpoint(self.root / LOG_START_OFFSET_CHECKPOINT, self._store_lock, changes)
-            update_checkpoint(self.root / CLEANER_OFFSET_CHECKPOINT, self._store_lock, changes)
-
-    def _remove_stray_temporary_files(self) -> None:
-        """Checkpoint and topic-metadata writes a crash interrupted; under the store lock, which those writes
-        hold, so no write in progress loses its temporary file."""
-        with self._store_lock:
-            remove_stray_temporary_files(self.root)
-            for topic_folder in (self.root / TOPICS_FOLDER).iterdir():
-                if topic_folder.is_dir():
-                    remove_stray_temporary_files(topic_folder)
-
-    def _remove_deleted_folders(self) -> None:
-        """Finish deletions and creations a crash interrupted: folders renamed for deletion, or without topic."""
-        topics = set(self.list_topics())
-        for entry in self.root.iterdir():
-            if not entry.is_dir() or entry.name == TOPICS_FOLDER:
-                continue
-            parsed = parse_partition_folder(entry.name)
-            if entry.name.endswith(DELETED_FOLDER_SUFFIX) or (parsed is not None and parsed[0] not in topics):
-                with self._store_lock:
-                    if parsed is None or parsed[0] not in set(self.list_topics()):
-                        shutil.rmtree(entry, ignore_errors=True)
+            self._catalogue.delete(topic)
 
     # ---------------------------------------------------------------------------------------------- partitions
     def partition_log(self, topic: str, partition: int) -> PartitionLog:
@@ -390,24 +280,10 @@ class Store:
         ``compression``: none, "lz4" or "zstd", used when the topic's compression.type is "producer".
         Everything is validated before anything is written.
         """
-        metadata = self.topic_metadata(topic)
-        config = metadata.config
-        table = normalize_input(data)
-        if table.num_rows == 0:
+        prepared = self._append_path.prepare(self.topic_metadata(topic), data, partition, compression=compression)
+        if prepared is None:
             return AppendResult(np.empty(0, np.int32), np.empty(0, np.int64))
-        sizes = estimated_message_bytes(table)
-        self._check_sizes(topic, sizes, config.max_message_bytes)
-        if config.is_compact and not config.is_delete and table.column("key").null_count:
-            raise KeylessMessageError(topic, int(np.flatnonzero(
-                table.column("key").is_null().to_numpy(zero_copy_only=False))[0]))
-        table = self._set_timestamps(table, config)
-        targets = self._choose_partitions(metadata, table, partition)
-        if "partition" in table.column_names:
-            table = table.drop_columns(["partition"])
-        codec = compression if config.compression_type == "producer" else config.compression_type
-        codec = None if codec in (None, "uncompressed", "none") else codec
-        if codec not in (None, "lz4", "zstd"):
-            raise InvalidMessagesError(f"compression {compression!r} is not supported; allowed: lz4, zstd, none.")
+        table, sizes, targets, codec = prepared.table, prepared.sizes, prepared.targets, prepared.codec
         if partition is not None:  # the common producer case: no grouping to do
             first = self.partition_log(topic, partition).append(table, sizes=sizes, compression=codec)
             return AppendResult(targets, np.arange(first, first + table.num_rows, dtype=np.int64))
@@ -428,58 +304,11 @@ class Store:
         return AppendResult(targets, offsets)
 
     def routed(self, topic: str, data: Input, *, keyless_partition: int) -> pa.Table:
-        """``data`` validated as ``append`` validates it, with a ``partition`` column saying where ``append``
-        would put each message (keyless ones: ``keyless_partition``) and no timestamp column if none was given.
-        For writers that must fix the partitions before they append, such as the Spark sink's tasks, so that a
-        replayed batch lands where it did."""
-        metadata = self.topic_metadata(topic)
-        table = normalize_input(data)
-        self._check_sizes(topic, estimated_message_bytes(table), metadata.config.max_message_bytes)
-        targets = self._choose_partitions(metadata, table, None, keyless_partition=keyless_partition)
-        unset = [name for name in ("partition", "timestamp") if name in table.column_names
-                 and (name == "partition" or table.column(name).null_count == table.num_rows)]
-        return table.drop_columns(unset).append_column("partition", pa.array(targets, pa.int32()))
-
-    def _check_sizes(self, topic: str, sizes: np.ndarray, limit_bytes: int) -> None:
-        too_big = np.flatnonzero(sizes > limit_bytes)
-        if len(too_big):
-            row = int(too_big[0])
-            raise MessageTooLargeError(topic, row, int(sizes[row]), limit_bytes)
-
-    def _set_timestamps(self, table: pa.Table, config: TopicConfig) -> pa.Table:
-        timestamps = table.column("timestamp")
-        if config.message_timestamp_type == "LogAppendTime" or timestamps.null_count:
-            now = pa.scalar(self.clock(), pa.int64())
-            filled = pa.chunked_array([pa.repeat(now, table.num_rows)]) if (
-                config.message_timestamp_type == "LogAppendTime") else pc.fill_null(timestamps, now)
-            table = table.set_column(table.schema.get_field_index("timestamp"), "timestamp", filled)
-        return table
-
-    def _choose_partitions(self, metadata: TopicMetadata, table: pa.Table, partition: int | None, *,
-                           keyless_partition: int | None = None) -> np.ndarray:
-        count = metadata.partitions
-        if partition is not None:
-            if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
-                raise UnknownPartitionError(metadata.name, partition, count)
-            return np.full(table.num_rows, partition, dtype=np.int32)
-        if "partition" in table.column_names:
-            chosen = table.column("partition").to_numpy()
-            bad = np.flatnonzero((chosen < 0) | (chosen >= count))
-            if len(bad):
-                raise UnknownPartitionError(metadata.name, int(chosen[bad[0]]), count)
-            return np.asarray(chosen, dtype=np.int32)
-        keyless_target = next(self._keyless_turn) if keyless_partition is None else keyless_partition
-        chosen = np.full(table.num_rows, keyless_target % count, dtype=np.int32)
-        if count == 1:
-            return chosen
-        keys = table.column("key").combine_chunks()
-        if not keys.null_count:
-            return partition_for_keys(keys, count)
-        keyless = keys.is_null().to_numpy(zero_copy_only=False)
-        if not keyless.all():
-            keyed = np.flatnonzero(~keyless)
-            chosen[keyed] = partition_for_keys(keys.take(pa.array(keyed)), count)
-        return chosen
+        """``data`` with its sizes and partitions checked as ``append`` checks them, a ``partition`` column saying
+        where ``append`` would put each message (keyless ones: ``keyless_partition``), and no timestamp column if
+        none was given. For writers that must fix the partitions before they append, such as the Spark sink's
+        tasks, so that a replayed batch lands where it did."""
+        return self._append_path.route(self.topic_metadata(topic), data, keyless_partition=keyless_partition)
 
     # ---------------------------------------------------------------------------------------------------- read
     def read_batches(self, topic: str, partition: int, start_offset: int | None = None,

@@ -1,0 +1,158 @@
+"""The topic catalogue: which topics a data folder holds, their metadata and their partition folders.
+
+A topic exists while its metadata file ``__topics/<topic>/topic.json`` does (storage/topics.py): creating writes
+it last, after the partition folders; deleting removes it first, then the folders, then the partitions' checkpoint
+entries. A crash in between leaves folders without a topic, which ``remove_leftovers`` removes at the next open.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from storage.checkpoints import update_checkpoint
+from storage.config import CONFIG_KEYS, InvalidConfigError, TopicConfig, UnknownConfigError
+from storage.errors import LedgerviewError, TopicExistsError, UnknownTopicError
+from storage.fileio import remove_stray_temporary_files
+from storage.files import (
+    CLEANER_OFFSET_CHECKPOINT,
+    DELETED_FOLDER_SUFFIX,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    TOPIC_METADATA,
+    TOPICS_FOLDER,
+    folder_to_delete,
+    parse_partition_folder,
+    partition_folder,
+    topic_metadata_file,
+    validate_topic_name,
+)
+from storage.locks import FileLock
+from storage.partition_log import Clock
+from storage.topics import TopicMetadata
+
+CONFIG_KEY_NAMES = frozenset(key.name for key in CONFIG_KEYS)
+
+
+class TopicCatalogue:
+    """The topics of the data folder ``root``; changes to them hold ``store_lock``.
+
+    ``on_read``: called with a topic's metadata each time it is read from its file (first use, or after another
+    process or this one changed it), so the caller can pass a new config on to the topic's open partitions.
+    """
+
+    def __init__(self, root: Path, store_lock: FileLock, clock: Clock, *,
+                 on_read: Callable[[TopicMetadata], None]) -> None:
+        self.root = root
+        self._store_lock = store_lock
+        self._clock = clock
+        self._on_read = on_read
+        self._topics: dict[str, tuple[tuple[int, int], TopicMetadata]] = {}
+        self._metadata_paths: dict[str, Path] = {}
+
+    def create(self, topic: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
+        validate_topic_name(topic)
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise LedgerviewError(f"partitions must be an integer >= 1, got {partitions!r}.")
+        topic_config = TopicConfig.from_overrides(config or {})
+        metadata = TopicMetadata(topic, partitions, topic_config.to_overrides(), self._clock())
+        with self._store_lock:
+            if topic_metadata_file(self.root, topic).exists():
+                raise TopicExistsError(topic)
+            for partition in range(partitions):
+                folder = partition_folder(self.root, topic, partition)
+                if folder.exists():
+                    shutil.rmtree(folder)  # left by a creation or deletion that crashed half-way
+                folder.mkdir()
+            metadata.write(topic_metadata_file(self.root, topic))
+
+    def names(self) -> list[str]:
+        return sorted(path.parent.name for path in (self.root / TOPICS_FOLDER).glob(f"*/{TOPIC_METADATA}"))
+
+    def metadata(self, topic: str) -> TopicMetadata:
+        """The topic's metadata, re-read when another process has changed it."""
+        path = self._metadata_paths.get(topic)
+        if path is None:
+            path = self._metadata_paths[topic] = topic_metadata_file(self.root, topic)
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            self._topics.pop(topic, None)
+            raise UnknownTopicError(topic, self.names()) from None
+        identity = (stat.st_ino, stat.st_mtime_ns)  # replaced by rename: a new inode even within one clock tick
+        cached = self._topics.get(topic)
+        if cached is None or cached[0] != identity:
+            metadata = TopicMetadata.decode(path, path.read_bytes())
+            self._topics[topic] = (identity, metadata)
+            self._on_read(metadata)
+            return metadata
+        return cached[1]
+
+    def alter_config(self, topic: str, set: Mapping[str, Any] | None = None,
+                     delete: Iterable[str] = ()) -> TopicConfig:
+        """Set and remove config overrides; validated as a whole before anything is stored."""
+        with self._store_lock:
+            metadata = self.metadata(topic)
+            overrides: dict[str, Any] = dict(metadata.overrides)
+            for key in delete:
+                if key not in CONFIG_KEY_NAMES:
+                    raise UnknownConfigError(key)
+                overrides.pop(key, None)
+            overrides.update(set or {})
+            config = TopicConfig.from_overrides(overrides)
+            if metadata.config.remote_storage_enable and not config.remote_storage_enable:
+                raise InvalidConfigError("remote.storage.enable", "false", "true once a topic is tiered: its older "
+                                         "segments are on the remote tier only (Kafka refused this too until 3.9)")
+            new = TopicMetadata(topic, metadata.partitions, config.to_overrides(), metadata.created_ms)
+            new.write(topic_metadata_file(self.root, topic))
+            self.metadata(topic)
+            return config
+
+    def delete(self, topic: str) -> None:
+        """Delete the topic: its metadata first (it is gone at once), then its folders, then its checkpoint
+        entries. Its partition logs must be closed."""
+        with self._store_lock:
+            metadata = self.metadata(topic)
+            metadata_file = topic_metadata_file(self.root, topic)
+            metadata_file.unlink()
+            metadata_file.parent.rmdir()
+            self._topics.pop(topic, None)
+            changes: dict[tuple[str, int], int | None] = {}
+            for partition in range(metadata.partitions):
+                folder = partition_folder(self.root, topic, partition)
+                doomed = folder_to_delete(self.root)
+                folder.rename(doomed)
+                shutil.rmtree(doomed)
+                changes[(topic, partition)] = None
+            update_checkpoint(self.root / RECOVERY_POINT_CHECKPOINT, self._store_lock, changes)
+            update_checkpoint(self.root / LOG_START_OFFSET_CHECKPOINT, self._store_lock, changes)
+            update_checkpoint(self.root / CLEANER_OFFSET_CHECKPOINT, self._store_lock, changes)
+
+    def remove_leftovers(self) -> None:
+        """Finish what a crash interrupted: deletions and creations of topics, writes of their metadata and of the
+        store's checkpoints. Run when the store opens."""
+        self._remove_deleted_folders()
+        self._remove_stray_temporary_files()
+
+    def _remove_stray_temporary_files(self) -> None:
+        """Checkpoint and topic-metadata writes a crash interrupted; under the store lock, which those writes
+        hold, so no write in progress loses its temporary file."""
+        with self._store_lock:
+            remove_stray_temporary_files(self.root)
+            for topic_folder in (self.root / TOPICS_FOLDER).iterdir():
+                if topic_folder.is_dir():
+                    remove_stray_temporary_files(topic_folder)
+
+    def _remove_deleted_folders(self) -> None:
+        """Finish deletions and creations a crash interrupted: folders renamed for deletion, or without topic."""
+        topics = set(self.names())
+        for entry in self.root.iterdir():
+            if not entry.is_dir() or entry.name == TOPICS_FOLDER:
+                continue
+            parsed = parse_partition_folder(entry.name)
+            if entry.name.endswith(DELETED_FOLDER_SUFFIX) or (parsed is not None and parsed[0] not in topics):
+                with self._store_lock:
+                    if parsed is None or parsed[0] not in set(self.names()):
+                        shutil.rmtree(entry, ignore_errors=True)
