@@ -23,7 +23,7 @@ from compactor import CompactionResult, Compactor
 from compactor.scheduler import CompactionScheduler
 from ledgerview.changelog import price_ticks
 from storage import Store
-from storage.compacted import CompactedLedgers, CompactionCursor
+from storage.compacted import CompactionCursor
 from storage.errors import LedgerviewError
 from streaming import local_session, register_views
 
@@ -101,7 +101,7 @@ def _write_batches(changelog: pa.Table, folder: Path, batches: int) -> None:
 
 def _cursors(store: Store) -> list[CompactionCursor | None]:
     partitions = store.topic_metadata(TOPIC).partitions
-    return [CompactedLedgers(store.partition_log(TOPIC, p).folder).read_cursor() for p in range(partitions)]
+    return [store.compacted_ledgers(TOPIC, p).read_cursor() for p in range(partitions)]
 
 
 def _print_views(spark: SparkSession, changelog: pa.Table) -> bool:

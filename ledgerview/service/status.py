@@ -16,7 +16,6 @@ from compactor import Compactor
 from readers.groups import describe_group, list_groups
 from storage import Store
 from storage.cleaner_manager import CleanerManager, first_dirty_offset, log_to_clean
-from storage.compacted import CompactedLedgers
 from storage.object_store import RemoteStorageError
 from storage.partition_log import PartitionLog
 
@@ -35,7 +34,7 @@ def partition_statuses(store: Store, topic: str, cleaner: CleanerManager | None)
     for compaction in compactions:
         log = store.partition_log(topic, compaction.partition)
         log.refresh()
-        cursor = CompactedLedgers(log.folder).read_cursor()
+        cursor = store.compacted_ledgers(topic, compaction.partition).read_cursor()
         horizon = cursor.horizon if cursor else -1
         errors = [compaction.last_error] if compaction.last_error else []
         size, dirty = _sizes(log, horizon, errors)
