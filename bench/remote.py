@@ -45,7 +45,7 @@ from storage.files import LOG_SUFFIX, partition_folder
 from storage.key_index import KeyIndex
 from storage.object_store import ObjectStore
 from storage.remote_key_index import write_flat_key_index
-from storage.remote_tier import remembered_remote
+from storage.remote_tier import open_remembered_tier
 
 REMOTE_MESSAGES = 1_000_000
 """The remote workloads' dataset size unless --messages says otherwise: moto moves about 30-60 MB/s in, so 10M
@@ -296,9 +296,9 @@ def compacted_view_scan(target: Path, output: Path) -> Outcome:
 def remote_tier_compacted_scan(target: Path, output: Path) -> Outcome:
     """The compacted view read from the remote tier alone, as a machine without the data folder reads it:
     ``Reader("s3://…", topic, read_compacted=True).batches()`` (the ledger and the raw tail both fetched)."""
-    uri = remembered_remote(target, None)
-    assert uri is not None, f"{target} is not tiered"
-    return _compacted_view(uri)
+    objects = open_remembered_tier(target, None)
+    assert objects is not None, f"{target} is not tiered"
+    return _compacted_view(objects.uri)
 
 
 def _compacted_view(store: Store | str) -> Outcome:
