@@ -46,14 +46,19 @@ def write_all(fd: int, pieces: Sequence[bytes | pa.Buffer]) -> None:
             views[0] = views[0][written:]
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    temp = path.with_name(path.name + TEMP_SUFFIX)
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+def write_durably(path: Path, data: bytes, *, exclusive: bool = False) -> None:
+    """Write ``data`` as the whole of ``path`` and fsync it (``exclusive``: the file must not exist yet)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC), 0o644)
     try:
         write_all(fd, [data])
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    temp = path.with_name(path.name + TEMP_SUFFIX)
+    write_durably(temp, data)
     faults.crash_point("atomic_write.before_rename")
     os.replace(temp, path)
     fsync_folder(path.parent)

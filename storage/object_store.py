@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from storage.errors import LedgerviewError
-from storage.fileio import fsync_file, fsync_folder, write_all
+from storage.fileio import fsync_file, fsync_folder, write_durably
 
 WRITABLE_SCHEMES = ("s3", "file")
 
@@ -198,12 +198,7 @@ def _local_create_once(path: str, data: bytes) -> bool:
     several writers exactly one wins, and the winner's object is complete when it appears."""
     final = Path(path)
     temporary = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        write_all(fd, [data])
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_durably(temporary, data, exclusive=True)
     try:
         os.link(temporary, final)
     except FileExistsError:

@@ -93,6 +93,24 @@ class FetchCache:
         return fetched, True
 
 
+class RemoteSegments:
+    """The RemoteSegment of each uploaded segment, made once per process-lifetime of the owner, so that what a
+    segment learnt (its indexes, the CRCs it checked) outlives a re-read of the manifest that lists it."""
+
+    def __init__(self, objects: ObjectStore, cache: FetchCache) -> None:
+        self.objects, self.cache = objects, cache
+        self._made: dict[str, RemoteSegment] = {}
+
+    def of(self, infos: tuple[RemoteSegmentInfo, ...]) -> list[RemoteSegment]:
+        segments = []
+        for info in infos:
+            segment = self._made.get(info.stem)
+            if segment is None:
+                segment = self._made[info.stem] = RemoteSegment(self.objects, info, self.cache)
+            segments.append(segment)
+        return segments
+
+
 class RemoteSegment(SegmentReads):
     def __init__(self, objects: ObjectStore, info: RemoteSegmentInfo, cache: FetchCache) -> None:
         self.objects, self.info, self.cache = objects, info, cache

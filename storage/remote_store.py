@@ -23,7 +23,7 @@ from storage.ledger import Ledger
 from storage.object_store import ObjectStore, RemoteObjectMissingError, open_object_store
 from storage.remote_ledger import RemoteLedger
 from storage.remote_log import RemoteLog, RemoteLogManifest
-from storage.remote_segment import DEFAULT_CACHE_BYTES, FetchCache, RemoteSegment
+from storage.remote_segment import DEFAULT_CACHE_BYTES, FetchCache, RemoteSegment, RemoteSegments
 from storage.schema import with_partition_column
 from storage.segment import batches_of_segments
 from storage.topics import TopicMetadata
@@ -72,7 +72,7 @@ class RemoteStore:
         self.cache = FetchCache(cache_bytes)
         self.manifest_max_age_ms = manifest_max_age_ms
         self._manifests: dict[tuple[str, int], tuple[float, RemoteLogManifest]] = {}
-        self._segments: dict[str, RemoteSegment] = {}
+        self._segments = RemoteSegments(objects, self.cache)
         self._topics: dict[str, TopicMetadata] = {}
         self.clock = wall_clock_ms
 
@@ -140,13 +140,7 @@ class RemoteStore:
         return self._segments_of(self.manifest(topic, partition))
 
     def _segments_of(self, manifest: RemoteLogManifest) -> list[RemoteSegment]:
-        segments = []
-        for info in manifest.segments:
-            segment = self._segments.get(info.stem)
-            if segment is None:
-                segment = self._segments[info.stem] = RemoteSegment(self.objects, info, self.cache)
-            segments.append(segment)
-        return segments
+        return self._segments.of(manifest.segments)
 
     def read_batches(self, topic: str, partition: int, start_offset: int | None = None,
                      end_offset: int | None = None) -> Iterator[pa.RecordBatch]:

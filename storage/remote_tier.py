@@ -38,7 +38,7 @@ from storage.partition_log import PartitionLog
 from storage.records import decode_record, encode_record
 from storage.remote_ledger import RemoteCompactedView
 from storage.remote_log import RemoteLog, RemoteLogManifest, RemoteLogWriter
-from storage.remote_segment import FetchCache, RemoteSegment, RemoteSegmentInfo
+from storage.remote_segment import FetchCache, RemoteSegmentInfo, RemoteSegments
 from storage.remote_store import remote_topic_key
 from storage.retention import (
     LOCAL_REASONS,
@@ -91,7 +91,7 @@ class RemoteTier:
 
     def __init__(self, objects: ObjectStore, cache: FetchCache, clock: Callable[[], int]) -> None:
         self.objects, self.cache, self.clock = objects, cache, clock
-        self._segments: dict[str, RemoteSegment] = {}
+        self._segments = RemoteSegments(objects, cache)
         self._logs: dict[tuple[str, int], RemoteLog] = {}
         self._failures: dict[tuple[str, int], tuple[float, RemoteStorageError]] = {}
 
@@ -138,15 +138,7 @@ class RemoteTier:
             self._failures[(topic, partition)] = (time.monotonic(), error)
             raise
         self._failures.pop((topic, partition), None)
-        if manifest is None:
-            return []
-        segments: list[SegmentReads] = []
-        for info in manifest.segments:
-            segment = self._segments.get(info.stem)
-            if segment is None:
-                segment = self._segments[info.stem] = RemoteSegment(self.objects, info, self.cache)
-            segments.append(segment)
-        return segments
+        return list(self._segments.of(manifest.segments)) if manifest else []
 
 
 def open_remembered_tier(root: Path, remote: str | None) -> ObjectStore | None:

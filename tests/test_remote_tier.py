@@ -35,6 +35,13 @@ def produce(store: Store, topic: str, count: int, start: int = 0) -> None:
     store.append(topic, [(f"k{i % KEYS}", f"v{i}".encode() * 20) for i in range(start, start + count)], partition=0)
 
 
+def only_remote(store: Store, clock: ManualClock) -> None:
+    """Upload every sealed segment of ``t``, then drop the local copies (local.retention.ms=0)."""
+    store.sync_remote()
+    clock.advance(1)
+    store.enforce_retention("t")
+
+
 @pytest.fixture(params=["s3", "file"])
 def remote_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "file":
@@ -103,9 +110,7 @@ def test_retention_ms_expires_the_whole_log_remote_segments_first(data_dir: Path
         old_end = store.end_offset("t", 0)
         clock.advance(120_000)
         store.append("t", [("new", b"y" * 100)] * 60, partition=0)
-        store.sync_remote()
-        clock.advance(1)
-        store.enforce_retention("t")  # drops the local copies of the uploaded segments (the old ones expire too)
+        only_remote(store, clock)  # drops the local copies of the uploaded segments (the old ones expire too)
         assert store.partition_log("t", 0).log_start_offset == old_end
         # Every message older than retention.ms is gone from both tiers; the newer ones are all readable.
         start = store.start_offset("t", 0)
@@ -159,9 +164,7 @@ def test_remote_tier_needs_delete_only_topics(data_dir: Path, remote_uri: str, c
 def test_a_damaged_manifest_is_an_error_naming_it(data_dir: Path, s3_uri: str, clock: ManualClock) -> None:
     with tiered_store(data_dir, s3_uri, clock) as store:
         produce(store, "t", 100)
-        store.sync_remote()
-        clock.advance(1)
-        store.enforce_retention("t")  # reads of sealed segments now need the manifest
+        only_remote(store, clock)  # reads of sealed segments now need the manifest
     bucket, prefix = s3_uri.removeprefix("s3://").split("/", 1)
     s3 = boto3.client("s3")
     key = max(item["Key"] for item in s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/t-0/manifests/")["Contents"])
@@ -176,9 +179,7 @@ def test_a_flipped_byte_in_a_remote_segment_is_an_error_naming_the_object(data_d
                                                                            clock: ManualClock) -> None:
     with tiered_store(data_dir, s3_uri, clock) as store:
         produce(store, "t", 100)
-        store.sync_remote()
-        clock.advance(1)
-        store.enforce_retention("t")
+        only_remote(store, clock)
     bucket, prefix = s3_uri.removeprefix("s3://").split("/", 1)
     s3 = boto3.client("s3")
     key = min(item["Key"] for item in s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/t-0/segments/")["Contents"]
@@ -359,9 +360,7 @@ def test_a_spark_batch_read_of_a_tiered_folder_covers_the_remote_segments(data_d
                                                                           clock: ManualClock) -> None:
     with tiered_store(data_dir, s3_uri, clock) as store:
         produce(store, "t", 200)
-        store.sync_remote()
-        clock.advance(1)
-        store.enforce_retention("t")
+        only_remote(store, clock)
     scan = TopicScan(ScanOptions.parse({"path": str(data_dir), "topic": "t", "view": "raw",
                                         "maxPartitionBytes": "4096"}))
     pieces = list(scan.partitions())
