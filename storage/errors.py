@@ -116,6 +116,13 @@ class PartitionLockedError(LedgerviewError):
         )
 
 
+class ReadOnlyStoreError(LedgerviewError):
+    def __init__(self, path: str) -> None:
+        super().__init__(f"This store was opened read-only (Store.open(..., read_only=True), as Spark's read tasks "
+                         f"open it), so it changes nothing: refused to take {path}. Open it without read_only to "
+                         "write.")
+
+
 class StoreClosedError(LedgerviewError):
     def __init__(self) -> None:
         super().__init__("The store is closed; open it again with Store.open(path).")

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
-from storage.errors import PartitionLockedError
+from storage.errors import PartitionLockedError, ReadOnlyStoreError
 
 
 class FileLock:
@@ -69,3 +69,11 @@ class FileLock:
             os.close(self._fd)
             self._fd = None
         self._thread_lock.release()
+
+
+class RefusedLock(FileLock):
+    """The lock of a read-only store: taking it raises ReadOnlyStoreError, so every change is refused where it
+    would start, and nothing is created on disk."""
+
+    def acquire(self, *, wait: bool) -> None:
+        raise ReadOnlyStoreError(str(self.path))

@@ -401,8 +401,12 @@ class Segment(SegmentReads):
         return self._map.slice(0, self.size_bytes)
 
     def follow_growth(self) -> bool:
-        """Take in batches another process appended since we last looked; True if the segment grew."""
-        file_bytes = self.log_path.stat().st_size
+        """Take in batches another process appended since we last looked; True if the segment grew (a segment
+        whose file is not there yet, as a read-only store sees a partition never written, has not)."""
+        try:
+            file_bytes = self.log_path.stat().st_size
+        except FileNotFoundError:
+            return False
         if file_bytes <= self.size_bytes:
             return False
         start = self.size_bytes

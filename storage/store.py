@@ -54,7 +54,7 @@ from storage.files import (
     partition_folder,
 )
 from storage.loader import load_segments, read_segments
-from storage.locks import FileLock
+from storage.locks import FileLock, RefusedLock
 from storage.partition_log import Clock, PartitionCheckpoints, PartitionLog
 from storage.remote_segment import DEFAULT_CACHE_BYTES, FetchCache
 from storage.remote_store import is_remote_location
@@ -68,7 +68,7 @@ from storage.remote_tier import (
 )
 from storage.retention import DeletedSegment, DeleteRecordsResult, delete_records, enforce_partition_retention
 from storage.schema import MESSAGE_SCHEMA, Message, messages_from_table, with_partition_column
-from storage.segment import SegmentReads
+from storage.segment import Segment, SegmentReads
 from storage.stray_records import remove_stray_record_temporaries
 from storage.topics import TopicMetadata
 
@@ -100,14 +100,16 @@ class Store:
     """A data folder of topics. Safe to open from several processes at once (see docs/FORMAT.md, Concurrency)."""
 
     def __init__(self, root: Path, *, lock_wait: bool, verify_reads: bool, clock: Clock,
-                 cleaner_config: CleanerConfig, remote: RemoteTier | None) -> None:
+                 cleaner_config: CleanerConfig, remote: RemoteTier | None, read_only: bool = False) -> None:
         self.root = root
+        self.read_only = read_only
+        self._lock_type = RefusedLock if read_only else FileLock
         self.remote = remote
         """The remote tier (storage/remote_tier.py), or None for a store that lives in its folder only."""
         self.lock_wait = lock_wait
         self.verify_reads = verify_reads
         self.clock = clock
-        self._store_lock = FileLock(root / STORE_LOCK)
+        self._store_lock = self._lock_type(root / STORE_LOCK)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._catalogue = TopicCatalogue(root, self._store_lock, clock, on_read=self._push_config)
         self._append_path = AppendPath(clock)
@@ -119,7 +121,7 @@ class Store:
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, lock_wait: bool = True, verify_reads: bool = True,
              clock: Clock = wall_clock_ms, cleaner_config: CleanerConfig | None = None, remote: str | None = None,
-             remote_cache_bytes: int = DEFAULT_CACHE_BYTES) -> Store:
+             remote_cache_bytes: int = DEFAULT_CACHE_BYTES, read_only: bool = False) -> Store:
         """Open (creating it if missing) the data folder at ``path``.
 
         ``lock_wait``: a writer that finds a partition locked by another process waits (True) or raises
@@ -128,20 +130,27 @@ class Store:
         cleaner's memory budget (default: Kafka's 128 MiB). ``remote``: the URI of the store's remote tier
         (``s3://bucket/prefix``, ``file:///mount/prefix``, see storage/remote_tier.py); the folder remembers it,
         so later opens read through it without naming it again, and naming another one is refused.
-        ``remote_cache_bytes``: memory for remote segments fetched for reading.
+        ``remote_cache_bytes``: memory for remote segments fetched for reading. ``read_only``: the folder must
+        exist; nothing is created, locked, recovered or cleaned up (a partition is read as another process left it,
+        up to its last complete batch), and every change raises ReadOnlyStoreError: how Spark's read tasks open
+        it, beside a writer they must never block or disturb.
         """
         if is_remote_location(path):
             raise LedgerviewError(f"Store.open takes a data folder, not {path}: open the folder with "
                                   f"remote={str(path)!r} to tier it, or read the remote tier alone with RemoteStore "
                                   "(Reader and TableView take the URI).")
         root = Path(path)
+        if read_only and not (root / TOPICS_FOLDER).is_dir():
+            raise LedgerviewError(f"No ledgerview data folder at {root} (it has no {TOPICS_FOLDER} folder); a "
+                                  "read-only open creates nothing.")
         (root / TOPICS_FOLDER).mkdir(parents=True, exist_ok=True)
-        objects = open_remembered_tier(root, remote)
+        objects = open_remembered_tier(root, None if read_only else remote)
         tier = RemoteTier(objects, FetchCache(remote_cache_bytes), clock) if objects else None
         store = cls(root, lock_wait=lock_wait, verify_reads=verify_reads, clock=clock,
-                    cleaner_config=cleaner_config or CleanerConfig(), remote=tier)
-        store._catalogue.remove_leftovers()
-        remove_stray_record_temporaries(root)
+                    cleaner_config=cleaner_config or CleanerConfig(), remote=tier, read_only=read_only)
+        if not read_only:
+            store._catalogue.remove_leftovers()
+            remove_stray_record_temporaries(root)
         return store
 
     def __enter__(self) -> Store:
@@ -226,7 +235,7 @@ class Store:
         key = (topic, partition)
         recovery_file = self.root / RECOVERY_POINT_CHECKPOINT
         start_file = self.root / LOG_START_OFFSET_CHECKPOINT
-        writer_lock = FileLock(folder / WRITER_LOCK, wait=self.lock_wait)
+        writer_lock = self._lock_type(folder / WRITER_LOCK, wait=self.lock_wait)
         load_remote = functools.partial(self.remote.segments, topic, partition) if self.remote else None
 
         def read_log_start_offset() -> int:
@@ -238,11 +247,15 @@ class Store:
             read_log_start_offset=read_log_start_offset,
         )
         try:
+            if self.read_only:
+                raise PartitionLockedError(str(writer_lock.path))  # read the files as they are, as below
             writer_lock.acquire(wait=False)
         except PartitionLockedError:
             # Another process is appending right now: take the files as they are (it recovered them when it
             # opened the partition); whoever next holds the lock cuts any torn tail (PartitionLog.append).
             segments = read_segments(folder, index_interval_bytes=config.index_interval_bytes)
+            if not segments and self.read_only:  # never written: an empty log at its start, until a writer makes it
+                segments = [Segment(folder, read_log_start_offset(), index_interval_bytes=config.index_interval_bytes)]
             if segments:
                 return PartitionLog(folder, topic, partition, config=config, segments=segments,
                                     log_start_offset=max(read_log_start_offset(), segments[0].base_offset),
