@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import ParseResult, urlparse
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -28,6 +28,10 @@ from storage.errors import LedgerviewError
 from storage.fileio import fsync_file, fsync_folder, write_durably
 
 WRITABLE_SCHEMES = ("s3", "file")
+DEFAULT_TIMEOUT_S = 30.0
+"""How long an S3 request may wait for a connection, or for the next bytes of an answer, before it fails (the
+SDKs' defaults let one request of a remote that hangs wait about 100 s, with retries after)."""
+S3_ATTEMPTS = 3
 
 
 class RemoteStorageError(LedgerviewError):
@@ -152,8 +156,9 @@ class _Translated:
             raise RemoteStorageError(self.url, self.action, f"{type(error).__name__}: {error}") from error
 
 
-def open_object_store(uri: str) -> ObjectStore:
-    """The remote tier at ``uri``: ``s3://bucket/prefix``, ``file:///mount/prefix``, or any URI pyarrow reads."""
+def open_object_store(uri: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> ObjectStore:
+    """The remote tier at ``uri``: ``s3://bucket/prefix``, ``file:///mount/prefix``, or any URI pyarrow reads.
+    ``timeout_s`` bounds each S3 request's wait for a connection and for its answer's next bytes."""
     try:
         parsed = urlparse(uri)
     except ValueError as error:
@@ -163,22 +168,39 @@ def open_object_store(uri: str) -> ObjectStore:
         raise RemoteStorageError(uri, "open", "a remote tier is a URI such as s3://bucket/prefix or "
                                               "file:///shared/mount/prefix")
     try:
-        filesystem, base = pafs.FileSystem.from_uri(uri)
+        filesystem, base = _s3_filesystem(parsed, timeout_s) if scheme == "s3" else pafs.FileSystem.from_uri(uri)
     except (pa.ArrowException, OSError, ValueError) as error:
         raise RemoteStorageError(uri, "open", str(error)) from error
     create_once: Callable[[str, bytes], bool] | None = None
     if scheme == "s3":
-        create_once = _s3_create_once()
+        create_once = _s3_create_once(timeout_s)
     elif scheme == "file":
         create_once = _local_create_once
     return ObjectStore(uri, filesystem, base, create_once)
 
 
-def _s3_create_once() -> Callable[[str, bytes], bool]:
+def _s3_filesystem(parsed: ParseResult, timeout_s: float) -> tuple[pafs.S3FileSystem, str]:
+    """pyarrow's S3 client with time-outs, which its URI form cannot set; the endpoint, region and keys come from
+    the AWS variables as boto3 reads them (the constructor, unlike from_uri, does not read the endpoint's)."""
+    options: dict[str, Any] = {"connect_timeout": timeout_s, "request_timeout": timeout_s,
+                               "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=S3_ATTEMPTS)}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        where = urlparse(endpoint)
+        options.update(endpoint_override=where.netloc, scheme=where.scheme or "https")
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        options["region"] = region
+    return pafs.S3FileSystem(**options), f"{parsed.netloc}{parsed.path}".rstrip("/")
+
+
+def _s3_create_once(timeout_s: float) -> Callable[[str, bytes], bool]:
     import boto3  # only S3 tiers need it
+    from botocore.config import Config
     from botocore.exceptions import ClientError
 
-    client = boto3.client("s3")
+    client = boto3.client("s3", config=Config(connect_timeout=timeout_s, read_timeout=timeout_s,
+                                              retries={"max_attempts": S3_ATTEMPTS, "mode": "standard"}))
 
     def create(path: str, data: bytes) -> bool:
         bucket, key = path.split("/", 1)

@@ -20,7 +20,7 @@ from storage.compacted import CompactionCursor
 from storage.errors import LedgerviewError, OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
 from storage.files import TOPIC_METADATA, TOPICS_FOLDER
 from storage.ledger import Ledger
-from storage.object_store import ObjectStore, RemoteObjectMissingError, open_object_store
+from storage.object_store import DEFAULT_TIMEOUT_S, ObjectStore, RemoteObjectMissingError, open_object_store
 from storage.remote_ledger import RemoteLedger
 from storage.remote_log import RemoteLog, RemoteLogManifest
 from storage.remote_segment import DEFAULT_CACHE_BYTES, FetchCache, RemoteSegment, RemoteSegments
@@ -78,8 +78,9 @@ class RemoteStore:
 
     @classmethod
     def open(cls, uri: str, *, verify_reads: bool = True, cache_bytes: int = DEFAULT_CACHE_BYTES,
-             manifest_max_age_ms: int = 1000) -> RemoteStore:
-        return cls(open_object_store(uri), verify_reads=verify_reads, cache_bytes=cache_bytes,
+             manifest_max_age_ms: int = 1000, timeout_s: float = DEFAULT_TIMEOUT_S) -> RemoteStore:
+        """``timeout_s``: how long a request waits for a connection or for its answer's next bytes."""
+        return cls(open_object_store(uri, timeout_s=timeout_s), verify_reads=verify_reads, cache_bytes=cache_bytes,
                    manifest_max_age_ms=manifest_max_age_ms)
 
     def __enter__(self) -> RemoteStore:

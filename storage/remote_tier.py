@@ -33,7 +33,7 @@ from storage.errors import RemoteTierMismatchError
 from storage.fileio import write_atomically
 from storage.files import REMOTE_LOCK, REMOTE_TIER_RECORD
 from storage.locks import FileLock
-from storage.object_store import ObjectStore, RemoteStorageError, open_object_store
+from storage.object_store import DEFAULT_TIMEOUT_S, ObjectStore, RemoteStorageError, open_object_store
 from storage.partition_log import PartitionLog
 from storage.records import decode_record, encode_record
 from storage.remote_ledger import RemoteCompactedView
@@ -141,7 +141,9 @@ class RemoteTier:
         return list(self._segments.of(manifest.segments)) if manifest else []
 
 
-def open_remembered_tier(root: Path, remote: str | None) -> ObjectStore | None:
+def open_remembered_tier(root: Path, remote: str | None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> (
+    ObjectStore | None
+):
     """The data folder's remote tier, opened: ``remote`` if given (remembered in the folder the first time it
     opens), else the one the folder remembers, else None. A folder tiered to one URI refuses another
     (RemoteTierMismatchError): its remote segments are there."""
@@ -151,13 +153,13 @@ def open_remembered_tier(root: Path, remote: str | None) -> ObjectStore | None:
     except FileNotFoundError:
         if remote is None:
             return None
-        objects = open_object_store(remote)  # a URI that does not open is never remembered
+        objects = open_object_store(remote, timeout_s=timeout_s)  # a URI that does not open is never remembered
         write_atomically(path, encode_record(REMOTE_TIER_KIND, 1, {"uri": objects.uri}))
         return objects
     known = str(body.get("uri"))
     if remote is not None and remote.rstrip("/") != known:
         raise RemoteTierMismatchError(str(root), known, remote)
-    return open_object_store(known)
+    return open_object_store(known, timeout_s=timeout_s)
 
 
 def _remote_lock(log: PartitionLog) -> FileLock:

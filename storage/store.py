@@ -55,6 +55,7 @@ from storage.files import (
 )
 from storage.loader import load_segments, read_segments
 from storage.locks import FileLock, RefusedLock
+from storage.object_store import DEFAULT_TIMEOUT_S
 from storage.partition_log import Clock, PartitionCheckpoints, PartitionLog
 from storage.remote_segment import DEFAULT_CACHE_BYTES, FetchCache
 from storage.remote_store import is_remote_location
@@ -121,7 +122,8 @@ class Store:
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, lock_wait: bool = True, verify_reads: bool = True,
              clock: Clock = wall_clock_ms, cleaner_config: CleanerConfig | None = None, remote: str | None = None,
-             remote_cache_bytes: int = DEFAULT_CACHE_BYTES, read_only: bool = False) -> Store:
+             remote_cache_bytes: int = DEFAULT_CACHE_BYTES, remote_timeout_s: float = DEFAULT_TIMEOUT_S,
+             read_only: bool = False) -> Store:
         """Open (creating it if missing) the data folder at ``path``.
 
         ``lock_wait``: a writer that finds a partition locked by another process waits (True) or raises
@@ -130,7 +132,8 @@ class Store:
         cleaner's memory budget (default: Kafka's 128 MiB). ``remote``: the URI of the store's remote tier
         (``s3://bucket/prefix``, ``file:///mount/prefix``, see storage/remote_tier.py); the folder remembers it,
         so later opens read through it without naming it again, and naming another one is refused.
-        ``remote_cache_bytes``: memory for remote segments fetched for reading. ``read_only``: the folder must
+        ``remote_cache_bytes``: memory for remote segments fetched for reading. ``remote_timeout_s``: how long a
+        request to the remote tier waits for a connection or for its answer's next bytes. ``read_only``: the folder must
         exist; nothing is created, locked, recovered or cleaned up (a partition is read as another process left it,
         up to its last complete batch), and every change raises ReadOnlyStoreError: how Spark's read tasks open
         it, beside a writer they must never block or disturb.
@@ -144,7 +147,7 @@ class Store:
             raise LedgerviewError(f"No ledgerview data folder at {root} (it has no {TOPICS_FOLDER} folder); a "
                                   "read-only open creates nothing.")
         (root / TOPICS_FOLDER).mkdir(parents=True, exist_ok=True)
-        objects = open_remembered_tier(root, None if read_only else remote)
+        objects = open_remembered_tier(root, None if read_only else remote, timeout_s=remote_timeout_s)
         tier = RemoteTier(objects, FetchCache(remote_cache_bytes), clock) if objects else None
         store = cls(root, lock_wait=lock_wait, verify_reads=verify_reads, clock=clock,
                     cleaner_config=cleaner_config or CleanerConfig(), remote=tier, read_only=read_only)

@@ -5,6 +5,8 @@ writers. Against a real S3-protocol server (moto, on 127.0.0.1) and a file:// ti
 from __future__ import annotations
 
 import shutil
+import socket
+import threading
 from pathlib import Path
 
 import boto3
@@ -393,3 +395,27 @@ def test_spark_reads_the_remote_tier_alone_as_it_reads_the_folder(data_dir: Path
     assert table == {key: value for key, value in latest.items() if value is not None}
     with pytest.raises(LedgerviewError, match="takes a data folder"):
         Store.open(s3_uri)
+
+
+def test_a_remote_that_hangs_fails_the_request_and_appends_go_on(data_dir: Path, clock: ManualClock,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that accepts connections and never answers: each request gives up after the time-out (retried
+    three times) with an error naming the object, instead of waiting for ever."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.extend(iter(lambda: silent.accept()[0], None)), daemon=True).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "y"), ("AWS_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    try:
+        with Store.open(data_dir, remote="s3://hanging/tier", remote_timeout_s=0.5, clock=clock) as store:
+            store.create_topic("t", 1, TIERED)
+            produce(store, "t", 100)
+            with pytest.raises(RemoteStorageError, match=r"could not \w+ s3://hanging/tier/.*[Tt]ime"):
+                store.sync_remote()
+            produce(store, "t", 10, start=100)
+            assert store.read("t", 0, 0).num_rows == 110
+    finally:
+        silent.close()
+        for connection in accepted:
+            connection.close()
