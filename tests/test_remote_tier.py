@@ -7,12 +7,15 @@ from __future__ import annotations
 import shutil
 import socket
 import threading
+import time
 from pathlib import Path
 
 import boto3
 import pytest
+from kafka import KafkaConsumer, TopicPartition
 
 from compactor import Compactor
+from ledgerview.kafka import KafkaEndpoint
 from readers import Consumer, Reader, TableView
 from storage import Store
 from storage.config import InvalidConfigError
@@ -419,3 +422,28 @@ def test_a_remote_that_hangs_fails_the_request_and_appends_go_on(data_dir: Path,
         silent.close()
         for connection in accepted:
             connection.close()
+
+
+def test_kafka_clients_fetch_through_the_tiers(data_dir: Path, s3_uri: str, clock: ManualClock) -> None:
+    """kcat's and kafka-python's view: a Fetch of offsets whose local copies are gone is served from the tier."""
+    latest = tiered_and_compacted(data_dir, s3_uri, clock)
+    with KafkaEndpoint(data_dir, port=0) as endpoint:
+        consumer = KafkaConsumer(bootstrap_servers=f"127.0.0.1:{endpoint.port}", group_id=None,
+                                 fetch_max_wait_ms=100, consumer_timeout_ms=5000, request_timeout_ms=20000)
+        try:
+            raw, view = TopicPartition("t", 0), TopicPartition("t.compacted", 0)
+            consumer.assign([raw, view])
+            consumer.seek(raw, 0)
+            consumer.seek(view, 0)
+            records: dict[str, list[tuple[int, bytes | None, bytes | None]]] = {"t": [], "t.compacted": []}
+            deadline = time.monotonic() + 60
+            while (len(records["t"]) < 341 or not records["t.compacted"]) and time.monotonic() < deadline:
+                for part, batch in consumer.poll(timeout_ms=200).items():
+                    records[part.topic] += [(r.offset, r.key, r.value) for r in batch]
+        finally:
+            consumer.close()
+    assert [offset for offset, _, _ in records["t"]] == list(range(341))
+    with Store.open(data_dir) as store:
+        expected = [(m.offset, m.key, m.value) for m in Reader(store, "t", read_compacted=True)]
+    assert records["t.compacted"][: len(expected)] == expected
+    assert {key: value for _, key, value in expected} == latest
