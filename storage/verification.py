@@ -1,6 +1,7 @@
 """Checking a whole store: every batch's CRC, the order of offsets, both indexes of every segment, the compaction
-cursor and its ledger (CRCs, horizon, counts, key index), and subscription cursors. Read-only: nothing is fixed,
-every finding is reported.
+cursor and its ledger (CRCs, horizon, counts, key index), and subscription cursors; for a tiered topic also its
+remote log: the manifest's checksum and shape, every object it names there at its size, and the CRC of every
+batch of the remote segments whose local copies are gone. Read-only: nothing is fixed, every finding is reported.
 
 A **problem** is damage to what is on disk (a CRC mismatch, offsets out of order, an index entry pointing at the
 wrong batch, a corrupt cursor): the store is not sound, even where reads work around it (a wrong index entry only
@@ -33,6 +34,8 @@ from storage.files import (
 )
 from storage.index import OffsetIndex, TimeIndex
 from storage.key_index import KeyIndex
+from storage.partition_log import PartitionLog
+from storage.remote_tier import RemoteTier
 from storage.store import Store
 
 Advance = Callable[[int], None]
@@ -74,7 +77,43 @@ def verify_topics(store: Store, topics: list[str], advance: Advance) -> Report:
             _verify_segments(folder, report, advance, recorded_end=recovery_points.get((topic, partition), 0))
             _verify_compacted(folder, report, end_offset=store.end_offset(topic, partition))
             _verify_subscriptions(folder, partition, report)
+            if store.remote is not None and store.topic_metadata(topic).config.remote_storage_enable:
+                _verify_remote(store.remote, store.partition_log(topic, partition), report)
     return report
+
+
+def _verify_remote(tier: RemoteTier, log: PartitionLog, report: Report) -> None:
+    try:
+        manifest = tier.remote_log(log.topic, log.partition).latest()
+        if manifest is None:
+            return
+        sizes = {info.key: info.size for prefix in ("segments", "compacted")
+                 for info in tier.objects.list(f"{log.topic}-{log.partition}/{prefix}")}
+        expected = [(segment.log_key, segment.size_bytes) for segment in manifest.segments]
+        if manifest.compacted is not None:
+            expected += [(manifest.compacted.ledger_key, manifest.compacted.ledger_bytes),
+                         (manifest.compacted.key_index_key, manifest.compacted.key_index_bytes)]
+        for key, size in expected:
+            if sizes.get(key) != size:
+                report.problems.append(f"{tier.objects.url(key)}: the remote log names it with {size} bytes, the "
+                                       f"tier holds {sizes.get(key, 'none')}")
+        local_start = log.segments[0].base_offset
+        if manifest.segments and local_start > manifest.end_offset:
+            report.problems.append(f"{log.topic}-{log.partition}: the remote log ends at {manifest.end_offset} and "
+                                   f"the local one starts at {local_start}: the offsets between are on neither tier")
+        remote_segments = log.remote_segments
+    except LedgerviewError as error:
+        report.problems.append(str(error))
+        return
+    for segment in remote_segments:
+        report.segments += 1
+        try:
+            for _ in segment.scan(0, verify=True):
+                pass
+        except BatchFormatError as error:
+            report.problems.append(f"{segment.source}: at position {error.position}: {error}")
+        except LedgerviewError as error:
+            report.problems.append(str(error))
 
 
 def _segment_names(folder: Path) -> list[tuple[str, int]]:

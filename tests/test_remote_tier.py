@@ -24,6 +24,7 @@ from storage.object_store import RemoteStorageError, open_object_store
 from storage.records import CorruptRecordError
 from storage.remote_log import RemoteLog, RemoteLogFencedError
 from storage.remote_store import RemoteStore
+from storage.verification import verify_topics
 from streaming.scan import ScanOptions, TopicScan
 from tests.conftest import ManualClock
 from tests.processes.children import Child
@@ -447,3 +448,21 @@ def test_kafka_clients_fetch_through_the_tiers(data_dir: Path, s3_uri: str, cloc
         expected = [(m.offset, m.key, m.value) for m in Reader(store, "t", read_compacted=True)]
     assert records["t.compacted"][: len(expected)] == expected
     assert {key: value for _, key, value in expected} == latest
+
+
+def test_verify_checks_the_remote_log_too(data_dir: Path, s3_uri: str, clock: ManualClock) -> None:
+    tiered_and_compacted(data_dir, s3_uri, clock)
+    with Store.open(data_dir, clock=clock) as store:
+        assert verify_topics(store, ["t"], lambda _: None).problems == []
+    bucket, prefix = s3_uri.removeprefix("s3://").split("/", 1)
+    s3 = boto3.client("s3")
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/t-0/segments/")["Contents"]
+    logs = sorted(item["Key"] for item in listed if item["Key"].endswith(".log"))
+    body = bytearray(s3.get_object(Bucket=bucket, Key=logs[0])["Body"].read())
+    body[len(body) // 2] ^= 0xFF
+    s3.put_object(Bucket=bucket, Key=logs[0], Body=bytes(body))  # the only copy of those offsets
+    s3.delete_object(Bucket=bucket, Key=logs[1])
+    with Store.open(data_dir, clock=clock) as store:
+        problems = verify_topics(store, ["t"], lambda _: None).problems
+    assert any(logs[0] in problem and "CRC-32C" in problem for problem in problems)
+    assert any(logs[1] in problem and "the tier holds none" in problem for problem in problems)
