@@ -402,6 +402,7 @@ class Store:
         deleted: list[DeletedSegment] = []
         for partition in range(metadata.partitions):
             log = self.partition_log(topic, partition)
+            _remove_retired_ledgers(log)
             read_hold = functools.partial(self.retention_hold, topic, partition)
             if self.remote is not None and metadata.config.remote_storage_enable:
                 deleted += enforce_tiered_retention(log, self.remote.writer(log), now_ms=now, hold=read_hold())
@@ -493,3 +494,17 @@ class Store:
         for (name, _), log in list(self._logs.items()):
             if topic is None or name == topic:
                 log.flush()
+
+
+def _remove_retired_ledgers(log: PartitionLog) -> None:
+    """Remove the partition's replaced ledgers whose file.delete.delay.ms is over, so that the raw data they held
+    for their readers can go now, not at the next compaction (which may never come to a topic that receives
+    nothing new). A compaction running now does it itself: then this does nothing."""
+    ledgers = CompactedLedgers(log.folder)
+    if not ledgers.folder.is_dir():
+        return
+    try:
+        with ledgers.lock(wait=False):
+            ledgers.remove_orphans_and_retired(delete_delay_ms=log.config.file_delete_delay_ms)
+    except PartitionLockedError:
+        return
