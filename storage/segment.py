@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import replace
@@ -42,6 +43,7 @@ from storage.files import (
 from storage.index import OffsetIndex, TimeIndex
 
 NO_TIMESTAMP = -1
+logger = logging.getLogger(__name__)
 
 
 class SegmentReads:
@@ -209,6 +211,8 @@ class Segment(SegmentReads):
             segment._follow(file_bytes)
             sound = segment.time_index.is_consistent(segment.next_offset - base_offset)
         if not sound:
+            logger.warning("Rebuilding the indexes of %s from its batches: they were missing or did not match the "
+                           "log (%s).", segment.log_path, "written back" if recovering else "in memory only")
             failure = segment.rebuild_indexes(verify_from=None, persist=recovering)
             if failure is not None and not recovering:
                 segment.size_bytes = failure.position

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -382,7 +383,7 @@ def test_corruption_of_a_sealed_segment_found_in_recovery_is_an_error(data_dir: 
 
 
 @pytest.mark.parametrize("damage", ["missing", "scribbled", "truncated"])
-def test_a_missing_or_corrupt_index_is_rebuilt(data_dir: Path, damage: str) -> None:
+def test_a_missing_or_corrupt_index_is_rebuilt(data_dir: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
     with Store.open(data_dir) as store:
         store.create_topic("t", config={**TINY, "index.interval.bytes": "100"})
         for start in range(0, 200, 5):
@@ -396,8 +397,10 @@ def test_a_missing_or_corrupt_index_is_rebuilt(data_dir: Path, damage: str) -> N
                 index.write_bytes(os.urandom(index.stat().st_size))
             else:
                 index.write_bytes(index.read_bytes()[:-3])
-    with Store.open(data_dir) as store:
+    with caplog.at_level(logging.WARNING, logger="storage.segment"), Store.open(data_dir) as store:
         assert store.read("t", 0).equals(expected)
+        rebuilt = [record.getMessage() for record in caplog.records if "Rebuilding the indexes" in record.getMessage()]
+        assert len(rebuilt) == len(segment_files(data_dir, "t", 0)) - 1  # each damaged segment, named
         for start in range(0, 200, 17):
             assert store.read("t", 0, start_offset=start, max_messages=3)["offset"].to_pylist() == [
                 start, start + 1, start + 2][: 200 - start]
