@@ -5,8 +5,8 @@ Per partition of a topic with ``remote.storage.enable=true``, under the partitio
 uploader per data folder; the remote log's epoch fences other folders, see storage/remote_log.py):
 
 - ``sync_partition`` (Kafka's RLMCopyTask): upload every sealed local segment above the remote log's end, oldest
-  first, publishing a manifest after each so that progress survives a crash (the active segment is never
-  uploaded); then the current compacted ledger with its key index, once the raw log above its horizon is there
+  first, publishing a manifest after every PUBLISH_EVERY of them so that progress survives a crash (the active
+  segment is never uploaded); then the current compacted ledger with its key index, once the raw log above its horizon is there
   (storage/remote_ledger.py): Kafka tiers no compacted topic, ledgerview tiers the compacted view too.
 - ``enforce_tiered_retention`` (Kafka's RLMExpirationTask plus local retention), taking the writer lock only for
   its local changes:
