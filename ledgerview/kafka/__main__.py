@@ -1,5 +1,6 @@
-"""``python -m ledgerview.kafka DATA [--host H] [--port P] [--compacted-suffix S]``: run the Kafka endpoint alone
-in this process until SIGTERM or SIGINT. Prints ``listening on HOST:PORT`` once clients may connect (with
+"""``python -m ledgerview.kafka DATA [--host H] [--port P] [--compacted-suffix S] [--socket-request-max-bytes N]
+[--fetch-max-bytes N] [--connections-max-idle-ms N]``: run the Kafka endpoint alone in this process until SIGTERM
+or SIGINT. Prints ``listening on HOST:PORT`` once clients may connect (with
 ``--port 0`` that names the port picked), so tests and benchmarks can start it as a real process."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import sys
 import threading
 from types import FrameType
 
-from ledgerview.kafka.broker import EndpointOptions
+from ledgerview.kafka.broker import LIMITS, EndpointOptions
 from ledgerview.kafka.server import KafkaEndpoint
 
 
@@ -20,6 +21,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default=EndpointOptions.host)
     parser.add_argument("--port", type=int, default=EndpointOptions.port)
     parser.add_argument("--compacted-suffix", default=EndpointOptions.compacted_suffix)
+    for name in LIMITS:
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(EndpointOptions, name),
+                            metavar="N", help=f"Kafka's {name.replace('_', '.')} (default %(default)s)")
     args = parser.parse_args(argv)
     stop = threading.Event()
 
@@ -28,7 +32,11 @@ def main(argv: list[str] | None = None) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    options = EndpointOptions(host=args.host, port=args.port, compacted_suffix=args.compacted_suffix)
+    try:
+        options = EndpointOptions(host=args.host, port=args.port, compacted_suffix=args.compacted_suffix,
+                                  **{name: getattr(args, name) for name in LIMITS})
+    except ValueError as error:
+        parser.error(str(error))
     with KafkaEndpoint(args.data, options=options) as endpoint:
         print(f"listening on {options.host}:{endpoint.port}", flush=True)
         while not stop.wait(1.0):

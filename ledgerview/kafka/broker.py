@@ -14,6 +14,9 @@ from storage import Store
 
 NODE_ID = 0
 CLUSTER_ID = "ledgerview"
+LIMITS = ("socket_request_max_bytes", "fetch_max_bytes", "connections_max_idle_ms")
+"""EndpointOptions' bounds on what one client may ask, named as Kafka's broker configs with dots made underscores;
+each at least 1."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,22 @@ class EndpointOptions:
     """Host clients are told to connect to (Metadata, FindCoordinator); default ``host``."""
     fetch_cache_bytes: int = 64 * 1024 * 1024
     """Memory for encoded fetch batches, so consumers reading the same offsets share one encoding."""
+    socket_request_max_bytes: int = 104857600
+    """Kafka's ``socket.request.max.bytes``: a request frame declaring more (or a negative size) closes its
+    connection before any of its body is read; also the most one partition's produced records may decompress to
+    (RECORD_LIST_TOO_LARGE past it)."""
+    fetch_max_bytes: int = 57671680
+    """Kafka's broker ``fetch.max.bytes``: the most one Fetch response carries, whatever ``max_bytes`` the client
+    asks (a smaller client value wins); each partition gets its ``partition_max_bytes`` within what is left. The
+    first partition with data still gets at least one message."""
+    connections_max_idle_ms: int = 600000
+    """Kafka's ``connections.max.idle.ms``: a connection that sends no request for this long is closed, and so is
+    one whose frame has not fully arrived this long after its size did."""
+
+    def __post_init__(self) -> None:
+        for name in LIMITS:
+            if getattr(self, name) < 1:
+                raise ValueError(f"EndpointOptions.{name} is {getattr(self, name)}; it must be at least 1")
 
 
 class AppendSignal:

@@ -1,5 +1,9 @@
 """Fetch: stored Arrow batches encoded as Kafka record batches, long-polling until data arrives.
 
+The response carries at most the broker's fetch.max.bytes (EndpointOptions.fetch_max_bytes) or the client's
+max_bytes when smaller, and each partition its partition_max_bytes within what is left, counted as each batch's
+header plus its messages' estimated sizes.
+
 Per partition, a bounded read of the raw log or of the compacted view (readers.partition_read: the ledger with
 its original offsets, then the raw tail) from the fetch offset, sliced to the partition's byte budget (the first
 batch is always sent whole enough to hold one message, as KIP-74 asks). Encoded batches are cached by offset
@@ -28,7 +32,7 @@ from kafka.protocol.consumer import FetchResponse
 
 from ledgerview.kafka.broker import Broker
 from ledgerview.kafka.protocol import ErrorCode
-from ledgerview.kafka.records import encode_batch, encode_empty_batch
+from ledgerview.kafka.records import BATCH_HEADER_BYTES, encode_batch, encode_empty_batch
 from ledgerview.kafka.topics import TopicView, resolve_topic
 from readers.partition_read import open_partition_read
 from storage.binary_arrays import value_lengths
@@ -64,7 +68,8 @@ async def handle_fetch(broker: Broker, request: Any, version: int) -> Any:
 
 
 def _read_all(broker: Broker, request: Any) -> tuple[list[Any], int, bool]:
-    budget = request.max_bytes if request.max_bytes > 0 else 2**31 - 1
+    cap = broker.options.fetch_max_bytes
+    budget = min(request.max_bytes, cap) if request.max_bytes > 0 else cap
     responses, total, errors = [], 0, False
     for topic in request.topics:
         partitions = []
@@ -116,13 +121,14 @@ def _encoded(broker: Broker, view: TopicView, partition: int, batches: Iterator[
     pending: pa.RecordBatch | None = None
     spent = 0
     for batch in batches:
-        rows = _rows_within(batch, max_bytes - spent, at_least_one=at_least_one and pending is None)
+        rows = _rows_within(batch, max_bytes - spent - BATCH_HEADER_BYTES,
+                            at_least_one=at_least_one and pending is None)
         if rows == 0:
             break
         if pending is not None:
             yield _cached(broker, view, partition, pending, None)
         pending = batch.slice(0, rows)
-        spent += _estimated_bytes(pending)
+        spent += BATCH_HEADER_BYTES + _estimated_bytes(pending)
         if rows < batch.num_rows:
             break
     else:

@@ -5,8 +5,11 @@ Per partition of a request:
 
 1. Resolve the topic (a compacted name is read-only: INVALID_TOPIC_EXCEPTION) and the partition.
 2. Decode every batch of the records field (magic 2, CRC-32C, contiguous inner offsets, any of the clients'
-   codecs). A batch an idempotent producer already sent (same producer id, epoch and base sequence as one of
-   its last five) is not stored again; its first offset is answered.
+   codecs). Decompression stops as soon as a batch's records pass the topic's max.message.bytes
+   (MESSAGE_TOO_LARGE, as Kafka answers a batch above it) or the partition's batches together pass
+   socket.request.max.bytes (RECORD_LIST_TOO_LARGE), so a compression bomb is never inflated. A batch an
+   idempotent producer already sent (same producer id, epoch and base sequence as one of its last five) is not
+   stored again; its first offset is answered.
 3. Append the rest in one Store.append (validated whole before anything is written: all or nothing), with the
    producer's codec when it is one the store keeps (lz4, zstd) and the topic's compression.type is "producer".
 
@@ -22,7 +25,7 @@ import pyarrow as pa
 from kafka.protocol.producer import ProduceResponse
 
 from ledgerview.kafka.broker import Broker
-from ledgerview.kafka.compression import UnsupportedCompressionError
+from ledgerview.kafka.compression import DecompressedTooLargeError, UnsupportedCompressionError
 from ledgerview.kafka.protocol import ErrorCode
 from ledgerview.kafka.records import (
     BATCH_HEADER,
@@ -31,6 +34,7 @@ from ledgerview.kafka.records import (
     CorruptBatchError,
     InvalidRecordsError,
     ProducedBatch,
+    RecordListTooLargeError,
     UnsupportedBatchError,
     decode_batches,
 )
@@ -52,6 +56,8 @@ BATCH_ERRORS: dict[type[Exception], ErrorCode] = {
     UnsupportedBatchError: ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
     InvalidRecordsError: ErrorCode.INVALID_RECORD,
     UnsupportedCompressionError: ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+    DecompressedTooLargeError: ErrorCode.MESSAGE_TOO_LARGE,
+    RecordListTooLargeError: ErrorCode.RECORD_LIST_TOO_LARGE,
 }
 
 Partition = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
@@ -90,8 +96,10 @@ def _produce_partition(broker: Broker, name: str, partition: int, records: bytes
     if not records:
         return ErrorCode.CORRUPT_MESSAGE, -1
     try:
-        batches = decode_batches(records)
-    except (CorruptBatchError, UnsupportedBatchError, InvalidRecordsError, UnsupportedCompressionError) as error:
+        batches = decode_batches(records,
+                                 batch_bytes_max=broker.store.topic_metadata(view.topic).config.max_message_bytes,
+                                 total_bytes_max=broker.options.socket_request_max_bytes)
+    except tuple(BATCH_ERRORS) as error:
         return BATCH_ERRORS[type(error)], -1
     fresh, repeated_offset = _without_retries(broker, view.topic, partition, batches)
     if not fresh:

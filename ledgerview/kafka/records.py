@@ -15,6 +15,7 @@ numpy and scatters keys and values into one buffer. Headers, rare in practice, t
 from __future__ import annotations
 
 import struct
+import zlib
 from dataclasses import dataclass
 from typing import Final
 
@@ -23,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ledgerview.kafka.compression import decompress
+from ledgerview.kafka.compression import DecompressedTooLargeError, decompress
 from ledgerview.kafka.varints import (
     LONG_VARINT_BYTES_MAX,
     VarintError,
@@ -48,6 +49,10 @@ CODEC_MASK: Final = 0b111
 TRANSACTIONAL_FLAG: Final = 0b1_0000
 CONTROL_FLAG: Final = 0b10_0000
 NO_PRODUCER_ID: Final = -1
+MESSAGE_MAX_BYTES_DEFAULT: Final = 1048588
+"""Kafka's broker default ``message.max.bytes``, the largest batch (here: its decompressed records)."""
+RECORDS_MAX_BYTES_DEFAULT: Final = 104857600
+"""Kafka's ``socket.request.max.bytes`` default, the most one partition's records may decompress to."""
 
 assert BATCH_HEADER_BYTES == 61
 
@@ -72,6 +77,10 @@ class InvalidRecordsError(RecordBatchError):
     """Records whose inner offsets are not 0, 1, 2, ... as a producer must send them."""
 
 
+class RecordListTooLargeError(RecordBatchError):
+    """One partition's batches decompress to more than the request may bring in (Kafka's RECORD_LIST_TOO_LARGE)."""
+
+
 @dataclass(frozen=True)
 class ProducedBatch:
     """One decoded batch of a Produce request."""
@@ -83,11 +92,14 @@ class ProducedBatch:
     """Columns key, value, timestamp, headers (storage.schema's append input)."""
 
 
-def decode_batches(data: bytes | memoryview) -> list[ProducedBatch]:
-    """Every batch of a Produce request's records field, checked (magic, length, CRC-32C, offsets)."""
+def decode_batches(data: bytes | memoryview, *, batch_bytes_max: int = MESSAGE_MAX_BYTES_DEFAULT,
+                   total_bytes_max: int = RECORDS_MAX_BYTES_DEFAULT) -> list[ProducedBatch]:
+    """Every batch of a Produce request's records field, checked (magic, length, CRC-32C, offsets). A batch
+    whose records decompress to more than ``batch_bytes_max`` raises DecompressedTooLargeError, batches that
+    together decompress to more than ``total_bytes_max`` RecordListTooLargeError: decompression stops there."""
     view = memoryview(data)
     batches = []
-    position = 0
+    position = spent = 0
     while position < len(view):
         if len(view) - position < BATCH_HEADER_BYTES:
             raise CorruptBatchError(f"{len(view) - position} bytes left, less than a batch header")
@@ -104,11 +116,25 @@ def decode_batches(data: bytes | memoryview) -> list[ProducedBatch]:
             raise UnsupportedBatchError("transactional and control batches are not supported")
         if count != last_delta + 1:
             raise InvalidRecordsError(f"{count} records but lastOffsetDelta {last_delta}")
-        body = decompress(attributes & CODEC_MASK, view[position + BATCH_HEADER_BYTES : end])
+        body = _decompressed(attributes & CODEC_MASK, view[position + BATCH_HEADER_BYTES : end], batch_bytes_max,
+                             total_bytes_max - spent)
+        spent += len(body)
         batches.append(ProducedBatch(producer_id, producer_epoch, base_sequence,
                                      decode_records(body, count, base_timestamp)))
         position = end
     return batches
+
+
+def _decompressed(codec: int, data: memoryview, batch_bytes_max: int, remaining_bytes: int) -> bytes:
+    try:
+        return decompress(codec, data, limit_bytes=min(batch_bytes_max, remaining_bytes))
+    except DecompressedTooLargeError as error:
+        if remaining_bytes < batch_bytes_max:
+            raise RecordListTooLargeError(f"the batches decompress to more than {error.limit_bytes} more bytes, "
+                                          "past the records a request may bring in") from error
+        raise
+    except (zlib.error, OSError, pa.ArrowInvalid, IndexError, struct.error) as error:
+        raise CorruptBatchError(f"compressed records do not decompress: {error}") from error
 
 
 def decode_records(body: bytes, count: int, base_timestamp: int) -> pa.Table:

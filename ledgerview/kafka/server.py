@@ -2,6 +2,8 @@
 
 Per connection, requests are read (4-byte size, then the frame) and answered one after another, so responses
 leave in request order as the protocol requires; a long-polling Fetch holds its connection, as Kafka's does.
+A size above socket.request.max.bytes (or negative) closes the connection before its body is read, and a connection
+idle for connections.max.idle.ms, or whose frame is still incomplete that long after its size came, is closed.
 Connections run concurrently on one event loop, which owns the store: no locks.
 
 Version handling follows Kafka: an ApiVersions request of a version we do not speak gets the v0-format error
@@ -75,7 +77,6 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
 }
-FRAME_BYTES_MAX = 100 * 1024 * 1024
 WRITE_BUFFER_BYTES_MAX = 4 * 1024 * 1024
 GROUP_TIMER_SECONDS = 0.25
 
@@ -110,6 +111,27 @@ async def dispatch(broker: Broker, frame: bytes) -> bytes:
     if inspect.isawaitable(response):
         response = await response
     return b"" if response is None else encode_response(response, header.correlation_id)
+
+
+async def read_frame(reader: asyncio.StreamReader, options: EndpointOptions) -> bytes:
+    """The next request frame. Raises _Close when none starts within connections.max.idle.ms, when its size is
+    negative or above socket.request.max.bytes (before any of its body is read, as Kafka's
+    InvalidReceiveException), or when its body has not arrived connections.max.idle.ms after its size did."""
+    idle_seconds = options.connections_max_idle_ms / 1000
+    try:
+        async with asyncio.timeout(idle_seconds):
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+    except TimeoutError:
+        raise _Close(f"idle for connections.max.idle.ms={options.connections_max_idle_ms}") from None
+    if not 0 < size <= options.socket_request_max_bytes:
+        raise _Close(f"a frame of {size} bytes, outside 1 to socket.request.max.bytes="
+                     f"{options.socket_request_max_bytes}")
+    try:
+        async with asyncio.timeout(idle_seconds):
+            return await reader.readexactly(size)
+    except TimeoutError:
+        raise _Close(f"a frame of {size} bytes not complete after connections.max.idle.ms="
+                     f"{options.connections_max_idle_ms}") from None
 
 
 class KafkaEndpoint:
@@ -183,10 +205,7 @@ class KafkaEndpoint:
     async def _connection(self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                (size,) = struct.unpack(">i", await reader.readexactly(4))
-                if not 0 < size <= FRAME_BYTES_MAX:
-                    raise _Close(f"frame of {size} bytes")
-                response = await dispatch(broker, await reader.readexactly(size))
+                response = await dispatch(broker, await read_frame(reader, self.options))
                 if response:
                     writer.write(response)
                     if writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_MAX:

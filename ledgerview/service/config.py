@@ -128,6 +128,12 @@ class KafkaSection:
     advertised_host: str = ""
     """The host clients are told to connect to; empty: ``host``."""
     fetch_cache_bytes: int = 64 * 1024 * 1024
+    socket_request_max_bytes: int = 104857600
+    """Kafka's socket.request.max.bytes: a larger request closes its connection unread."""
+    fetch_max_bytes: int = 57671680
+    """Kafka's fetch.max.bytes: the most one Fetch response carries, whatever the client asks."""
+    connections_max_idle_ms: int = 600000
+    """Kafka's connections.max.idle.ms: an idle connection, or a frame incomplete this long, is closed."""
 
 
 @dataclass(frozen=True)
@@ -256,12 +262,12 @@ def _build(kind: type[Any], values: dict[str, Any], path: str, where: str) -> An
 
 def _check_range(key: str, value: Any, path: str, where: str) -> None:
     """Ranges read off the key's name (units last): seconds above 0 (an interval of 0 would spin a loop), a port
-    in 0 to 65535, counts of messages and partitions at least 1."""
+    in 0 to 65535, counts of messages and partitions, byte limits (``_max_bytes``) and milliseconds at least 1."""
     if key.endswith("_s") and value <= 0:
         raise ServiceConfigError(path, where, f"{value!r} is not above 0 seconds")
     if key == "port" and not 0 <= value <= 65535:
         raise ServiceConfigError(path, where, f"{value!r} is not a port (0 to 65535; 0 picks a free one)")
-    if key.endswith(("_messages", "partitions")) and isinstance(value, int) and value < 1:
+    if key.endswith(("_messages", "partitions", "_max_bytes", "_ms")) and isinstance(value, int) and value < 1:
         raise ServiceConfigError(path, where, f"{value!r} is below 1")
 
 

@@ -1,0 +1,203 @@
+"""One hostile client must not sink the endpoint (issue 18; DESIGN.md invariant 10: bad input gets a clear error and
+changes nothing): against a real endpoint on 127.0.0.1, a frame declaring more than socket.request.max.bytes (or a
+negative size) closes its connection before any body is sent; a Fetch asking 2^31-1 bytes gets at most
+fetch.max.bytes; compression bombs of every codec are refused with MESSAGE_TOO_LARGE without being inflated and
+store nothing; idle connections and half-sent frames are closed after connections.max.idle.ms; and after each,
+the endpoint still answers another client."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import crc32c
+import pyarrow as pa
+import pytest
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from ledgerview.errors import ServiceConfigError
+from ledgerview.kafka import EndpointOptions, KafkaEndpoint
+from ledgerview.kafka.broker import LIMITS
+from ledgerview.kafka.compression import DecompressedTooLargeError, decompress
+from ledgerview.kafka.protocol import ErrorCode
+from ledgerview.kafka.records import BATCH_HEADER, CRC_START, MAGIC
+from ledgerview.kafka.varints import encode_varint
+from ledgerview.service.config import KafkaSection, parse_service_config
+from storage import Store
+from tests.kafka_support import RawClient
+
+BOMB_BYTES = 100 * 1024 * 1024
+MESSAGE_MAX_BYTES = 64 * 1024
+FETCH_MAX_BYTES = 64 * 1024
+
+
+@contextmanager
+def _endpoint(tmp_path: Path, **limits: int) -> Iterator[tuple[Store, str]]:
+    data = tmp_path / "data"
+    options = EndpointOptions(port=0, **limits)
+    with Store.open(data) as store, KafkaEndpoint(data, options=options) as endpoint:
+        yield store, f"127.0.0.1:{endpoint.port}"
+
+
+def _answers(bootstrap: str) -> bool:
+    """Whether a fresh connection gets an ApiVersions answer: the endpoint still serves other clients."""
+    client = RawClient(bootstrap)
+    try:
+        response = client.request(ApiVersionsRequest(version=2), ApiVersionsResponse, 2)
+        return bool(response.error_code == ErrorCode.NONE)
+    finally:
+        client.close()
+
+
+def _closed_by_endpoint(sock: socket.socket) -> bool:
+    """Whether the endpoint closed ``sock`` (blocks until it does, or the socket's time-out)."""
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.parametrize("declared", [200 * 1024 * 1024, 2**31 - 1, -1, -(2**31)])
+def test_a_frame_above_socket_request_max_bytes_closes_its_connection_unread(tmp_path: Path, declared: int) -> None:
+    with _endpoint(tmp_path, socket_request_max_bytes=1024 * 1024) as (_, bootstrap):
+        client = RawClient(bootstrap)
+        client.send_frame(struct.pack(">i", declared))  # no body is ever sent: the endpoint must not wait for it
+        assert _closed_by_endpoint(client.socket)
+        client.close()
+        assert _answers(bootstrap)
+
+
+def _fetch(client: RawClient, topic: str, partitions: int, max_bytes: int, partition_max_bytes: int) -> list[Any]:
+    wanted = [FetchRequest.FetchTopic.FetchPartition(partition=index, fetch_offset=0, log_start_offset=-1,
+                                                     partition_max_bytes=partition_max_bytes)
+              for index in range(partitions)]
+    request = FetchRequest(version=11, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
+                           isolation_level=0, session_id=0, session_epoch=-1,
+                           topics=[FetchRequest.FetchTopic(topic=topic, partitions=wanted)],
+                           forgotten_topics_data=[], rack_id="")
+    return list(client.request(request, FetchResponse, 11).responses[0].partitions)
+
+
+def test_a_fetch_gets_at_most_fetch_max_bytes_whatever_the_client_asks(tmp_path: Path) -> None:
+    with _endpoint(tmp_path, fetch_max_bytes=FETCH_MAX_BYTES) as (store, bootstrap):
+        store.create_topic("t", partitions=2)
+        for partition in range(2):
+            for _ in range(4):  # several stored batches per partition, 200 KB each
+                store.append("t", [(None, bytes(1000))] * 200, partition=partition)
+        client = RawClient(bootstrap)
+        try:
+            greedy = _fetch(client, "t", 2, 2**31 - 1, 2**31 - 1)
+            assert 0 < sum(len(answer.records) for answer in greedy) <= FETCH_MAX_BYTES
+            modest = _fetch(client, "t", 2, 10_000, 2**31 - 1)  # the client's smaller value wins
+            assert 0 < sum(len(answer.records) for answer in modest) <= 10_000
+            per_partition = _fetch(client, "t", 2, 2**31 - 1, 5_000)
+            assert all(0 < len(answer.records) <= 5_000 for answer in per_partition)
+            store.create_topic("big", partitions=1)
+            store.append("big", [(None, bytes(200_000))], partition=0)
+            [at_least_one] = _fetch(client, "big", 1, 2**31 - 1, 2**31 - 1)  # a consumer is never stuck
+            assert len(at_least_one.records) > 200_000
+        finally:
+            client.close()
+
+
+def _zeros_compressed(codec: int, size: int) -> bytes:
+    """One record (no key, a value of ``size`` zero bytes, no headers), compressed in 1 MiB steps so the test
+    never holds the value whole."""
+    body = b"\x00" + encode_varint(0) + encode_varint(0) + encode_varint(-1) + encode_varint(size)
+    start = encode_varint(len(body) + size + 1) + body
+    pieces = [start, *[bytes(1 << 20)] * (size >> 20), bytes(size % (1 << 20) + 1)]  # + the headers count, 0
+    if codec == 1:
+        gzip = zlib.compressobj(9, wbits=31)
+        return b"".join(gzip.compress(piece) for piece in pieces) + gzip.flush()
+    if codec == 2:  # a raw snappy block declares its uncompressed size first; refused on that alone
+        return bytes(pa.Codec("snappy").compress(b"".join(pieces), asbytes=True))
+    sink = pa.BufferOutputStream()
+    with pa.CompressedOutputStream(sink, {3: "lz4", 4: "zstd"}[codec]) as stream:
+        for piece in pieces:
+            stream.write(piece)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _batch(codec: int, records: bytes) -> bytes:
+    """A record batch v2 of one record whose (compressed) records are ``records``, with a valid CRC-32C."""
+    header = BATCH_HEADER.pack(0, BATCH_HEADER.size - 12 + len(records), 0, MAGIC, 0, codec, 0, 1_700_000_000_000,
+                               1_700_000_000_000, -1, -1, -1, 1)
+    unsigned = header + records
+    crc = crc32c.crc32c(unsigned[CRC_START:])
+    return unsigned[:17] + struct.pack(">I", crc) + unsigned[CRC_START:]
+
+
+def _produce(client: RawClient, topic: str, records: bytes) -> int:
+    partition_data = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)
+    request = ProduceRequest(version=7, transactional_id=None, acks=-1, timeout_ms=5000,
+                             topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[partition_data])])
+    return int(client.request(request, ProduceResponse, 7).responses[0].partition_responses[0].error_code)
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])
+def test_a_compression_bomb_is_refused_without_being_inflated(tmp_path: Path, codec: int) -> None:
+    size = BOMB_BYTES if codec != 2 else 4 * 1024 * 1024  # snappy compresses zeros only ~20:1
+    bomb = _zeros_compressed(codec, size)
+    assert len(bomb) < 8 * 1024 * 1024
+    with _endpoint(tmp_path) as (store, bootstrap):
+        store.create_topic("t", partitions=1, config={"max.message.bytes": str(MESSAGE_MAX_BYTES)})
+        client = RawClient(bootstrap)
+        try:
+            assert _produce(client, "t", _batch(codec, bomb)) == ErrorCode.MESSAGE_TOO_LARGE
+            assert store.end_offset("t", 0) == 0
+            small = _zeros_compressed(codec, 1000)
+            assert _produce(client, "t", _batch(codec, small)) == ErrorCode.NONE  # the endpoint goes on serving
+            assert store.read("t", 0)["value"].to_pylist() == [bytes(1000)]
+        finally:
+            client.close()
+
+
+@pytest.mark.parametrize("codec", [1, 3, 4], ids=["gzip", "lz4", "zstd"])
+def test_streaming_decompression_stops_near_its_limit(codec: int) -> None:
+    bomb = _zeros_compressed(codec, BOMB_BYTES)
+    with pytest.raises(DecompressedTooLargeError, match="more than 65536 bytes"):
+        decompress(codec, bomb, limit_bytes=MESSAGE_MAX_BYTES)
+    assert len(decompress(codec, _zeros_compressed(codec, 1 << 20), limit_bytes=2 << 20)) > 1 << 20
+
+
+def test_batches_that_together_pass_the_request_bound_are_a_record_list_too_large(tmp_path: Path) -> None:
+    with _endpoint(tmp_path, socket_request_max_bytes=1024 * 1024) as (store, bootstrap):
+        store.create_topic("t", partitions=1)  # max.message.bytes 1048588: each batch alone is fine
+        batch = _batch(1, _zeros_compressed(1, 600 * 1024))
+        client = RawClient(bootstrap)
+        try:
+            assert _produce(client, "t", batch + batch) == ErrorCode.RECORD_LIST_TOO_LARGE
+            assert store.end_offset("t", 0) == 0
+        finally:
+            client.close()
+
+
+@pytest.mark.parametrize("sent", [b"", struct.pack(">i", 1000) + b"half"], ids=["idle", "half-sent frame"])
+def test_an_idle_connection_is_closed_after_connections_max_idle_ms(tmp_path: Path, sent: bytes) -> None:
+    with _endpoint(tmp_path, connections_max_idle_ms=200) as (_, bootstrap):
+        client = RawClient(bootstrap)
+        client.send_frame(sent)
+        assert _closed_by_endpoint(client.socket)  # RawClient's 30 s time-out bounds the wait
+        client.close()
+        assert _answers(bootstrap)
+
+
+def test_the_limits_are_kafkas_defaults_and_the_service_takes_them() -> None:
+    kafka_names = {"socket_request_max_bytes": 104857600, "fetch_max_bytes": 57671680,
+                   "connections_max_idle_ms": 600000}
+    assert {name: getattr(EndpointOptions(), name) for name in LIMITS} == kafka_names
+    assert {name: getattr(KafkaSection(), name) for name in LIMITS} == kafka_names
+    config = parse_service_config({"kafka": {"fetch_max_bytes": 1024, "connections_max_idle_ms": 50}}, "s.toml")
+    assert (config.kafka.fetch_max_bytes, config.kafka.connections_max_idle_ms) == (1024, 50)
+    for name in LIMITS:
+        with pytest.raises(ServiceConfigError, match=rf"\[kafka\] {name}: 0 is below 1"):
+            parse_service_config({"kafka": {name: 0}}, "s.toml")
+        with pytest.raises(ValueError, match=name):
+            EndpointOptions(**{name: 0})
