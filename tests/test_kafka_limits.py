@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
+import sys
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,7 +41,7 @@ FETCH_MAX_BYTES = 64 * 1024
 
 
 @contextmanager
-def _endpoint(tmp_path: Path, **limits: int) -> Iterator[tuple[Store, str]]:
+def _endpoint(tmp_path: Path, **limits: Any) -> Iterator[tuple[Store, str]]:
     data = tmp_path / "data"
     options = EndpointOptions(port=0, **limits)
     with Store.open(data) as store, KafkaEndpoint(data, options=options) as endpoint:
@@ -160,6 +162,19 @@ def test_a_compression_bomb_is_refused_without_being_inflated(tmp_path: Path, co
 
 
 @pytest.mark.parametrize("codec", [1, 3, 4], ids=["gzip", "lz4", "zstd"])
+def test_compressed_records_that_do_not_decompress_are_a_corrupt_message(tmp_path: Path, codec: int) -> None:
+    with _endpoint(tmp_path) as (store, bootstrap):
+        store.create_topic("t", partitions=1)
+        client = RawClient(bootstrap)
+        try:
+            assert _produce(client, "t", _batch(codec, _zeros_compressed(codec, 1000)[:-12])) \
+                == ErrorCode.CORRUPT_MESSAGE
+            assert store.end_offset("t", 0) == 0
+        finally:
+            client.close()
+
+
+@pytest.mark.parametrize("codec", [1, 3, 4], ids=["gzip", "lz4", "zstd"])
 def test_streaming_decompression_stops_near_its_limit(codec: int) -> None:
     bomb = _zeros_compressed(codec, BOMB_BYTES)
     with pytest.raises(DecompressedTooLargeError, match="more than 65536 bytes"):
@@ -200,4 +215,25 @@ def test_the_limits_are_kafkas_defaults_and_the_service_takes_them() -> None:
         with pytest.raises(ServiceConfigError, match=rf"\[kafka\] {name}: 0 is below 1"):
             parse_service_config({"kafka": {name: 0}}, "s.toml")
         with pytest.raises(ValueError, match=name):
-            EndpointOptions(**{name: 0})
+            EndpointOptions(**dict[str, Any]({name: 0}))
+
+
+@pytest.mark.slow
+def test_the_endpoint_process_takes_the_limits_as_options(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "ledgerview.kafka", str(tmp_path / "data"), "--port", "0"]
+    refused = subprocess.run([*command, "--fetch-max-bytes", "0"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "fetch_max_bytes is 0" in refused.stderr
+    with subprocess.Popen([*command, "--connections-max-idle-ms", "200", "--socket-request-max-bytes", "4096"],
+                          stdout=subprocess.PIPE, text=True) as process:
+        try:
+            assert process.stdout is not None
+            bootstrap = process.stdout.readline().removeprefix("listening on ").strip()
+            idle, oversized = RawClient(bootstrap), RawClient(bootstrap)
+            oversized.send_frame(struct.pack(">i", 4097))
+            assert _closed_by_endpoint(oversized.socket) and _closed_by_endpoint(idle.socket)
+            idle.close()
+            oversized.close()
+            assert _answers(bootstrap)
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
