@@ -33,7 +33,7 @@ from ledgerview.kafka.records import BATCH_HEADER, CRC_START, MAGIC
 from ledgerview.kafka.varints import encode_varint
 from ledgerview.service.config import KafkaSection, parse_service_config
 from storage import Store
-from tests.kafka_support import RawClient
+from tests.kafka_support import RawClient, established_connections_to, wait_for
 
 BOMB_BYTES = 100 * 1024 * 1024
 MESSAGE_MAX_BYTES = 64 * 1024
@@ -202,6 +202,45 @@ def test_an_idle_connection_is_closed_after_connections_max_idle_ms(tmp_path: Pa
         assert _closed_by_endpoint(client.socket)  # RawClient's 30 s time-out bounds the wait
         client.close()
         assert _answers(bootstrap)
+
+
+def test_a_client_that_reads_no_responses_is_cut_off_after_connections_max_idle_ms(tmp_path: Path) -> None:
+    requests, response_bytes = 40, 1024 * 1024
+    with _endpoint(tmp_path, connections_max_idle_ms=300) as (store, bootstrap):
+        store.create_topic("t", partitions=1)
+        store.append("t", [(None, bytes(1000))] * 2000, partition=0)
+        client = RawClient(bootstrap)
+        try:
+            for _ in range(requests):  # 40 MiB of responses asked for, none read
+                _send_fetch(client, "t", response_bytes)
+            port = int(bootstrap.rsplit(":", 1)[1])
+            wait_for(lambda: established_connections_to(port) == 0, "the endpoint to cut the client off")
+            received = 0
+            while chunk := _received(client.socket):
+                received += len(chunk)
+            assert received < requests * response_bytes // 2  # what the kernel had buffered, not the responses
+        finally:
+            client.close()
+        assert _answers(bootstrap)
+
+
+def _send_fetch(client: RawClient, topic: str, max_bytes: int) -> None:
+    wanted = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0, log_start_offset=-1,
+                                                    partition_max_bytes=max_bytes)
+    request = FetchRequest(version=11, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
+                           isolation_level=0, session_id=0, session_epoch=-1,
+                           topics=[FetchRequest.FetchTopic(topic=topic, partitions=[wanted])],
+                           forgotten_topics_data=[], rack_id="")
+    client.correlation_id += 1
+    request.with_header(correlation_id=client.correlation_id, client_id="test")
+    client.send_frame(bytes(request.encode(version=11, header=True, framed=True)))
+
+
+def _received(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(1 << 20)
+    except ConnectionResetError:
+        return b""
 
 
 def test_the_limits_are_kafkas_defaults_and_the_service_takes_them() -> None:

@@ -43,7 +43,8 @@ class EndpointOptions:
     first partition with data still gets at least one message."""
     connections_max_idle_ms: int = 600000
     """Kafka's ``connections.max.idle.ms``: a connection that sends no request for this long is closed, and so is
-    one whose frame has not fully arrived this long after its size did."""
+    one whose frame has not fully arrived this long after its size did, or that reads none of its pending
+    responses for this long."""
 
     def __post_init__(self) -> None:
         for name in LIMITS:

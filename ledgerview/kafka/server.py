@@ -3,7 +3,8 @@
 Per connection, requests are read (4-byte size, then the frame) and answered one after another, so responses
 leave in request order as the protocol requires; a long-polling Fetch holds its connection, as Kafka's does.
 A size above socket.request.max.bytes (or negative) closes the connection before its body is read, and a connection
-idle for connections.max.idle.ms, or whose frame is still incomplete that long after its size came, is closed.
+idle for connections.max.idle.ms, whose frame is still incomplete that long after its size came, or that reads
+none of its pending responses (past WRITE_BUFFER_BYTES_MAX) for that long, is closed.
 Connections run concurrently on one event loop, which owns the store: no locks.
 
 Version handling follows Kafka: an ApiVersions request of a version we do not speak gets the v0-format error
@@ -17,6 +18,7 @@ import asyncio
 import inspect
 import logging
 import os
+import socket
 import struct
 import threading
 from collections.abc import Callable
@@ -134,6 +136,20 @@ async def read_frame(reader: asyncio.StreamReader, options: EndpointOptions) -> 
                      f"{options.connections_max_idle_ms}") from None
 
 
+async def drain(writer: asyncio.StreamWriter, options: EndpointOptions) -> None:
+    """Wait until the client reads enough of its responses; one that reads none for connections.max.idle.ms is
+    reset (closing would wait for the unread responses to be sent) and raises _Close."""
+    try:
+        async with asyncio.timeout(options.connections_max_idle_ms / 1000):
+            await writer.drain()
+    except TimeoutError:
+        connection = writer.get_extra_info("socket")
+        if connection is not None:  # linger 0: a reset, and the kernel drops what it still holds for the client
+            connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+        raise _Close(f"responses unread for connections.max.idle.ms={options.connections_max_idle_ms}") from None
+
+
 class KafkaEndpoint:
     """Serves the data folder at ``store_path`` to Kafka clients until ``stop``; ``start`` returns once it
     listens (``port`` then holds the real port when 0 was asked for)."""
@@ -209,7 +225,7 @@ class KafkaEndpoint:
                 if response:
                     writer.write(response)
                     if writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_MAX:
-                        await writer.drain()
+                        await drain(writer, self.options)
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass  # the client left, or the endpoint is stopping
         except _Close as reason:

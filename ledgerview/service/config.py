@@ -133,7 +133,8 @@ class KafkaSection:
     fetch_max_bytes: int = 57671680
     """Kafka's fetch.max.bytes: the most one Fetch response carries, whatever the client asks."""
     connections_max_idle_ms: int = 600000
-    """Kafka's connections.max.idle.ms: an idle connection, or a frame incomplete this long, is closed."""
+    """Kafka's connections.max.idle.ms: an idle connection, a frame incomplete this long or responses unread this
+    long close the connection."""
 
 
 @dataclass(frozen=True)
