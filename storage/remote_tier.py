@@ -6,8 +6,9 @@ uploader per data folder; the remote log's epoch fences other folders, see stora
 
 - ``sync_partition`` (Kafka's RLMCopyTask): upload every sealed local segment above the remote log's end, oldest
   first, publishing a manifest after every PUBLISH_EVERY of them so that progress survives a crash (the active
-  segment is never uploaded); then the current compacted ledger with its key index, once the raw log above its horizon is there
-  (storage/remote_ledger.py): Kafka tiers no compacted topic, ledgerview tiers the compacted view too.
+  segment is never uploaded); then the current compacted ledger with its key index, once the raw log above its
+  horizon is there (storage/remote_ledger.py): Kafka tiers no compacted topic, ledgerview tiers the compacted
+  view too.
 - ``enforce_tiered_retention`` (Kafka's RLMExpirationTask plus local retention), taking the writer lock only for
   its local changes:
   1. retention.ms and retention.bytes over the whole log, remote segments first (storage/retention.py's plan over
