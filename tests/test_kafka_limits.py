@@ -7,6 +7,7 @@ the endpoint still answers another client."""
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import subprocess
@@ -23,6 +24,7 @@ import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from ledgerview.errors import ServiceConfigError
 from ledgerview.kafka import EndpointOptions, KafkaEndpoint
@@ -147,16 +149,54 @@ def _produce(client: RawClient, topic: str, records: bytes) -> int:
 def test_a_compression_bomb_is_refused_without_being_inflated(tmp_path: Path, codec: int) -> None:
     size = BOMB_BYTES if codec != 2 else 4 * 1024 * 1024  # snappy compresses zeros only ~20:1
     bomb = _zeros_compressed(codec, size)
-    assert len(bomb) < 8 * 1024 * 1024
-    with _endpoint(tmp_path) as (store, bootstrap):
-        store.create_topic("t", partitions=1, config={"max.message.bytes": str(MESSAGE_MAX_BYTES)})
+    assert len(bomb) < 1024 * 1024  # small on the wire: within max.message.bytes, as Kafka checks a batch
+    with _endpoint(tmp_path, socket_request_max_bytes=1024 * 1024) as (store, bootstrap):
+        store.create_topic("t", partitions=1)
         client = RawClient(bootstrap)
         try:
-            assert _produce(client, "t", _batch(codec, bomb)) == ErrorCode.MESSAGE_TOO_LARGE
+            # Inflating stops at the request bound (1 MiB here), not at the bomb's 100 MiB.
+            assert _produce(client, "t", _batch(codec, bomb)) == ErrorCode.RECORD_LIST_TOO_LARGE
             assert store.end_offset("t", 0) == 0
             small = _zeros_compressed(codec, 1000)
             assert _produce(client, "t", _batch(codec, small)) == ErrorCode.NONE  # the endpoint goes on serving
             assert store.read("t", 0)["value"].to_pylist() == [bytes(1000)]
+        finally:
+            client.close()
+
+
+def _kafka_batch(compression: int, values: list[bytes]) -> bytes:
+    """A record batch as Kafka producers build it (kafka-python's builder), one keyed record per value."""
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+    for index, value in enumerate(values):
+        builder.append(index, timestamp=None, key=b"k%d" % index, value=value, headers=[])
+    return bytes(builder.build())
+
+
+def test_a_compressed_batch_of_messages_that_each_fit_is_taken_whatever_it_inflates_to(tmp_path: Path) -> None:
+    """Kafka's rule: max.message.bytes bounds a batch on the wire and each message, not a batch decompressed."""
+    with _endpoint(tmp_path) as (store, bootstrap):
+        store.create_topic("t", partitions=1, config={"max.message.bytes": str(MESSAGE_MAX_BYTES)})
+        client = RawClient(bootstrap)
+        try:
+            values = [bytes([index % 7]) * 1000 for index in range(200)]  # 200 KB decompressed, 64 KiB allowed
+            assert _produce(client, "t", _kafka_batch(1, values)) == ErrorCode.NONE
+            assert store.read("t", 0)["value"].to_pylist() == values
+            one_too_large = [bytes(MESSAGE_MAX_BYTES + 1)]  # compresses to almost nothing, but is one message
+            assert _produce(client, "t", _kafka_batch(1, one_too_large)) == ErrorCode.MESSAGE_TOO_LARGE
+            assert store.end_offset("t", 0) == 200
+        finally:
+            client.close()
+
+
+def test_a_batch_larger_on_the_wire_than_max_message_bytes_is_a_message_too_large(tmp_path: Path) -> None:
+    with _endpoint(tmp_path) as (store, bootstrap):
+        store.create_topic("t", partitions=1, config={"max.message.bytes": str(MESSAGE_MAX_BYTES)})
+        client = RawClient(bootstrap)
+        try:
+            incompressible = [os.urandom(1000) for _ in range(100)]
+            assert _produce(client, "t", _kafka_batch(1, incompressible)) == ErrorCode.MESSAGE_TOO_LARGE
+            assert store.end_offset("t", 0) == 0
         finally:
             client.close()
 

@@ -5,9 +5,10 @@ Per partition of a request:
 
 1. Resolve the topic (a compacted name is read-only: INVALID_TOPIC_EXCEPTION) and the partition.
 2. Decode every batch of the records field (magic 2, CRC-32C, contiguous inner offsets, any of the clients'
-   codecs). Decompression stops as soon as a batch's records pass the topic's max.message.bytes
-   (MESSAGE_TOO_LARGE, as Kafka answers a batch above it) or the partition's batches together pass
-   socket.request.max.bytes (RECORD_LIST_TOO_LARGE), so a compression bomb is never inflated. A batch an
+   codecs). A batch larger on the wire than the topic's max.message.bytes is MESSAGE_TOO_LARGE, as in Kafka (a
+   compressed batch may hold more once decompressed; each message's size is checked when appended).
+   Decompression stops as soon as the partition's batches together pass socket.request.max.bytes
+   (RECORD_LIST_TOO_LARGE), so a compression bomb is never inflated past that bound. A batch an
    idempotent producer already sent (same producer id, epoch and base sequence as one of its last five) is not
    stored again; its first offset is answered.
 3. Append the rest in one Store.append (validated whole before anything is written: all or nothing), with the
@@ -25,12 +26,13 @@ import pyarrow as pa
 from kafka.protocol.producer import ProduceResponse
 
 from ledgerview.kafka.broker import Broker
-from ledgerview.kafka.compression import DecompressedTooLargeError, UnsupportedCompressionError
+from ledgerview.kafka.compression import UnsupportedCompressionError
 from ledgerview.kafka.protocol import ErrorCode
 from ledgerview.kafka.records import (
     BATCH_HEADER,
     CODEC_MASK,
     NO_PRODUCER_ID,
+    BatchTooLargeError,
     CorruptBatchError,
     InvalidRecordsError,
     ProducedBatch,
@@ -56,7 +58,7 @@ BATCH_ERRORS: dict[type[Exception], ErrorCode] = {
     UnsupportedBatchError: ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
     InvalidRecordsError: ErrorCode.INVALID_RECORD,
     UnsupportedCompressionError: ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
-    DecompressedTooLargeError: ErrorCode.MESSAGE_TOO_LARGE,
+    BatchTooLargeError: ErrorCode.MESSAGE_TOO_LARGE,
     RecordListTooLargeError: ErrorCode.RECORD_LIST_TOO_LARGE,
 }
 

@@ -77,6 +77,10 @@ class InvalidRecordsError(RecordBatchError):
     """Records whose inner offsets are not 0, 1, 2, ... as a producer must send them."""
 
 
+class BatchTooLargeError(RecordBatchError):
+    """A batch larger on the wire than the topic's max.message.bytes (Kafka's MESSAGE_TOO_LARGE)."""
+
+
 class RecordListTooLargeError(RecordBatchError):
     """One partition's batches decompress to more than the request may bring in (Kafka's RECORD_LIST_TOO_LARGE)."""
 
@@ -94,9 +98,11 @@ class ProducedBatch:
 
 def decode_batches(data: bytes | memoryview, *, batch_bytes_max: int = MESSAGE_MAX_BYTES_DEFAULT,
                    total_bytes_max: int = RECORDS_MAX_BYTES_DEFAULT) -> list[ProducedBatch]:
-    """Every batch of a Produce request's records field, checked (magic, length, CRC-32C, offsets). A batch
-    whose records decompress to more than ``batch_bytes_max`` raises DecompressedTooLargeError, batches that
-    together decompress to more than ``total_bytes_max`` RecordListTooLargeError: decompression stops there."""
+    """Every batch of a Produce request's records field, checked (magic, length, CRC-32C, offsets). As Kafka does,
+    a batch larger on the wire than ``batch_bytes_max`` (the topic's max.message.bytes) raises BatchTooLargeError,
+    and each message's own size is checked when it is appended; a compressed batch may hold more than that once
+    decompressed. Batches that together decompress to more than ``total_bytes_max`` raise RecordListTooLargeError:
+    decompression stops there, so a compression bomb is never inflated past that bound."""
     view = memoryview(data)
     batches = []
     position = spent = 0
@@ -116,7 +122,9 @@ def decode_batches(data: bytes | memoryview, *, batch_bytes_max: int = MESSAGE_M
             raise UnsupportedBatchError("transactional and control batches are not supported")
         if count != last_delta + 1:
             raise InvalidRecordsError(f"{count} records but lastOffsetDelta {last_delta}")
-        body = _decompressed(attributes & CODEC_MASK, view[position + BATCH_HEADER_BYTES : end], batch_bytes_max,
+        if end - position > batch_bytes_max:
+            raise BatchTooLargeError(f"a batch of {end - position} bytes, above max.message.bytes {batch_bytes_max}")
+        body = _decompressed(attributes & CODEC_MASK, view[position + BATCH_HEADER_BYTES : end],
                              total_bytes_max - spent)
         spent += len(body)
         batches.append(ProducedBatch(producer_id, producer_epoch, base_sequence,
@@ -125,14 +133,12 @@ def decode_batches(data: bytes | memoryview, *, batch_bytes_max: int = MESSAGE_M
     return batches
 
 
-def _decompressed(codec: int, data: memoryview, batch_bytes_max: int, remaining_bytes: int) -> bytes:
+def _decompressed(codec: int, data: memoryview, remaining_bytes: int) -> bytes:
     try:
-        return decompress(codec, data, limit_bytes=min(batch_bytes_max, remaining_bytes))
+        return decompress(codec, data, limit_bytes=remaining_bytes)
     except DecompressedTooLargeError as error:
-        if remaining_bytes < batch_bytes_max:
-            raise RecordListTooLargeError(f"the batches decompress to more than {error.limit_bytes} more bytes, "
-                                          "past the records a request may bring in") from error
-        raise
+        raise RecordListTooLargeError(f"the batches decompress to more than {error.limit_bytes} more bytes, "
+                                      "past the records a request may bring in") from error
     except (zlib.error, OSError, pa.ArrowInvalid, IndexError, struct.error) as error:
         raise CorruptBatchError(f"compressed records do not decompress: {error}") from error
 
