@@ -84,6 +84,8 @@ class SubscriptionCursor:
     published by a newer compaction are not skipped."""
     updated_ms: int
     """Wall-clock time of the acknowledgement that wrote this record."""
+    metadata: str = ""
+    """What a Kafka client committed with the offset (its OffsetCommit metadata), handed back by OffsetFetch."""
 
     def __post_init__(self) -> None:
         validate_subscription_name(self.subscription)
@@ -93,6 +95,7 @@ class SubscriptionCursor:
         _check(isinstance(self.read_compacted, bool), f"read_compacted {self.read_compacted!r} is not a bool")
         _check(self.ledger_id is None or (isinstance(self.ledger_id, int) and self.ledger_id >= 0),
                f"ledger_id {self.ledger_id!r} is not None or an id >= 0")
+        _check(isinstance(self.metadata, str), f"metadata {self.metadata!r} is not a string")
 
     def encode(self) -> bytes:
         return encode_record(CURSOR_RECORD, CURSOR_VERSION, asdict(self))

@@ -9,7 +9,9 @@ import logging
 
 import pytest
 from confluent_kafka import Consumer
-from kafka import KafkaConsumer
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import OffsetMetadataTooLargeError
+from kafka.structs import OffsetAndMetadata
 
 from ledgerview.kafka.coordinator import GroupCoordinator, GroupState, JoinRequest
 from ledgerview.kafka.protocol import ErrorCode
@@ -152,3 +154,20 @@ def test_coordinator_expires_a_member_whose_session_times_out() -> None:
         assert coordinator.heartbeat("g", 1, member.member_id) is ErrorCode.UNKNOWN_MEMBER_ID
 
     asyncio.run(scenario())
+
+
+def test_a_commits_metadata_is_kept_and_an_oversized_one_refused(kafka: Running) -> None:
+    kafka.store.create_topic("orders", partitions=1)
+    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id="audit", enable_auto_commit=False,
+                             request_timeout_ms=20000)
+    try:
+        target = TopicPartition("orders", 0)
+        consumer.assign([target])
+        consumer.commit({target: OffsetAndMetadata(0, "checkpoint after batch 7", -1)})
+        committed = consumer.committed(target, metadata=True)
+        assert (committed.offset, committed.metadata) == (0, "checkpoint after batch 7")
+        with pytest.raises(OffsetMetadataTooLargeError):
+            consumer.commit({target: OffsetAndMetadata(0, "x" * 4097, -1)})  # Kafka's offset.metadata.max.bytes
+        assert consumer.committed(target, metadata=True).metadata == "checkpoint after batch 7"
+    finally:
+        consumer.close()

@@ -4,7 +4,9 @@ A commit of offset o on partition p of a topic name writes the cursor record of 
 that partition (storage/cursors.py: write, fsync, rename, fsync the folder) with acked_offset o, so it survives
 a restart of the endpoint and a ledgerview Consumer of that subscription continues from the same place. The raw
 and compacted names of a topic share the record; it notes which view was committed. Kafka lets a commit move a
-position back, and so does this; a negative offset is not stored.
+position back, and so does this; a negative offset is not stored. The commit's metadata string is kept with the
+offset and handed back by OffsetFetch; one longer than Kafka's offset.metadata.max.bytes (4096) is refused with
+OFFSET_METADATA_TOO_LARGE, as Kafka does.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ CommittedPartition = CommittedTopic.OffsetCommitResponsePartition
 FetchedTopic = OffsetFetchResponse.OffsetFetchResponseTopic
 FetchedPartition = FetchedTopic.OffsetFetchResponsePartition
 NO_OFFSET = -1
+OFFSET_METADATA_MAX_BYTES = 4096
+"""Kafka's offset.metadata.max.bytes default: the longest metadata a commit may carry."""
 
 
 def handle_offset_commit(broker: Broker, request: Any, version: int) -> Any:
@@ -40,18 +44,21 @@ def handle_offset_commit(broker: Broker, request: Any, version: int) -> Any:
         for wanted in topic.partitions:
             error = group_error
             if error is ErrorCode.NONE:
-                error = _commit(broker, group_id, topic.name, wanted.partition_index, wanted.committed_offset)
+                error = _commit(broker, group_id, topic.name, wanted.partition_index, wanted.committed_offset,
+                                wanted.committed_metadata or "")
             partitions.append(CommittedPartition(partition_index=wanted.partition_index, error_code=error.value))
         topics.append(CommittedTopic(name=topic.name, partitions=partitions))
     return OffsetCommitResponse(version=version, throttle_time_ms=0, topics=topics)
 
 
-def _commit(broker: Broker, group_id: str, name: str, partition: int, offset: int) -> ErrorCode:
+def _commit(broker: Broker, group_id: str, name: str, partition: int, offset: int, metadata: str) -> ErrorCode:
     view = resolve_partition(broker, name, partition)
     if view is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+        return ErrorCode.OFFSET_METADATA_TOO_LARGE
     if offset >= 0:
-        cursor = SubscriptionCursor(group_id, partition, offset, view.compacted, None, broker.store.clock())
+        cursor = SubscriptionCursor(group_id, partition, offset, view.compacted, None, broker.store.clock(), metadata)
         write_subscription_cursor(_folder(broker, view, partition), cursor)
     return ErrorCode.NONE
 
@@ -83,7 +90,7 @@ def _committed(broker: Broker, group_id: str, name: str, partition: int) -> Any:
     cursor = read_subscription_cursor(_folder(broker, view, partition), group_id, partition)
     offset = NO_OFFSET if cursor is None else cursor.acked_offset
     return FetchedPartition(partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
-                            metadata="", error_code=0)
+                            metadata="" if cursor is None else cursor.metadata, error_code=0)
 
 
 def _folder(broker: Broker, view: TopicView, partition: int) -> Any:
