@@ -285,7 +285,8 @@ def _received(sock: socket.socket) -> bytes:
 
 def test_the_limits_are_kafkas_defaults_and_the_service_takes_them() -> None:
     kafka_names = {"socket_request_max_bytes": 104857600, "fetch_max_bytes": 57671680,
-                   "connections_max_idle_ms": 600000}
+                   "connections_max_idle_ms": 600000, "max_connections": 2147483647,
+                   "max_connections_per_ip": 2147483647}
     assert {name: getattr(EndpointOptions(), name) for name in LIMITS} == kafka_names
     assert {name: getattr(KafkaSection(), name) for name in LIMITS} == kafka_names
     config = parse_service_config({"kafka": {"fetch_max_bytes": 1024, "connections_max_idle_ms": 50}}, "s.toml")
@@ -316,3 +317,29 @@ def test_the_endpoint_process_takes_the_limits_as_options(tmp_path: Path) -> Non
         finally:
             process.terminate()
             process.wait(timeout=60)
+
+
+def _api_versions(client: RawClient) -> int:
+    return int(client.request(ApiVersionsRequest(version=2), ApiVersionsResponse, 2).error_code)
+
+
+def _taken(bootstrap: str) -> bool:
+    """Whether a new connection is served now (not closed at once)."""
+    try:
+        return _answers(bootstrap)
+    except ConnectionError:
+        return False
+
+
+@pytest.mark.parametrize("limit", ["max_connections", "max_connections_per_ip"])
+def test_connections_beyond_the_limit_are_closed_as_they_arrive(tmp_path: Path, limit: str) -> None:
+    with _endpoint(tmp_path, **{limit: 2}) as (_, bootstrap):
+        first, second = RawClient(bootstrap), RawClient(bootstrap)
+        try:
+            assert _api_versions(first) == _api_versions(second) == ErrorCode.NONE
+            assert not _taken(bootstrap)  # a third is closed at once
+            second.close()
+            wait_for(lambda: _taken(bootstrap), "a connection to be taken once another one closed")
+            assert _api_versions(first) == ErrorCode.NONE  # the ones taken were never disturbed
+        finally:
+            first.close()

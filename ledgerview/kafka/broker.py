@@ -14,7 +14,8 @@ from storage import Store
 
 NODE_ID = 0
 CLUSTER_ID = "ledgerview"
-LIMITS = ("socket_request_max_bytes", "fetch_max_bytes", "connections_max_idle_ms")
+LIMITS = ("socket_request_max_bytes", "fetch_max_bytes", "connections_max_idle_ms", "max_connections",
+          "max_connections_per_ip")
 """EndpointOptions' bounds on what one client may ask, named as Kafka's broker configs with dots made underscores;
 each at least 1."""
 
@@ -45,6 +46,10 @@ class EndpointOptions:
     """Kafka's ``connections.max.idle.ms``: a connection that sends no request for this long is closed, and so is
     one whose frame has not fully arrived this long after its size did, or that reads none of its pending
     responses for this long."""
+    max_connections: int = 2147483647
+    """Kafka's ``max.connections``: a connection accepted while this many are open is closed at once."""
+    max_connections_per_ip: int = 2147483647
+    """Kafka's ``max.connections.per.ip``: a connection from an address that has this many open is closed at once."""
 
     def __post_init__(self) -> None:
         for name in LIMITS:

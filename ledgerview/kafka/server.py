@@ -4,7 +4,8 @@ Per connection, requests are read (4-byte size, then the frame) and answered one
 leave in request order as the protocol requires; a long-polling Fetch holds its connection, as Kafka's does.
 A size above socket.request.max.bytes (or negative) closes the connection before its body is read, and a connection
 idle for connections.max.idle.ms, whose frame is still incomplete that long after its size came, or that reads
-none of its pending responses (past WRITE_BUFFER_BYTES_MAX) for that long, is closed.
+none of its pending responses (past WRITE_BUFFER_BYTES_MAX) for that long, is closed. A connection that arrives
+while max.connections are open, or max.connections.per.ip from its address, is closed at once.
 Connections run concurrently on one event loop, which owns the store: no locks.
 
 Version handling follows Kafka: an ApiVersions request of a version we do not speak gets the v0-format error
@@ -21,6 +22,7 @@ import os
 import socket
 import struct
 import threading
+from collections import Counter
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -164,6 +166,8 @@ class KafkaEndpoint:
         self._stopping: asyncio.Event | None = None
         self._started = threading.Event()
         self._failure: BaseException | None = None
+        self._open: Counter[str] = Counter()
+        """Open connections per client address (touched only on the event loop)."""
 
     def start(self) -> KafkaEndpoint:
         self._thread = threading.Thread(target=self._run, name="kafka-endpoint", daemon=True)
@@ -219,6 +223,14 @@ class KafkaEndpoint:
             broker.coordinator.expire()
 
     async def _connection(self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        address = str((writer.get_extra_info("peername") or ("?",))[0])
+        if (sum(self._open.values()) >= self.options.max_connections
+                or self._open[address] >= self.options.max_connections_per_ip):
+            log.info("refusing a Kafka connection from %s: max.connections or max.connections.per.ip reached",
+                     address)
+            writer.close()
+            return
+        self._open[address] += 1
         try:
             while True:
                 response = await dispatch(broker, await read_frame(reader, self.options))
@@ -233,6 +245,7 @@ class KafkaEndpoint:
         except Exception:
             log.exception("a Kafka request failed; closing its connection")
         finally:
+            self._open[address] -= 1
             writer.close()
 
 

@@ -135,6 +135,10 @@ class KafkaSection:
     connections_max_idle_ms: int = 600000
     """Kafka's connections.max.idle.ms: an idle connection, a frame incomplete this long or responses unread this
     long close the connection."""
+    max_connections: int = 2147483647
+    """Kafka's max.connections: connections beyond it are closed as they arrive."""
+    max_connections_per_ip: int = 2147483647
+    """Kafka's max.connections.per.ip: connections from one address beyond it are closed as they arrive."""
 
 
 @dataclass(frozen=True)
@@ -263,12 +267,14 @@ def _build(kind: type[Any], values: dict[str, Any], path: str, where: str) -> An
 
 def _check_range(key: str, value: Any, path: str, where: str) -> None:
     """Ranges read off the key's name (units last): seconds above 0 (an interval of 0 would spin a loop), a port
-    in 0 to 65535, counts of messages and partitions, byte limits (``_max_bytes``) and milliseconds at least 1."""
+    in 0 to 65535, counts of messages, partitions and connections, byte limits (``_max_bytes``) and milliseconds
+    at least 1."""
     if key.endswith("_s") and value <= 0:
         raise ServiceConfigError(path, where, f"{value!r} is not above 0 seconds")
     if key == "port" and not 0 <= value <= 65535:
         raise ServiceConfigError(path, where, f"{value!r} is not a port (0 to 65535; 0 picks a free one)")
-    if key.endswith(("_messages", "partitions", "_max_bytes", "_ms")) and isinstance(value, int) and value < 1:
+    counted = ("_messages", "partitions", "_max_bytes", "_ms", "max_connections", "max_connections_per_ip")
+    if key.endswith(counted) and isinstance(value, int) and value < 1:
         raise ServiceConfigError(path, where, f"{value!r} is below 1")
 
 
