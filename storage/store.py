@@ -146,7 +146,8 @@ class Store:
         if read_only and not (root / TOPICS_FOLDER).is_dir():
             raise LedgerviewError(f"No ledgerview data folder at {root} (it has no {TOPICS_FOLDER} folder); a "
                                   "read-only open creates nothing.")
-        (root / TOPICS_FOLDER).mkdir(parents=True, exist_ok=True)
+        if not read_only:
+            (root / TOPICS_FOLDER).mkdir(parents=True, exist_ok=True)
         objects = open_remembered_tier(root, None if read_only else remote, timeout_s=remote_timeout_s)
         tier = RemoteTier(objects, FetchCache(remote_cache_bytes), clock) if objects else None
         store = cls(root, lock_wait=lock_wait, verify_reads=verify_reads, clock=clock,
