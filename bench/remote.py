@@ -249,7 +249,7 @@ def result_copy_floor(target: Path, output: Path) -> Outcome:
     assert opened is not None
     try:
         assert isinstance(opened[1].keys, KeyIndex)
-        write_flat_key_index(opened[1].keys, flat)
+        write_flat_key_index(opened[1].keys.entries(), flat)
     finally:
         opened[1].close()
     try:

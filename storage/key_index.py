@@ -28,7 +28,15 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-from rocksdict import AccessType, DBCompressionType, IngestExternalFileOptions, Options, Rdict, SstFileWriter
+from rocksdict import (
+    AccessType,
+    DBCompressionType,
+    IngestExternalFileOptions,
+    Options,
+    Rdict,
+    RdictIter,
+    SstFileWriter,
+)
 
 from storage.binary_arrays import value_offsets
 from storage.errors import LedgerviewError
@@ -51,9 +59,11 @@ RUNS_FOLDER: Final = "runs"
 class CorruptKeyIndexError(LedgerviewError):
     """A key index that cannot be right: lookups through it must not answer."""
 
-    def __init__(self, path: Path | str, key: bytes, reason: str) -> None:
-        super().__init__(f"Key index {path}: {reason} (looking up key {key!r}). The index is damaged or from "
-                         "another format: compact again to rebuild it.")
+    def __init__(self, path: Path | str, key: bytes | None, reason: str) -> None:
+        self.path = str(path)
+        looking_up = f" (looking up key {key!r})" if key is not None else ""
+        super().__init__(f"Key index {path}: {reason}{looking_up}. The index is damaged or from another format: "
+                         "rebuild it with `ledgerview verify --repair` (or compact the partition again).")
 
 
 def _options() -> Options:
@@ -83,7 +93,7 @@ class KeyIndexWriter:
         writer = SstFileWriter(_options())
         writer.open(path)
         prefix = RUN.pack(len(self._runs))
-        for first_key, group in _groups(keys, offsets):
+        for first_key, group in packed_groups(keys, offsets):
             writer[prefix + first_key] = group
         writer.finish()
         self._runs.append(path)
@@ -109,7 +119,7 @@ class KeyIndexWriter:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def _groups(keys: pa.Array, offsets: npt.NDArray[np.int64]) -> Iterator[tuple[bytes, bytes]]:
+def packed_groups(keys: pa.Array, offsets: npt.NDArray[np.int64]) -> Iterator[tuple[bytes, bytes]]:
     """(first key, packed group) of each GROUP_KEYS consecutive keys, each packed from slices of three buffers
     made for the whole run at once."""
     count = len(keys)
@@ -172,27 +182,66 @@ def _group_keys(group: bytes, path: Path, first_key: bytes) -> list[bytes]:
 
 
 class KeyIndex:
-    """A finished key index, opened read-only (any number of processes may do so at once)."""
+    """A finished key index, opened read-only (any number of processes may do so at once).
+
+    Damage is an error, never a missing key: RocksDB checks the checksum of every block it reads (SST files carry
+    one per block) and fails the read, and opening checks that RocksDB's manifest names exactly the SST files
+    the folder holds, at their sizes (a damaged manifest record is otherwise read as a torn tail and dropped,
+    with the keys of its file). An index that cannot be opened raises its CorruptKeyIndexError on every read, so
+    that its ledger stays readable. RocksDB's OPTIONS file is not read: the options are given."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._db: Rdict | None = None
+        self._runs = 0
+        self.damage: CorruptKeyIndexError | None = None
+        """Why the index could not be opened (None: it was)."""
         try:
-            self._db = Rdict(str(path), _options(), access_type=AccessType.read_only())
-        except Exception as error:  # rocksdict raises a bare Exception; only a missing folder is expected
+            self._db = Rdict(str(path), _options(), column_families={}, access_type=AccessType.read_only())
+        except Exception as error:  # rocksdict raises a bare Exception
             if not path.exists():
                 raise FileNotFoundError(f"key index {path} is gone") from error
-            raise
-        last = self._db.iter()
-        last.seek_to_last()
-        self._runs = RUN.unpack(last.key()[: RUN.size])[0] + 1 if last.valid() else 0
+            self.damage = CorruptKeyIndexError(path, None, f"RocksDB cannot open it ({error})")
+            return
+        try:
+            self._check_files(self._db)
+            last = self._db.iter()
+            last.seek_to_last()
+            self._runs = RUN.unpack(last.key()[: RUN.size])[0] + 1 if self._valid(last, None) else 0
+        except CorruptKeyIndexError as damage:
+            self.damage = damage
+            self.close()
+
+    def _check_files(self, db: Rdict) -> None:
+        live = {file["name"].lstrip("/"): file["size"] for file in db.live_files()}
+        held = {name: (self.path / name).stat().st_size for name in os.listdir(self.path) if name.endswith(".sst")}
+        if live != held:
+            raise CorruptKeyIndexError(self.path, None, f"its manifest names the files {sorted(live.items())}, the "
+                                                        f"folder holds {sorted(held.items())}")
+
+    def _iter(self) -> RdictIter:
+        if self.damage is not None:
+            raise self.damage
+        assert self._db is not None
+        return self._db.iter()
+
+    def _valid(self, groups: RdictIter, key: bytes | None) -> bool:
+        """Whether the iterator stands on an entry; an iterator that stopped on an error raises it."""
+        if groups.valid():
+            return True
+        try:
+            groups.status()
+        except Exception as error:  # rocksdict raises a bare Exception: a block checksum mismatch, an I/O error
+            raise CorruptKeyIndexError(self.path, key, f"RocksDB fails the read ({error})") from None
+        return False
 
     def locate(self, key: bytes) -> int | None:
         """The offset of ``key``'s message in the ledger, or None."""
-        groups = self._db.iter()
+        groups = self._iter()
         for run in range(self._runs):
             prefix = RUN.pack(run)
             groups.seek_for_prev(prefix + key)
-            if groups.valid() and groups.key()[: RUN.size] == prefix:
+            if self._valid(groups, key) and groups.key()[: RUN.size] == prefix:
                 offset = offset_in_group(groups.value(), key, self.path)
                 if offset is not None:
                     return offset
@@ -200,15 +249,20 @@ class KeyIndex:
 
     def entries(self) -> Iterator[tuple[bytes, bytes]]:
         """Every (run number + first key, packed group), in the index's order."""
-        for entry, packed in self._db.items():
+        groups = self._iter()
+        groups.seek_to_first()
+        while self._valid(groups, None):
+            entry, packed = groups.key(), groups.value()
             assert isinstance(entry, bytes) and isinstance(packed, bytes)  # raw mode
             yield entry, packed
+            groups.next()
 
     def keys(self) -> Iterator[bytes]:
         """Every key, run by run, in bytewise order within a run."""
-        for entry, packed in self._db.items():
-            assert isinstance(entry, bytes)  # raw mode
+        for entry, packed in self.entries():
             yield from _group_keys(packed, self.path, entry[RUN.size :])
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
+            self._db = None

@@ -8,19 +8,25 @@ cursor (storage/compaction_cursor.py); a ledger no cursor names is an orphan.
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from storage.codec import BatchFormatError, BatchHeader, decode_payload, encode_batch, verify_batch
 from storage.errors import CorruptSegmentError
 from storage.fileio import fsync_folder, write_all
 from storage.key_index import CorruptKeyIndexError, KeyIndex, KeyIndexWriter
-from storage.remote_key_index import FlatKeyIndex
+from storage.remote_key_index import FlatKeyIndexes
+from storage.schema import STORED_SCHEMA
 from storage.segment import scan_headers
+
+logger = logging.getLogger(__name__)
 
 
 class LedgerWriter:
@@ -79,7 +85,7 @@ class Ledger:
             raise CorruptSegmentError(str(path), error.position, -1, error.reason) from error
         self._set_up(str(path), headers, KeyIndex(key_index_path), verify=verify)
 
-    def _set_up(self, source: str, headers: list[BatchHeader], keys: KeyIndex | FlatKeyIndex, *,
+    def _set_up(self, source: str, headers: list[BatchHeader], keys: KeyIndex | FlatKeyIndexes, *,
                 verify: bool) -> None:
         self.source = source
         """Where the ledger is, for errors: a path or a URI."""
@@ -88,6 +94,7 @@ class Ledger:
         self.verify = verify
         self._bases = [header.base_offset for header in headers]
         self._verified: set[int] = set()
+        self._scanned_keys: tuple[pa.ChunkedArray, npt.NDArray[np.int64]] | None = None
 
     @property
     def messages(self) -> int:
@@ -128,9 +135,29 @@ class Ledger:
             if batch.num_rows:
                 yield batch
 
+    def offset_of(self, key: bytes) -> int | None:
+        """The offset of ``key``'s message, found through the key index; None if the ledger lacks the key. A key
+        index that turns out damaged is set aside for the rest of this reader's life: the ledger's keys are then
+        read once (one scan, keys and offsets only) and searched instead, so a lookup never answers from damage."""
+        if self._scanned_keys is None:
+            try:
+                return self.keys.locate(key)
+            except CorruptKeyIndexError as error:
+                logger.warning("%s Until then, lookups in ledger %s answer from a scan of it.", error, self.source)
+                self._scanned_keys = self._scan_keys()
+        keys, offsets = self._scanned_keys
+        row = pc.index(keys, pa.scalar(key, pa.binary())).as_py()
+        return None if row < 0 else int(offsets[row])
+
+    def _scan_keys(self) -> tuple[pa.ChunkedArray, npt.NDArray[np.int64]]:
+        """Every keyed message's key and offset, read from the ledger's batches (their CRCs checked)."""
+        table = pa.Table.from_batches(list(self.read_batches()), STORED_SCHEMA).select(["offset", "key"])
+        table = table.filter(pc.is_valid(table["key"]))
+        return table["key"], table["offset"].to_numpy()
+
     def lookup(self, key: bytes) -> pa.RecordBatch | None:
-        """The one-row batch holding ``key``'s message, found through the key index; None if absent."""
-        offset = self.keys.locate(key)
+        """The one-row batch holding ``key``'s message (see ``offset_of``); None if absent."""
+        offset = self.offset_of(key)
         if offset is None:
             return None
         index = bisect.bisect_right(self._bases, offset) - 1

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
-from storage.key_index import RUN, CorruptKeyIndexError, KeyIndex, offset_in_group
+from storage.key_index import RUN, CorruptKeyIndexError, offset_in_group, packed_groups
 
 MAGIC: Final = b"LVKEYS01"
 TAIL: Final = struct.Struct("<QI8s")
@@ -31,18 +33,28 @@ RangeReader = Callable[[int, int], pa.Buffer]
 """Reads ``length`` bytes at ``position`` of the object (one ranged request)."""
 
 
-def write_flat_key_index(index: KeyIndex, path: Path) -> int:
-    """Write ``index`` as one flat file at ``path``; returns its size."""
+def write_flat_key_index(entries: Iterable[tuple[bytes, bytes]], path: Path) -> int:
+    """Write the (entry, packed group) pairs of a key index, in its order, as one flat file at ``path``; returns
+    its size. The entries come from a RocksDB index (``KeyIndex.entries``) or straight from sorted keys
+    (``sorted_run_entries``)."""
     directory: list[bytes] = []
     position = 0
     with open(path, "wb") as file:
-        for entry, group in index.entries():
+        for entry, group in entries:
             file.write(group)
             directory.append(ENTRY.pack(position, len(group), len(entry)) + entry)
             position += len(group)
         file.write(b"".join(directory))
         file.write(TAIL.pack(position, len(directory), MAGIC))
         return file.tell()
+
+
+def sorted_run_entries(keys: pa.Array, offsets: npt.NDArray[np.int64]) -> Iterator[tuple[bytes, bytes]]:
+    """The entries of a key index of one run: ``keys`` (binary, unique, no nulls) in bytewise order, ``offsets``
+    in the same order."""
+    run = RUN.pack(0)
+    for first_key, group in packed_groups(keys, offsets):
+        yield run + first_key, group
 
 
 class FlatKeyIndex:
@@ -90,3 +102,22 @@ class FlatKeyIndex:
 
     def close(self) -> None:
         self._runs = None
+
+
+class FlatKeyIndexes:
+    """A key index in pieces that hold disjoint key ranges (one per task that wrote it), looked up in the one
+    piece whose range holds the key."""
+
+    def __init__(self, pieces: list[tuple[bytes, FlatKeyIndex]]) -> None:
+        self._first_keys = [first for first, _ in pieces]
+        self._pieces = [piece for _, piece in pieces]
+        self.path = self._pieces[0].path if len(self._pieces) == 1 else f"{len(pieces)} key index pieces"
+
+    def locate(self, key: bytes) -> int | None:
+        """The offset of ``key``'s message in the ledger, or None."""
+        piece = bisect.bisect_right(self._first_keys, key) - 1
+        return self._pieces[piece].locate(key) if piece >= 0 else None
+
+    def close(self) -> None:
+        for piece in self._pieces:
+            piece.close()

@@ -2,14 +2,15 @@
 log's manifest (storage/remote_log.py) in the same create-once publish that fences stale writers.
 
 ``RemoteCompactedView`` is what the manifest holds: the ledger's identity and horizon (as the local compaction
-cursor has them), the keys of its two objects, and the header of every ledger batch, so a reader finds the batch
-that holds an offset, or a key's offset, without reading the ledger. ``RemoteLedger`` reads such a ledger with the
+cursor has them), the keys of its objects (the ledger and its key index, each in one object or, as Spark's tasks
+write them, in pieces), and the header of every ledger batch, so a reader finds the batch that holds an offset, or
+a key's offset, without reading the ledger. ``RemoteLedger`` reads such a ledger with the
 methods of a local one (storage/ledger.py): each batch is one ranged read, kept in the tier's fetch cache.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, astuple, dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -18,8 +19,17 @@ from storage.codec import BatchHeader
 from storage.compacted import CompactionCursor
 from storage.ledger import Ledger
 from storage.object_store import ObjectStore
-from storage.remote_key_index import FlatKeyIndex
+from storage.remote_key_index import FlatKeyIndex, FlatKeyIndexes, RangeReader
 from storage.remote_segment import FetchCache
+
+
+@dataclass(frozen=True)
+class KeyIndexPiece:
+    """One flat key index object: it holds the ledger's keys from ``first_key`` (bytewise) to the next piece's."""
+
+    key: str
+    size_bytes: int
+    first_key: bytes
 
 
 @dataclass(frozen=True)
@@ -29,18 +39,28 @@ class RemoteCompactedView:
     """The last raw offset the ledger covers."""
     messages_read: int
     messages_kept: int
-    ledger_key: str
-    """Key of the ledger object, relative to the remote URI."""
+    ledger_keys: tuple[str, ...]
+    """Keys of the ledger's objects, relative to the remote URI, in offset order: one for a ledger compacted in
+    one process, one per phase-two task for a ledger Spark wrote (compactor/distributed.py)."""
     ledger_bytes: int
-    key_index_key: str
-    key_index_bytes: int
+    key_indexes: tuple[KeyIndexPiece, ...]
+    """The key index's objects in key order; their key ranges do not overlap."""
     published_ms: int
     batches: tuple[tuple[int, ...], ...]
-    """Each ledger batch's header fields, in BatchHeader's order."""
+    """Each ledger batch's header fields in BatchHeader's order, then the index in ``ledger_keys`` of its object."""
 
     @property
-    def object_keys(self) -> tuple[str, str]:
-        return self.ledger_key, self.key_index_key
+    def object_sizes(self) -> list[tuple[str, int]]:
+        """Every object the view names, with its size."""
+        pieces = [0] * len(self.ledger_keys)
+        for batch in self.batches:
+            pieces[batch[-1]] += batch[1]
+        return [*zip(self.ledger_keys, pieces, strict=True),
+                *((piece.key, piece.size_bytes) for piece in self.key_indexes)]
+
+    @property
+    def object_keys(self) -> tuple[str, ...]:
+        return (*self.ledger_keys, *(piece.key for piece in self.key_indexes))
 
     def cursor(self) -> CompactionCursor:
         """The view as a local compaction cursor says it (readers plan on that)."""
@@ -48,18 +68,27 @@ class RemoteCompactedView:
                                 self.ledger_bytes, self.published_ms)
 
     def to_record(self) -> dict[str, Any]:
-        return {**asdict(self), "batches": [list(batch) for batch in self.batches]}
+        return {**asdict(self), "ledger_keys": list(self.ledger_keys), "batches": [list(b) for b in self.batches],
+                "key_indexes": [[piece.key, piece.size_bytes, piece.first_key.hex()] for piece in self.key_indexes]}
 
     @classmethod
     def from_record(cls, body: dict[str, Any]) -> RemoteCompactedView:
-        return cls(**{**body, "batches": tuple(tuple(batch) for batch in body["batches"])})
+        """The view of a manifest record; one of version 1 (a single ledger and key index object) is read too."""
+        if "ledger_key" in body:
+            body = {**body, "ledger_keys": [body.pop("ledger_key")], "batches": [[*b, 0] for b in body["batches"]],
+                    "key_indexes": [[body.pop("key_index_key"), body.pop("key_index_bytes"), ""]]}
+        return cls(**{**body, "ledger_keys": tuple(body["ledger_keys"]),
+                      "batches": tuple(tuple(batch) for batch in body["batches"]),
+                      "key_indexes": tuple(KeyIndexPiece(key, size, bytes.fromhex(first))
+                                           for key, size, first in body["key_indexes"])})
 
     @classmethod
     def of(cls, cursor: CompactionCursor, ledger: Ledger, *, ledger_key: str, key_index_key: str,
            key_index_bytes: int) -> RemoteCompactedView:
-        return cls(cursor.ledger_id, cursor.horizon, cursor.messages_read, cursor.messages_kept, ledger_key,
-                   ledger.size_bytes, key_index_key, key_index_bytes, cursor.published_ms,
-                   tuple(tuple(asdict(header).values()) for header in ledger.headers))
+        """The view of a ledger compacted in one process and uploaded as one object with one key index."""
+        return cls(cursor.ledger_id, cursor.horizon, cursor.messages_read, cursor.messages_kept, (ledger_key,),
+                   ledger.size_bytes, (KeyIndexPiece(key_index_key, key_index_bytes, b""),), cursor.published_ms,
+                   tuple((*astuple(header), 0) for header in ledger.headers))
 
 
 class RemoteLedger(Ledger):
@@ -68,16 +97,22 @@ class RemoteLedger(Ledger):
     def __init__(self, objects: ObjectStore, view: RemoteCompactedView, cache: FetchCache, *,
                  verify: bool = True) -> None:
         self.objects, self.view, self.cache = objects, view, cache
-        keys = FlatKeyIndex(objects.url(view.key_index_key), view.key_index_bytes,
-                            lambda position, length: self._fetch(view.key_index_key, position, length)[0])
-        self._set_up(objects.url(view.ledger_key), [BatchHeader(*fields) for fields in view.batches], keys,
-                     verify=verify)
+        keys = FlatKeyIndexes([(piece.first_key, FlatKeyIndex(objects.url(piece.key), piece.size_bytes,
+                                                              self._range_reader(piece.key)))
+                               for piece in view.key_indexes])
+        self._object_of = {batch[0]: view.ledger_keys[batch[-1]] for batch in view.batches}
+        self._set_up(objects.url(view.ledger_keys[0]) if len(view.ledger_keys) == 1
+                     else objects.url(view.ledger_keys[0].rsplit("/", 1)[0]),
+                     [BatchHeader(*fields[:-1]) for fields in view.batches], keys, verify=verify)
+
+    def _range_reader(self, key: str) -> RangeReader:
+        return lambda position, length: self._fetch(key, position, length)[0]
 
     def _fetch(self, key: str, position: int, length: int) -> tuple[pa.Buffer, bool]:
         return self.cache.get(f"{key}@{position}+{length}", lambda: self.objects.read_range(key, position, length))
 
     def _batch_bytes(self, header: BatchHeader) -> tuple[pa.Buffer, BatchHeader]:
-        buffer, fetched = self._fetch(self.view.ledger_key, header.position, header.batch_length)
+        buffer, fetched = self._fetch(self._object_of[header.base_offset], header.position, header.batch_length)
         if fetched:
             self._verified.discard(header.position)  # check the CRC of every fetch
         return buffer, replace(header, position=0)

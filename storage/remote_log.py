@@ -28,7 +28,7 @@ import re
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from storage import faults
@@ -47,7 +47,9 @@ from storage.segment import Segment
 
 MANIFEST_RECORD = "remote-log-manifest"
 EPOCH_RECORD = "remote-epoch"
-RECORD_VERSION = 1
+MANIFEST_VERSION = 2
+"""Version 2 added segments stored from offset 0 (``offset_shift``), sink commits, and ledgers in pieces."""
+EPOCH_VERSION = 1
 _MANIFEST_NAME = re.compile(r"(\d{20})\.json")
 _LAST_SEEN: dict[tuple[str, str, int], RemoteLogManifest] = {}
 _LAST_SEEN_LOCK = threading.Lock()
@@ -65,6 +67,17 @@ class RemoteLogFencedError(LedgerviewError):
         )
 
 
+class RemoteLogOwnedError(LedgerviewError):
+    def __init__(self, topic: str, partition: int, epoch: int) -> None:
+        self.epoch = epoch
+        super().__init__(
+            f"The remote log of {topic}-{partition} belongs to a data folder (epoch {epoch}); writers of the remote "
+            f"tier alone (a Spark sink with an object-store path, distributed compaction) change only remote logs "
+            f"that no data folder has claimed. Write and compact {topic} through the store of the folder that owns "
+            f"it, or keep this tier for writers of the tier alone."
+        )
+
+
 @dataclass(frozen=True)
 class RemoteLogManifest:
     version: int
@@ -78,6 +91,9 @@ class RemoteLogManifest:
     compacted: RemoteCompactedView | None = None
     """The partition's compacted view on the remote tier; its horizon is below ``end_offset``, so a reader of the
     remote tier alone finds the raw tail above it there."""
+    sinks: dict[str, int] = field(default_factory=dict)
+    """Per Spark sink writing straight to the tier (streaming/remote_sink.py): the last micro-batch whose rows
+    this log holds, published with them, so a replayed batch is never appended twice."""
 
     @property
     def end_offset(self) -> int:
@@ -98,16 +114,17 @@ class RemoteLogManifest:
         body = asdict(self)
         body["segments"] = [asdict(segment) for segment in self.segments]
         body["compacted"] = self.compacted.to_record() if self.compacted else None
-        return encode_record(MANIFEST_RECORD, RECORD_VERSION, body)
+        return encode_record(MANIFEST_RECORD, MANIFEST_VERSION, body)
 
     @classmethod
     def decode(cls, source: str, data: bytes) -> RemoteLogManifest:
-        _, body = decode_record(source, data, MANIFEST_RECORD, max_version=RECORD_VERSION)
+        _, body = decode_record(source, data, MANIFEST_RECORD, max_version=MANIFEST_VERSION)
         try:
             compacted = body["compacted"]
             manifest = cls(body["version"], body["epoch"], body["log_start_offset"],
                            tuple(RemoteSegmentInfo(**segment) for segment in body["segments"]), body["published_ms"],
-                           RemoteCompactedView.from_record(compacted) if compacted is not None else None)
+                           RemoteCompactedView.from_record(compacted) if compacted is not None else None,
+                           dict(body.get("sinks", {})))
         except (KeyError, TypeError, ValueError) as error:
             raise CorruptRecordError(source, MANIFEST_RECORD, f"a field is missing or unknown ({error})") from None
         manifest.check(source)
@@ -197,7 +214,7 @@ class RemoteLog:
         flat = key_index_path.with_name(f"{key_index_path.name}.flat{TEMP_SUFFIX}")
         try:
             assert isinstance(ledger.keys, KeyIndex)
-            key_index_bytes = write_flat_key_index(ledger.keys, flat)
+            key_index_bytes = write_flat_key_index(ledger.keys.entries(), flat)
             self.objects.upload(flat, stem + KEY_INDEX_SUFFIX)
         finally:
             flat.unlink(missing_ok=True)
@@ -252,7 +269,7 @@ class RemoteLogWriter:
             data = self.epoch_path.read_bytes()
         except FileNotFoundError:
             return None
-        _, body = decode_record(str(self.epoch_path), data, EPOCH_RECORD, max_version=RECORD_VERSION)
+        _, body = decode_record(str(self.epoch_path), data, EPOCH_RECORD, max_version=EPOCH_VERSION)
         epoch = body.get("epoch")
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
             raise CorruptRecordError(str(self.epoch_path), EPOCH_RECORD, f"its epoch {epoch!r} is not an integer >= 1")
@@ -267,7 +284,7 @@ class RemoteLogWriter:
             manifest = (replace(latest, version=latest.version + 1, epoch=latest.epoch + 1, published_ms=self.clock())
                         if latest else RemoteLogManifest(1, 1, log_start_offset, (), self.clock()))
             if self.log.publish(manifest):
-                write_atomically(self.epoch_path, encode_record(EPOCH_RECORD, RECORD_VERSION,
+                write_atomically(self.epoch_path, encode_record(EPOCH_RECORD, EPOCH_VERSION,
                                                                 {"epoch": manifest.epoch}))
                 return manifest
 
@@ -291,3 +308,19 @@ class RemoteLogWriter:
             changed.check(self.log.objects.url(self.log.manifest_key(changed.version)))
             if self.log.publish(changed):
                 return changed
+
+
+def change_unowned(log: RemoteLog, edit: Callable[[RemoteLogManifest], RemoteLogManifest],
+                   clock: Callable[[], int]) -> RemoteLogManifest:
+    """Publish ``edit(the remote log now)`` as its next version, for a writer of the remote tier alone: such logs
+    keep epoch 0 (a log not yet started begins empty at offset 0), and writers race only through the create-once
+    publish, re-reading and re-editing when another version won. Raises RemoteLogOwnedError once a data folder
+    claimed the log (epoch 1 and up): its appends would no longer continue the folder's."""
+    while True:
+        latest = log.latest() or RemoteLogManifest(0, 0, 0, (), clock())
+        if latest.epoch:
+            raise RemoteLogOwnedError(log.topic, log.partition, latest.epoch)
+        changed = replace(edit(latest), version=latest.version + 1, epoch=0, published_ms=clock())
+        changed.check(log.objects.url(log.manifest_key(changed.version)))
+        if log.publish(changed):
+            return changed

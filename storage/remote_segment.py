@@ -37,6 +37,9 @@ class RemoteSegmentInfo:
     stem: str
     """Key of its objects without suffix, relative to the remote URI: ``prices-0/segments/<base>-<uuid>``; the
     log, offset index and time index are ``stem + .log / .index / .timeindex``."""
+    offset_shift: int = 0
+    """Added to the offsets its bytes hold (storage/segment.py): 0 for an uploaded local segment, ``base_offset``
+    for one a Spark task wrote from offset 0 before the commit placed it (streaming/remote_sink.py)."""
 
     @property
     def log_key(self) -> str:
@@ -116,6 +119,7 @@ class RemoteSegment(SegmentReads):
         self.objects, self.info, self.cache = objects, info, cache
         self.base_offset, self.next_offset, self.size_bytes = info.base_offset, info.next_offset, info.size_bytes
         self.first_timestamp, self.max_timestamp = info.first_timestamp, info.max_timestamp
+        self.offset_shift = info.offset_shift
         self._verified_bytes = 0
         self._indexes: tuple[OffsetIndex, TimeIndex] | None = None
 

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from storage import faults
 from storage.codec import (
@@ -58,6 +59,9 @@ class SegmentReads:
     offset_index: OffsetIndex
     time_index: TimeIndex
     _verified_bytes: int
+    offset_shift: int = 0
+    """Added to every offset the bytes hold: a segment written before its offsets were known (a Spark task's part
+    of a micro-batch on the remote tier) stores them from 0 and is placed in the log by its manifest entry alone."""
 
     @property
     def source(self) -> str:
@@ -84,7 +88,15 @@ class SegmentReads:
         for header in scan_headers(memoryview(self.buffer()), start_position, self.size_bytes, verify_from):
             if verify and header.position == self._verified_bytes:
                 self._verified_bytes = header.end_position
-            yield header
+            yield replace(header, base_offset=header.base_offset + self.offset_shift) if self.offset_shift else header
+
+    def decode(self, buffer: pa.Buffer, header: BatchHeader) -> pa.RecordBatch:
+        """The batch at ``header`` (from ``scan``), its offsets placed where the log has them."""
+        batch = decode_payload(buffer, header)
+        if not self.offset_shift:
+            return batch
+        offsets = pc.add(batch.column(0), pa.scalar(self.offset_shift, pa.int64()))
+        return pa.RecordBatch.from_arrays([offsets, *batch.columns[1:]], schema=batch.schema)
 
     def scan_from_offset(self, offset: int, *, verify: bool = False) -> Iterator[BatchHeader]:
         """Batch headers from the indexed batch at or before ``offset`` to the end (see ``scan``).
@@ -122,7 +134,7 @@ class SegmentReads:
                     continue
                 if header.base_offset >= end_offset:
                     return
-                batch = decode_payload(buffer, header)
+                batch = self.decode(buffer, header)
                 if header.base_offset < start_offset or header.last_offset >= end_offset:
                     offsets = batch.column(0).to_numpy()
                     first, last = np.searchsorted(offsets, [start_offset, end_offset])
@@ -140,7 +152,7 @@ class SegmentReads:
         buffer = self.buffer()
         for header in self.scan_from_offset(self.base_offset + self.time_index.lookup(timestamp)):
             if header.max_timestamp >= timestamp and header.last_offset >= from_offset:
-                batch = decode_payload(buffer, header)
+                batch = self.decode(buffer, header)
                 offsets = batch.column(0).to_numpy()
                 hits = np.flatnonzero((batch.column(1).to_numpy() >= timestamp) & (offsets >= from_offset))
                 if len(hits):

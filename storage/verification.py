@@ -91,8 +91,7 @@ def _verify_remote(tier: RemoteTier, log: PartitionLog, report: Report) -> None:
                  for info in tier.objects.list(f"{log.topic}-{log.partition}/{prefix}")}
         expected = [(segment.log_key, segment.size_bytes) for segment in manifest.segments]
         if manifest.compacted is not None:
-            expected += [(manifest.compacted.ledger_key, manifest.compacted.ledger_bytes),
-                         (manifest.compacted.key_index_key, manifest.compacted.key_index_bytes)]
+            expected += manifest.compacted.object_sizes
         for key, size in expected:
             if sizes.get(key) != size:
                 report.problems.append(f"{tier.objects.url(key)}: the remote log names it with {size} bytes, the "
