@@ -1,7 +1,10 @@
-"""``python -m ledgerview.kafka DATA [--host H] [--port P] [--compacted-suffix S] [--socket-request-max-bytes N]
-[--fetch-max-bytes N] [--connections-max-idle-ms N]``: run the Kafka endpoint alone in this process until SIGTERM
-or SIGINT. Prints ``listening on HOST:PORT`` once clients may connect (with
-``--port 0`` that names the port picked), so tests and benchmarks can start it as a real process."""
+"""``python -m ledgerview.kafka DATA [--config server.properties] [--insecure] [--host H] [--port P]
+[--compacted-suffix S] [--socket-request-max-bytes N] [--fetch-max-bytes N] [--connections-max-idle-ms N]``: run
+the Kafka endpoint alone in this process until SIGTERM or SIGINT. ``--config`` reads Kafka broker properties
+(listeners, ssl.*, sasl.*, authorizer.class.name, super.users, ...; docs/security.md); its values win over the
+options. Prints ``listening on HOST:PORT`` (then `` (SSL)`` and so on, for a listener not PLAINTEXT) for each
+listener once clients may connect (with port 0 that names the
+port picked), so tests and benchmarks can start it as a real process."""
 
 from __future__ import annotations
 
@@ -9,15 +12,22 @@ import argparse
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
 
 from ledgerview.kafka.broker import LIMITS, EndpointOptions
+from ledgerview.kafka.broker_config import endpoint_options, read_properties
+from ledgerview.kafka.security_options import SecurityProtocol
 from ledgerview.kafka.server import KafkaEndpoint
+from storage.errors import LedgerviewError
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m ledgerview.kafka", description=__doc__)
     parser.add_argument("data", help="the store's data folder")
+    parser.add_argument("--config", type=Path, metavar="FILE", help="Kafka broker properties (server.properties)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow a non-loopback listener without TLS and authentication")
     parser.add_argument("--host", default=EndpointOptions.host)
     parser.add_argument("--port", type=int, default=EndpointOptions.port)
     parser.add_argument("--compacted-suffix", default=EndpointOptions.compacted_suffix)
@@ -34,11 +44,15 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, on_signal)
     try:
         options = EndpointOptions(host=args.host, port=args.port, compacted_suffix=args.compacted_suffix,
-                                  **{name: getattr(args, name) for name in LIMITS})
-    except ValueError as error:
+                                  insecure=args.insecure, **{name: getattr(args, name) for name in LIMITS})
+        if args.config is not None:
+            options = endpoint_options(read_properties(args.config), str(args.config), options)
+    except (ValueError, OSError, LedgerviewError) as error:
         parser.error(str(error))
     with KafkaEndpoint(args.data, options=options) as endpoint:
-        print(f"listening on {options.host}:{endpoint.port}", flush=True)
+        for listener, port in zip(options.bound_listeners, endpoint.ports, strict=True):
+            protocol = "" if listener.protocol is SecurityProtocol.PLAINTEXT else f" ({listener.protocol.value})"
+            print(f"listening on {listener.host or '0.0.0.0'}:{port}{protocol}", flush=True)
         while not stop.wait(1.0):
             pass
     sys.exit(0)

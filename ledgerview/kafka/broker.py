@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from dataclasses import dataclass, field
 
+from ledgerview.kafka.authorizer import Authorizer, Operation, ResourceType, Session
 from ledgerview.kafka.batch_cache import EncodedBatchCache
 from ledgerview.kafka.coordinator import GroupCoordinator
+from ledgerview.kafka.security_options import Listener, SecurityOptions, SecurityProtocol, check_security
 from ledgerview.kafka.sequences import ProducerSequences
+from ledgerview.kafka.topics import resolve_topic
 from storage import Store
+from storage.errors import LedgerviewError
 
 NODE_ID = 0
 CLUSTER_ID = "ledgerview"
@@ -22,12 +27,18 @@ each at least 1."""
 
 @dataclass(frozen=True)
 class EndpointOptions:
-    """How the endpoint listens and names views."""
+    """How the endpoint listens, secures its listeners and names views."""
 
     host: str = "127.0.0.1"
-    """Address to listen on; loopback by default."""
+    """Address to listen on (one PLAINTEXT listener) when ``listeners`` is empty; loopback by default."""
     port: int = 9092
-    """TCP port; 0 picks a free one (see KafkaEndpoint.port)."""
+    """TCP port of that listener; 0 picks a free one (see KafkaEndpoint.port)."""
+    listeners: tuple[Listener, ...] = ()
+    """Kafka's ``listeners``: every address to listen on and its security protocol; replaces host and port."""
+    security: SecurityOptions = field(default_factory=SecurityOptions)
+    """TLS, SASL and ACL settings (ledgerview/kafka/security_options.py)."""
+    insecure: bool = False
+    """Allow a listener on a non-loopback address without TLS and authentication."""
     compacted_suffix: str = ".compacted"
     """``<topic><suffix>`` serves the topic's compacted view; empty disables the compacted names."""
     advertised_host: str | None = None
@@ -55,6 +66,12 @@ class EndpointOptions:
         for name in LIMITS:
             if getattr(self, name) < 1:
                 raise ValueError(f"EndpointOptions.{name} is {getattr(self, name)}; it must be at least 1")
+        check_security(self.bound_listeners, self.security, insecure=self.insecure)
+
+    @property
+    def bound_listeners(self) -> tuple[Listener, ...]:
+        """The listeners, or the one PLAINTEXT listener on host and port when none is given."""
+        return self.listeners or (Listener(SecurityProtocol.PLAINTEXT, self.host, self.port),)
 
 
 class AppendSignal:
@@ -83,10 +100,36 @@ class Broker:
     fetch_cache: EncodedBatchCache = field(init=False)
     coordinator: GroupCoordinator = field(default_factory=GroupCoordinator)
     sequences: ProducerSequences = field(default_factory=ProducerSequences)
+    authorizer: Authorizer | None = None
+    """The ACLs enforced; None when authorizer.class.name is empty (everything allowed, as Kafka)."""
+    session: Session = field(default_factory=Session)
+    """Who sends the requests this broker view answers (see for_connection)."""
+    listener_host: str = ""
+    """The host of the listener the connection arrived on, advertised in Metadata and FindCoordinator."""
 
     def __post_init__(self) -> None:
         self.fetch_cache = EncodedBatchCache(self.options.fetch_cache_bytes)
 
+    def for_connection(self, session: Session, listener_host: str, port: int) -> Broker:
+        """A view of this broker for one connection: the same store, groups and caches, that connection's
+        principal and listener."""
+        view = copy.copy(self)
+        view.session, view.listener_host, view.port = session, listener_host, port
+        return view
+
+    def allowed(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        """Whether this connection's principal may ``operation`` the resource."""
+        return self.authorizer is None or self.authorizer.authorize(self.session, operation, resource_type, name)
+
+    def allowed_topic(self, operation: Operation, name: str) -> bool:
+        """Whether this connection may ``operation`` the topic ``name``; a compacted view's name is checked as
+        its stored topic (the ACLs of ``orders`` cover ``orders.compacted``)."""
+        if self.authorizer is None:
+            return True
+        with contextlib.suppress(LedgerviewError):  # an unknown or invalid name is checked as given
+            name = resolve_topic(self.store, name, self.options.compacted_suffix).topic
+        return self.authorizer.authorize(self.session, operation, ResourceType.TOPIC, name)
+
     @property
     def advertised_host(self) -> str:
-        return self.options.advertised_host or self.options.host
+        return self.options.advertised_host or self.listener_host or self.options.host

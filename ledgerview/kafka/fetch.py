@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 from kafka.protocol.consumer import FetchResponse
 
+from ledgerview.kafka.authorizer import Operation
 from ledgerview.kafka.broker import Broker
 from ledgerview.kafka.protocol import ErrorCode
 from ledgerview.kafka.records import BATCH_HEADER_BYTES, encode_batch, encode_empty_batch
@@ -92,6 +93,8 @@ def read_partition(broker: Broker, name: str, partition: int, offset: int, max_b
                    first: bool) -> FetchedPartition:
     """The encoded batches of one partition from ``offset``, within ``max_bytes`` unless this is the first
     partition of the response with data (then at least one message)."""
+    if not broker.allowed_topic(Operation.READ, name):
+        return FetchedPartition(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     try:
         view = resolve_topic(broker.store, name, broker.options.compacted_suffix)
     except (InvalidTopicNameError, UnknownTopicError):

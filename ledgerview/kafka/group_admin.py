@@ -15,6 +15,7 @@ from typing import Any
 from kafka.protocol.admin import DeleteGroupsResponse, DescribeGroupsResponse, ListGroupsResponse
 from kafka.protocol.consumer import OffsetDeleteResponse
 
+from ledgerview.kafka.authorizer import CLUSTER_NAME, Operation, ResourceType
 from ledgerview.kafka.broker import Broker
 from ledgerview.kafka.coordinator import Group, GroupState
 from ledgerview.kafka.groups import valid_group_id
@@ -35,6 +36,8 @@ DeletedPartition = DeletedTopic.OffsetDeleteResponsePartition
 def handle_list_groups(broker: Broker, request: Any, version: int) -> Any:
     live = {group_id: group for group_id, group in broker.coordinator.groups.items() if group.members}
     names = sorted(set(live) | set(list_groups(broker.store)))
+    if not broker.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        names = [name for name in names if broker.allowed(Operation.DESCRIBE, ResourceType.GROUP, name)]
     groups = [ListedGroup(group_id=name, protocol_type=live[name].protocol_type or CONSUMER_PROTOCOL
                           if name in live else CONSUMER_PROTOCOL) for name in names]
     return ListGroupsResponse(version=version, throttle_time_ms=0, error_code=0, groups=groups)
@@ -47,6 +50,8 @@ def handle_describe_groups(broker: Broker, request: Any, version: int) -> Any:
         group = broker.coordinator.groups.get(group_id)
         if not valid_group_id(group_id):
             described.append(_described(group_id, ErrorCode.INVALID_GROUP_ID, "Dead"))
+        elif not broker.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            described.append(_described(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED, ""))
         elif group is not None and group.members:
             described.append(_live(group))
         else:
@@ -81,6 +86,8 @@ def handle_delete_groups(broker: Broker, request: Any, version: int) -> Any:
 def _delete_group(broker: Broker, group_id: str, known: set[str]) -> ErrorCode:
     if not valid_group_id(group_id):
         return ErrorCode.INVALID_GROUP_ID
+    if not broker.allowed(Operation.DELETE, ResourceType.GROUP, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
     group = broker.coordinator.groups.get(group_id)
     if group is not None and group.members:
         return ErrorCode.NON_EMPTY_GROUP
@@ -99,6 +106,9 @@ def handle_offset_delete(broker: Broker, request: Any, version: int) -> Any:
     if not valid_group_id(group_id):
         return OffsetDeleteResponse(version=version, error_code=ErrorCode.INVALID_GROUP_ID.value, throttle_time_ms=0,
                                     topics=[])
+    if not broker.allowed(Operation.DELETE, ResourceType.GROUP, group_id):
+        return OffsetDeleteResponse(version=version, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED.value,
+                                    throttle_time_ms=0, topics=[])
     if group is not None and group.members:
         return OffsetDeleteResponse(version=version, error_code=ErrorCode.NON_EMPTY_GROUP.value, throttle_time_ms=0,
                                     topics=[])
@@ -113,9 +123,9 @@ def handle_offset_delete(broker: Broker, request: Any, version: int) -> Any:
 
 
 def _delete_offset(broker: Broker, group_id: str, name: str, partition: int) -> ErrorCode:
-    view = resolve_partition(broker, name, partition)
-    if view is None:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    view = resolve_partition(broker, name, partition, Operation.READ)
+    if isinstance(view, ErrorCode):
+        return view
     folder = broker.store.partition_log(view.topic, partition).folder
     if read_subscription_cursor(folder, group_id, partition) is not None:
         remove_subscription_cursor(folder, group_id)

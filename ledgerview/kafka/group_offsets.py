@@ -15,6 +15,7 @@ from typing import Any
 
 from kafka.protocol.consumer import OffsetCommitResponse, OffsetFetchResponse
 
+from ledgerview.kafka.authorizer import Operation, ResourceType
 from ledgerview.kafka.broker import Broker
 from ledgerview.kafka.groups import valid_group_id
 from ledgerview.kafka.offsets import resolve_partition
@@ -35,6 +36,8 @@ def handle_offset_commit(broker: Broker, request: Any, version: int) -> Any:
     group_id = request.group_id
     if not valid_group_id(group_id):
         group_error = ErrorCode.INVALID_GROUP_ID
+    elif not broker.allowed(Operation.READ, ResourceType.GROUP, group_id):
+        group_error = ErrorCode.GROUP_AUTHORIZATION_FAILED
     else:
         group_error = broker.coordinator.check_commit(group_id, request.generation_id_or_member_epoch,
                                                       request.member_id)
@@ -52,9 +55,9 @@ def handle_offset_commit(broker: Broker, request: Any, version: int) -> Any:
 
 
 def _commit(broker: Broker, group_id: str, name: str, partition: int, offset: int, metadata: str) -> ErrorCode:
-    view = resolve_partition(broker, name, partition)
-    if view is None:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    view = resolve_partition(broker, name, partition, Operation.READ)
+    if isinstance(view, ErrorCode):
+        return view
     if len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
         return ErrorCode.OFFSET_METADATA_TOO_LARGE
     if offset >= 0:
@@ -68,8 +71,12 @@ def handle_offset_fetch(broker: Broker, request: Any, version: int) -> Any:
     if not valid_group_id(group_id):
         return OffsetFetchResponse(version=version, throttle_time_ms=0, topics=[],
                                    error_code=ErrorCode.INVALID_GROUP_ID.value)
+    if not broker.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        return OffsetFetchResponse(version=version, throttle_time_ms=0, topics=[],
+                                   error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED.value)
     if request.topics is None:
-        wanted = [(view.name, list(range(view.partitions))) for view in all_topic_views(broker.store, "")]
+        wanted = [(view.name, list(range(view.partitions))) for view in all_topic_views(broker.store, "")
+                  if broker.allowed_topic(Operation.DESCRIBE, view.name)]
     else:
         wanted = [(topic.name, list(topic.partition_indexes)) for topic in request.topics]
     topics = []
@@ -83,10 +90,10 @@ def handle_offset_fetch(broker: Broker, request: Any, version: int) -> Any:
 
 
 def _committed(broker: Broker, group_id: str, name: str, partition: int) -> Any:
-    view = resolve_partition(broker, name, partition)
-    if view is None:
+    view = resolve_partition(broker, name, partition, Operation.DESCRIBE)
+    if isinstance(view, ErrorCode):
         return FetchedPartition(partition_index=partition, committed_offset=NO_OFFSET, committed_leader_epoch=-1,
-                                metadata="", error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.value)
+                                metadata="", error_code=view.value)
     cursor = read_subscription_cursor(_folder(broker, view, partition), group_id, partition)
     offset = NO_OFFSET if cursor is None else cursor.acked_offset
     return FetchedPartition(partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,

@@ -11,6 +11,7 @@ from typing import Any
 
 from kafka.protocol.consumer import HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse, SyncGroupResponse
 
+from ledgerview.kafka.authorizer import Operation, ResourceType
 from ledgerview.kafka.broker import Broker
 from ledgerview.kafka.coordinator import JoinRequest
 from ledgerview.kafka.protocol import ErrorCode
@@ -25,12 +26,20 @@ def valid_group_id(group_id: object) -> bool:
     return True
 
 
+def may_read(broker: Broker, group_id: str) -> bool:
+    """Whether the principal may READ the group: what joining, syncing, heartbeats and leaving need."""
+    return broker.allowed(Operation.READ, ResourceType.GROUP, group_id)
+
+
 async def handle_join_group(broker: Broker, request: Any, version: int) -> Any:
     def response(error: ErrorCode, **fields: Any) -> Any:
         return JoinGroupResponse(version=version, throttle_time_ms=0, error_code=error.value, **fields)
 
     if not valid_group_id(request.group_id):
         return response(ErrorCode.INVALID_GROUP_ID, generation_id=-1, protocol_name="", leader="",
+                        member_id=request.member_id, members=[])
+    if not may_read(broker, request.group_id):
+        return response(ErrorCode.GROUP_AUTHORIZATION_FAILED, generation_id=-1, protocol_name="", leader="",
                         member_id=request.member_id, members=[])
     if request.session_timeout_ms <= 0:
         return response(ErrorCode.INVALID_SESSION_TIMEOUT, generation_id=-1, protocol_name="", leader="",
@@ -47,6 +56,9 @@ async def handle_join_group(broker: Broker, request: Any, version: int) -> Any:
 
 
 async def handle_sync_group(broker: Broker, request: Any, version: int) -> Any:
+    if not may_read(broker, request.group_id):
+        return SyncGroupResponse(version=version, throttle_time_ms=0,
+                                 error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED.value, assignment=b"")
     assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
     error, assignment = await broker.coordinator.sync(request.group_id, request.generation_id, request.member_id,
                                                       assignments)
@@ -54,12 +66,18 @@ async def handle_sync_group(broker: Broker, request: Any, version: int) -> Any:
 
 
 def handle_heartbeat(broker: Broker, request: Any, version: int) -> Any:
-    error = broker.coordinator.heartbeat(request.group_id, request.generation_id, request.member_id)
+    if not may_read(broker, request.group_id):
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    else:
+        error = broker.coordinator.heartbeat(request.group_id, request.generation_id, request.member_id)
     return HeartbeatResponse(version=version, throttle_time_ms=0, error_code=error.value)
 
 
 def handle_leave_group(broker: Broker, request: Any, version: int) -> Any:
     member_ids = [request.member_id] if version < 3 else [m.member_id for m in request.members]
+    if not may_read(broker, request.group_id):
+        return LeaveGroupResponse(version=version, throttle_time_ms=0,
+                                  error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED.value, members=[])
     errors = broker.coordinator.leave(request.group_id, member_ids)
     member = LeaveGroupResponse.MemberResponse
     members = [member(member_id=member_id, group_instance_id=None, error_code=error.value)

@@ -11,6 +11,7 @@ from typing import Any
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse
 
+from ledgerview.kafka.authorizer import CLUSTER_NAME, Operation, ResourceType
 from ledgerview.kafka.broker import CLUSTER_ID, NODE_ID, Broker
 from ledgerview.kafka.protocol import VERSIONS, ApiKey, ErrorCode
 from ledgerview.kafka.topics import TopicView, all_topic_views, resolve_topic
@@ -35,7 +36,8 @@ def handle_api_versions(broker: Broker, request: Any, version: int) -> Any:
 def handle_metadata(broker: Broker, request: Any, version: int) -> Any:
     listed_all = request.topics is None or (version == 0 and not request.topics)
     if listed_all:
-        topics = [_topic_metadata(view) for view in all_topic_views(broker.store, broker.options.compacted_suffix)]
+        topics = [_topic_metadata(view) for view in all_topic_views(broker.store, broker.options.compacted_suffix)
+                  if broker.allowed_topic(Operation.DESCRIBE, view.name)]
     else:
         topics = [_requested_topic(broker, topic.name) for topic in request.topics]
     broker_entry = MetadataResponse.MetadataResponseBroker(node_id=NODE_ID, host=broker.advertised_host,
@@ -45,6 +47,8 @@ def handle_metadata(broker: Broker, request: Any, version: int) -> Any:
 
 
 def _requested_topic(broker: Broker, name: str) -> Any:
+    if not broker.allowed_topic(Operation.DESCRIBE, name):
+        return _topic_error(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     try:
         return _topic_metadata(resolve_topic(broker.store, name, broker.options.compacted_suffix))
     except InvalidTopicNameError:
@@ -72,6 +76,9 @@ def handle_find_coordinator(broker: Broker, request: Any, version: int) -> Any:
         return FindCoordinatorResponse(version=version, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE.value,
                                        error_message="transactions are not supported", node_id=-1, host="",
                                        port=-1)
+    if not broker.allowed(Operation.DESCRIBE, ResourceType.GROUP, request.key):
+        return FindCoordinatorResponse(version=version, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED.value,
+                                       error_message=None, node_id=-1, host="", port=-1)
     return FindCoordinatorResponse(version=version, throttle_time_ms=0, error_code=0, error_message=None,
                                    node_id=NODE_ID, host=broker.advertised_host, port=broker.port)
 
@@ -80,5 +87,15 @@ def handle_init_producer_id(broker: Broker, request: Any, version: int) -> Any:
     if request.transactional_id is not None:
         return InitProducerIdResponse(version=version, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE.value,
                                       producer_id=-1, producer_epoch=-1)
+    if not _may_write_idempotently(broker):
+        return InitProducerIdResponse(version=version, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED.value,
+                                      producer_id=-1, producer_epoch=-1)
     return InitProducerIdResponse(version=version, throttle_time_ms=0, error_code=0,
                                   producer_id=broker.sequences.new_producer_id(), producer_epoch=0)
+
+
+def _may_write_idempotently(broker: Broker) -> bool:
+    """IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (Kafka since KIP-679)."""
+    if broker.authorizer is None or broker.allowed(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return True
+    return broker.authorizer.authorize_any(broker.session, Operation.WRITE, ResourceType.TOPIC)

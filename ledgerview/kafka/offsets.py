@@ -11,6 +11,7 @@ from typing import Any
 
 from kafka.protocol.consumer import ListOffsetsResponse, OffsetForLeaderEpochResponse
 
+from ledgerview.kafka.authorizer import Operation
 from ledgerview.kafka.broker import Broker
 from ledgerview.kafka.protocol import ErrorCode
 from ledgerview.kafka.topics import TopicView, resolve_topic
@@ -27,13 +28,17 @@ EpochTopic = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
 EpochPartition = EpochTopic.EpochEndOffset
 
 
-def resolve_partition(broker: Broker, name: str, partition: int) -> TopicView | None:
-    """The view of ``name`` if it has ``partition``; None for an unknown or invalid topic or partition."""
+def resolve_partition(broker: Broker, name: str, partition: int, operation: Operation) -> TopicView | ErrorCode:
+    """The view of ``name`` if it has ``partition`` and the principal may ``operation`` it;
+    TOPIC_AUTHORIZATION_FAILED when it may not, UNKNOWN_TOPIC_OR_PARTITION for an unknown or invalid topic or
+    partition."""
+    if not broker.allowed_topic(operation, name):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED
     try:
         view = resolve_topic(broker.store, name, broker.options.compacted_suffix)
     except (InvalidTopicNameError, UnknownTopicError):
-        return None
-    return view if 0 <= partition < view.partitions else None
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    return view if 0 <= partition < view.partitions else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def handle_list_offsets(broker: Broker, request: Any, version: int) -> Any:
@@ -44,10 +49,10 @@ def handle_list_offsets(broker: Broker, request: Any, version: int) -> Any:
 
 
 def _listed(broker: Broker, name: str, wanted: Any) -> Any:
-    view = resolve_partition(broker, name, wanted.partition_index)
-    if view is None:
+    view = resolve_partition(broker, name, wanted.partition_index, Operation.DESCRIBE)
+    if isinstance(view, ErrorCode):
         return ListedPartition(partition_index=wanted.partition_index, timestamp=-1, offset=-1,
-                               error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.value)
+                               error_code=view.value)
     offset, timestamp = _list_offset(broker, view, wanted.partition_index, wanted.timestamp)
     return ListedPartition(partition_index=wanted.partition_index, error_code=0, timestamp=timestamp, offset=offset,
                            leader_epoch=0)
@@ -76,9 +81,9 @@ def handle_offset_for_leader_epoch(broker: Broker, request: Any, version: int) -
 
 
 def _epoch_end(broker: Broker, name: str, partition: int) -> Any:
-    view = resolve_partition(broker, name, partition)
-    if view is None:
-        return EpochPartition(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.value, partition=partition,
+    view = resolve_partition(broker, name, partition, Operation.DESCRIBE)
+    if isinstance(view, ErrorCode):
+        return EpochPartition(error_code=view.value, partition=partition,
                               leader_epoch=-1, end_offset=-1)
     return EpochPartition(error_code=0, partition=partition, leader_epoch=0,
                           end_offset=broker.store.end_offset(view.topic, partition))

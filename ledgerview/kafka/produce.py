@@ -3,7 +3,8 @@ are the same messages the Reader, Spark SQL and the compactor see.
 
 Per partition of a request:
 
-1. Resolve the topic (a compacted name is read-only: INVALID_TOPIC_EXCEPTION) and the partition.
+1. Check the principal may WRITE the topic (TOPIC_AUTHORIZATION_FAILED); resolve the topic (a compacted name is
+   read-only: INVALID_TOPIC_EXCEPTION) and the partition.
 2. Decode every batch of the records field (magic 2, CRC-32C, contiguous inner offsets, any of the clients'
    codecs). A batch larger on the wire than the topic's max.message.bytes is MESSAGE_TOO_LARGE, as in Kafka (a
    compressed batch may hold more once decompressed; each message's size is checked when appended).
@@ -25,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 from kafka.protocol.producer import ProduceResponse
 
+from ledgerview.kafka.authorizer import Operation
 from ledgerview.kafka.broker import Broker
 from ledgerview.kafka.compression import UnsupportedCompressionError
 from ledgerview.kafka.protocol import ErrorCode
@@ -85,6 +87,8 @@ def handle_produce(broker: Broker, request: Any, version: int) -> Any | None:
 
 
 def _produce_partition(broker: Broker, name: str, partition: int, records: bytes | None) -> tuple[ErrorCode, int]:
+    if not broker.allowed_topic(Operation.WRITE, name):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1
     try:
         view = resolve_topic(broker.store, name, broker.options.compacted_suffix)
     except InvalidTopicNameError:

@@ -14,7 +14,14 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kafka.protocol.admin import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.admin import (
+    CreateAclsRequest,
+    DeleteAclsRequest,
+    DeleteGroupsRequest,
+    DescribeAclsRequest,
+    DescribeGroupsRequest,
+    ListGroupsRequest,
+)
 from kafka.protocol.consumer import (
     FetchRequest,
     HeartbeatRequest,
@@ -29,6 +36,7 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 
 class ApiKey(enum.IntEnum):
@@ -45,9 +53,14 @@ class ApiKey(enum.IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
+    SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
 
@@ -78,6 +91,11 @@ VERSIONS: Final = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(2, 3, 2),
     ApiKey.DELETE_GROUPS: VersionRange(0, 1, 0),
     ApiKey.OFFSET_DELETE: VersionRange(0, 0, 0),
+    ApiKey.SASL_HANDSHAKE: VersionRange(0, 1, 0),
+    ApiKey.SASL_AUTHENTICATE: VersionRange(0, 1, 0),
+    ApiKey.DESCRIBE_ACLS: VersionRange(1, 1, 1),
+    ApiKey.CREATE_ACLS: VersionRange(1, 1, 1),
+    ApiKey.DELETE_ACLS: VersionRange(1, 1, 1),
 }
 """Per API: the range advertised in ApiVersions and the lowest version actually handled."""
 
@@ -100,6 +118,11 @@ REQUEST_CLASSES: Final[dict[ApiKey, Any]] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochRequest,
     ApiKey.DELETE_GROUPS: DeleteGroupsRequest,
     ApiKey.OFFSET_DELETE: OffsetDeleteRequest,
+    ApiKey.SASL_HANDSHAKE: SaslHandshakeRequest,
+    ApiKey.SASL_AUTHENTICATE: SaslAuthenticateRequest,
+    ApiKey.DESCRIBE_ACLS: DescribeAclsRequest,
+    ApiKey.CREATE_ACLS: CreateAclsRequest,
+    ApiKey.DELETE_ACLS: DeleteAclsRequest,
 }
 
 
@@ -122,7 +145,14 @@ class ErrorCode(enum.IntEnum):
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
     INVALID_COMMIT_OFFSET_SIZE = 28
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
+    SECURITY_DISABLED = 54
+    SASL_AUTHENTICATION_FAILED = 58
     KAFKA_STORAGE_ERROR = 56
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43

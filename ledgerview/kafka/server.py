@@ -8,6 +8,11 @@ none of its pending responses (past WRITE_BUFFER_BYTES_MAX) for that long, is cl
 while max.connections are open, or max.connections.per.ip from its address, is closed at once.
 Connections run concurrently on one event loop, which owns the store: no locks.
 
+Every listener (EndpointOptions.bound_listeners) is a server on that loop. On SSL and SASL_SSL listeners the
+connection is TLS (ledgerview/kafka/tls.py); an SSL client's principal is its certificate's subject. On SASL
+listeners the connection first authenticates (ledgerview/kafka/authentication.py) and only then is served, as
+``User:<name>``. With an authorizer, every handler checks the connection's principal against the ACLs.
+
 Version handling follows Kafka: an ApiVersions request of a version we do not speak gets the v0-format error
 reply listing our ApiVersions range (closing instead would stop every client's bootstrap); any other request of
 an unknown key or version closes the connection. A handler failure is logged and closes the connection.
@@ -24,9 +29,17 @@ import struct
 import threading
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from ledgerview.kafka.acl_admin import handle_create_acls, handle_delete_acls, handle_describe_acls
+from ledgerview.kafka.authentication import (
+    SaslAuthenticator,
+    handle_sasl_authenticate,
+    handle_sasl_handshake,
+)
+from ledgerview.kafka.authorizer import ANONYMOUS, Authorizer, Session
 from ledgerview.kafka.broker import Broker, EndpointOptions
 from ledgerview.kafka.fetch import handle_fetch
 from ledgerview.kafka.group_admin import (
@@ -55,8 +68,12 @@ from ledgerview.kafka.protocol import (
     read_request_header,
     supported,
 )
+from ledgerview.kafka.sasl_errors import SaslProtocolError
+from ledgerview.kafka.security_options import Listener, SecurityProtocol
+from ledgerview.kafka.tls import certificate_principal, server_context
 from storage import Store
 from storage.errors import LedgerviewError
+from storage.security_records import credentials_record
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +97,11 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.API_VERSIONS: handle_api_versions,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
+    ApiKey.SASL_HANDSHAKE: handle_sasl_handshake,
+    ApiKey.SASL_AUTHENTICATE: handle_sasl_authenticate,
+    ApiKey.DESCRIBE_ACLS: handle_describe_acls,
+    ApiKey.CREATE_ACLS: handle_create_acls,
+    ApiKey.DELETE_ACLS: handle_delete_acls,
 }
 WRITE_BUFFER_BYTES_MAX = 4 * 1024 * 1024
 GROUP_TIMER_SECONDS = 0.25
@@ -117,19 +139,21 @@ async def dispatch(broker: Broker, frame: bytes) -> bytes:
     return b"" if response is None else encode_response(response, header.correlation_id)
 
 
-async def read_frame(reader: asyncio.StreamReader, options: EndpointOptions) -> bytes:
+async def read_frame(reader: asyncio.StreamReader, options: EndpointOptions, *, max_bytes: int | None = None
+                     ) -> bytes:
     """The next request frame. Raises _Close when none starts within connections.max.idle.ms, when its size is
-    negative or above socket.request.max.bytes (before any of its body is read, as Kafka's
+    negative or above ``max_bytes`` (default socket.request.max.bytes; before any of its body is read, as Kafka's
     InvalidReceiveException), or when its body has not arrived connections.max.idle.ms after its size did."""
+    limit = options.socket_request_max_bytes if max_bytes is None else max_bytes
     idle_seconds = options.connections_max_idle_ms / 1000
     try:
         async with asyncio.timeout(idle_seconds):
             (size,) = struct.unpack(">i", await reader.readexactly(4))
     except TimeoutError:
         raise _Close(f"idle for connections.max.idle.ms={options.connections_max_idle_ms}") from None
-    if not 0 < size <= options.socket_request_max_bytes:
-        raise _Close(f"a frame of {size} bytes, outside 1 to socket.request.max.bytes="
-                     f"{options.socket_request_max_bytes}")
+    if not 0 < size <= limit:
+        raise _Close(f"a frame of {size} bytes, outside 1 to {limit} (socket.request.max.bytes, or "
+                     "sasl.server.max.receive.size before authentication)")
     try:
         async with asyncio.timeout(idle_seconds):
             return await reader.readexactly(size)
@@ -161,6 +185,8 @@ class KafkaEndpoint:
         self.store_path = store_path
         self.options = options or EndpointOptions(host=host, port=port, compacted_suffix=compacted_suffix)
         self.port = self.options.port
+        self.ports: list[int] = []
+        """Once started, the port of each listener, in the order of options.bound_listeners."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Event | None = None
@@ -177,6 +203,11 @@ class KafkaEndpoint:
             self._thread.join()
             raise EndpointStartError(self.options.host, self.options.port, str(self._failure)) from self._failure
         return self
+
+    def port_of(self, protocol: SecurityProtocol) -> int:
+        """The port of the first listener of ``protocol``."""
+        listeners = self.options.bound_listeners
+        return next(port for listener, port in zip(listeners, self.ports, strict=True) if listener.protocol is protocol)
 
     def stop(self) -> None:
         if self._loop is not None and self._stopping is not None and self._thread is not None:
@@ -197,24 +228,48 @@ class KafkaEndpoint:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        servers: list[asyncio.Server] = []
+        store: Store | None = None
         try:
             store = Store.open(self.store_path)
-            broker = Broker(store, self.options, self.options.port)
-            server = await asyncio.start_server(lambda r, w: self._connection(broker, r, w), self.options.host,
-                                                self.options.port)
+            security = self.options.security
+            authorizer = Authorizer(Path(self.store_path), security) if security.authorizer_class_name else None
+            broker = Broker(store, self.options, self.options.port, authorizer=authorizer)
+            for listener in self.options.bound_listeners:
+                servers.append(await self._listen(broker, listener))
         except (OSError, LedgerviewError) as error:
             self._failure = error
             self._started.set()
+            await self._close(servers, store)
             return
-        self.port = broker.port = server.sockets[0].getsockname()[1]
+        self.port = broker.port = self.ports[0]
         timer = asyncio.create_task(self._group_timer(broker))
         self._started.set()
         try:
             await self._stopping.wait()
         finally:
             timer.cancel()
+            await self._close(servers, store)
+
+    async def _listen(self, broker: Broker, listener: Listener) -> asyncio.Server:
+        security = self.options.security
+        context = None
+        if listener.protocol.tls:
+            client_auth = security.ssl_client_auth if listener.protocol is SecurityProtocol.SSL else "none"
+            context = server_context(security, client_auth)
+        port: list[int] = []
+        server = await asyncio.start_server(lambda r, w: self._connection(broker, listener, port[0], r, w),
+                                            listener.host or None, listener.port, ssl=context)
+        port.append(server.sockets[0].getsockname()[1])
+        self.ports.append(port[0])
+        return server
+
+    @staticmethod
+    async def _close(servers: list[asyncio.Server], store: Store | None) -> None:
+        for server in servers:
             server.close()
             await server.wait_closed()
+        if store is not None:
             store.close()
 
     async def _group_timer(self, broker: Broker) -> None:
@@ -222,7 +277,8 @@ class KafkaEndpoint:
             await asyncio.sleep(GROUP_TIMER_SECONDS)
             broker.coordinator.expire()
 
-    async def _connection(self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, shared: Broker, listener: Listener, port: int, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
         address = str((writer.get_extra_info("peername") or ("?",))[0])
         if (sum(self._open.values()) >= self.options.max_connections
                 or self._open[address] >= self.options.max_connections_per_ip):
@@ -232,6 +288,10 @@ class KafkaEndpoint:
             return
         self._open[address] += 1
         try:
+            principal = await self._authenticate(listener, address, reader, writer)
+            if principal is None:
+                return
+            broker = shared.for_connection(Session(principal, address), listener.host, port)
             while True:
                 response = await dispatch(broker, await read_frame(reader, self.options))
                 if response:
@@ -247,6 +307,31 @@ class KafkaEndpoint:
         finally:
             self._open[address] -= 1
             writer.close()
+
+
+    async def _authenticate(self, listener: Listener, address: str, reader: asyncio.StreamReader,
+                            writer: asyncio.StreamWriter) -> str | None:
+        """The connection's principal: its SASL user on a SASL listener (None when authentication failed and the
+        connection must close), else its verified certificate's subject, else User:ANONYMOUS."""
+        if not listener.protocol.sasl:
+            return certificate_principal(writer.get_extra_info("peercert")) or ANONYMOUS
+        security = self.options.security
+        credentials = credentials_record(Path(self.store_path))
+        authenticator = SaslAuthenticator(security.sasl_enabled_mechanisms, credentials.read)
+        while authenticator.user is None:
+            frame = await read_frame(reader, self.options, max_bytes=security.sasl_server_max_receive_size)
+            try:
+                reply = authenticator.receive(frame)
+            except (SaslProtocolError, MalformedRequestError) as error:
+                raise _Close(f"SASL authentication from {address}: {error}") from None
+            if reply.failed:
+                log.info("failed SASL authentication from %s on %s", address, listener)
+                await asyncio.sleep(security.connection_failed_authentication_delay_ms / 1000)
+                writer.write(reply.frame)
+                await drain(writer, self.options)
+                return None
+            writer.write(reply.frame)
+        return f"User:{authenticator.user}"
 
 
 def serve(store_path: str | os.PathLike[str], options: EndpointOptions, stop: threading.Event) -> None:
