@@ -1,13 +1,9 @@
 """Spark with executors in processes of their own (``local-cluster[2,1,1024]``) reads a topic from its remote
 tier alone: the writer's data folder is moved away first, so every byte the executors read comes from object
-storage (a real S3-protocol server on 127.0.0.1). One cluster per test run; it starts in a child process, since
-this process already has its local Spark session."""
+storage (a real S3-protocol server on 127.0.0.1). The run's one cluster serves it (tests/spark/cluster.py)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,15 +11,15 @@ import pytest
 from compactor import Compactor
 from readers import Reader
 from storage import Store
-from tests.processes.children import SCRIPTS
+from tests.spark.cluster import SparkCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 TIERED = {"segment.bytes": "4096", "index.interval.bytes": "512", "remote.storage.enable": "true",
           "local.retention.ms": "0", "file.delete.delay.ms": "0"}
 
 
-def test_executors_read_the_raw_log_and_both_compacted_views_from_the_remote_tier(tmp_path: Path,
-                                                                                  s3_uri: str) -> None:
+def test_executors_read_the_raw_log_and_both_compacted_views_from_the_remote_tier(
+        tmp_path: Path, s3_uri: str, spark_cluster: SparkCluster) -> None:
     folder = tmp_path / "data"
     with Store.open(folder, remote=s3_uri) as store:
         store.create_topic("t", 2, TIERED)
@@ -43,11 +39,8 @@ def test_executors_read_the_raw_log_and_both_compacted_views_from_the_remote_tie
     live = {key: value for key, value in latest.items() if value is not None}
     expected["compacted"] = (len(live), sum(len(value) for value in live.values()), len(live))
     folder.rename(tmp_path / "moved-away")  # nothing may read the writer's folder now
-    child = subprocess.run([sys.executable, str(SCRIPTS / "spark_cluster_read.py"), s3_uri, "t"],
-                           capture_output=True, text=True, timeout=600)
-    assert child.returncode == 0, child.stderr[-3000:]
-    result = json.loads(child.stdout.strip().splitlines()[-1])
-    assert result["executors"] == 2
+    result = spark_cluster.run("read_views", uri=s3_uri, topic="t")
+    assert spark_cluster.executors == 2 and len(result["reader_pids"]) == 2
     for view, (rows, value_bytes, keys) in expected.items():
         assert (result[view]["rows"], result[view]["value_bytes"], result[view]["keys"]) == (rows, value_bytes, keys)
     assert result["raw"]["tasks"] > 2  # cut by segment ranges, not one task per log partition

@@ -1,0 +1,31 @@
+"""The jobs the cluster tests run on the shared ``local-cluster`` session (tests/processes/spark_cluster.py): each
+takes the session and JSON arguments and returns what the executors computed, as JSON."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+Job = Callable[..., Any]
+
+
+def read_views(spark: SparkSession, uri: str, topic: str) -> dict[str, Any]:
+    """Per view (raw, read_compacted, compacted): rows, the sum of value lengths and distinct keys, counted by the
+    executors, and the tasks the scan was cut into; and the process ids of the executors that read."""
+    result: dict[str, Any] = {}
+    for view in ("raw", "read_compacted", "compacted"):
+        frame = spark.read.format("ledgerview").option("path", uri).option("topic", topic).option("view", view) \
+            .option("maxPartitionBytes", "4096").load()
+        row = frame.agg(F.count("*").alias("rows"), F.sum(F.length("value")).alias("value_bytes"),
+                        F.countDistinct("key").alias("keys")).collect()[0]
+        result[view] = {"rows": row["rows"], "value_bytes": row["value_bytes"], "keys": row["keys"],
+                        "tasks": frame.rdd.getNumPartitions()}
+    result["reader_pids"] = sorted(set(frame.rdd.mapPartitions(lambda _: [os.getpid()]).collect()))
+    return result
+
+
+JOBS: dict[str, Job] = {"read_views": read_views}
