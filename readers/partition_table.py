@@ -107,7 +107,7 @@ class PartitionTable:
             tail[key] = TailEntry(offset, timestamp, value, in_ledger)
 
     def _ledger_has(self, key: bytes) -> bool:
-        return self._ledger is not None and self._ledger.keys.locate(key) is not None
+        return self._ledger is not None and self._ledger.offset_of(key) is not None
 
     # --------------------------------------------------------------------------------------------------- reads
     def get(self, key: bytes) -> tuple[int, bytes] | None:

@@ -107,6 +107,18 @@ class CorruptSegmentError(LedgerviewError):
         )
 
 
+class CorruptLedgerError(CorruptSegmentError):
+    """A batch of a compacted ledger whose bytes do not verify: the compacted view cannot be served past it."""
+
+    def __init__(self, path: str, position: int, offset: int, reason: str) -> None:
+        self.path, self.position, self.offset = path, position, offset
+        first = f" (its messages from offset {offset})" if offset >= 0 else ""
+        LedgerviewError.__init__(self, (
+            f"Corrupt batch in compacted ledger {path} at file position {position}{first}: {reason}. Rebuild the "
+            "compacted view from the raw log with `ledgerview verify --repair`, which works while retention has "
+            "not removed the raw messages the ledger covers."))
+
+
 class PartitionLockedError(LedgerviewError):
     def __init__(self, path: str) -> None:
         self.path = path
