@@ -19,14 +19,31 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage.codec import BatchFormatError, BatchHeader, decode_payload, encode_batch, verify_batch
-from storage.errors import CorruptSegmentError
+from storage.errors import CorruptLedgerError
 from storage.fileio import fsync_folder, write_all
 from storage.key_index import CorruptKeyIndexError, KeyIndex, KeyIndexWriter
+from storage.partition_log import estimated_message_bytes
 from storage.remote_key_index import FlatKeyIndexes
 from storage.schema import STORED_SCHEMA
 from storage.segment import scan_headers
 
 logger = logging.getLogger(__name__)
+
+BATCH_BYTES = 1 << 20
+"""What a ledger batch holds at most, in messages' estimated bytes (a larger message has a batch of its own): a
+damaged byte costs the batch that holds it, and a point lookup checks and decodes one batch. Kafka's default
+max.message.bytes, the largest batch a broker takes, is about this."""
+
+
+def bounded_slices(batch: pa.RecordBatch, limit_bytes: int) -> Iterator[pa.RecordBatch]:
+    """Consecutive slices of ``batch`` holding at most ``limit_bytes`` of messages each, or one larger message."""
+    ends = np.cumsum(estimated_message_bytes(pa.Table.from_batches([batch])))
+    start = 0
+    while start < batch.num_rows:
+        before = int(ends[start - 1]) if start else 0
+        stop = max(int(np.searchsorted(ends, before + limit_bytes, side="right")), start + 1)
+        yield batch.slice(start, stop - start)
+        start = stop
 
 
 class LedgerWriter:
@@ -43,15 +60,17 @@ class LedgerWriter:
         self._last_offset = -1
 
     def append(self, batch: pa.RecordBatch) -> None:
-        """Append a record batch of STORED_SCHEMA whose offsets are above every offset written so far."""
+        """Append a record batch of STORED_SCHEMA whose offsets are above every offset written so far, as ledger
+        batches of about BATCH_BYTES each (see ``bounded_slices``)."""
         if batch.num_rows == 0:
             return
         offsets = batch.column(0)
         if offsets[0].as_py() <= self._last_offset:
             raise ValueError(f"ledger offsets must increase: {offsets[0].as_py()} after {self._last_offset}")
-        encoded = encode_batch(batch, compression=self.compression)
-        write_all(self._fd, encoded.pieces)
-        self.size_bytes += encoded.header.batch_length
+        for piece in bounded_slices(batch, BATCH_BYTES):
+            encoded = encode_batch(piece, compression=self.compression)
+            write_all(self._fd, encoded.pieces)
+            self.size_bytes += encoded.header.batch_length
         self.messages += batch.num_rows
         self._last_offset = int(offsets[-1].as_py())
 
@@ -82,7 +101,7 @@ class Ledger:
         try:
             headers = list(scan_headers(memoryview(self._buffer), 0, size, None))
         except BatchFormatError as error:
-            raise CorruptSegmentError(str(path), error.position, -1, error.reason) from error
+            raise CorruptLedgerError(str(path), error.position, -1, error.reason) from error
         self._set_up(str(path), headers, KeyIndex(key_index_path), verify=verify)
 
     def _set_up(self, source: str, headers: list[BatchHeader], keys: KeyIndex | FlatKeyIndexes, *,
@@ -117,7 +136,7 @@ class Ledger:
                 self._verified.add(header.position)
             return decode_payload(buffer, placed)
         except BatchFormatError as error:
-            raise CorruptSegmentError(self.source, header.position, header.base_offset, error.reason) from error
+            raise CorruptLedgerError(self.source, header.position, header.base_offset, error.reason) from error
 
     def read_batches(self, start_offset: int = 0, end_offset: int | None = None) -> Iterator[pa.RecordBatch]:
         """Batches of STORED_SCHEMA with start_offset <= offset < end_offset, in offset order."""
