@@ -67,7 +67,9 @@ class CompactionResult:
         return 0 if self.skipped else self.messages_read - self.messages_kept
 
 
-def compact_partition(log: PartitionLog, *, clock: Clock) -> CompactionResult:
+def compact_partition(log: PartitionLog, *, clock: Clock, rebuild: bool = False) -> CompactionResult:
+    """``rebuild``: leave the current ledger out and compact the raw log from its start into a new ledger
+    (``ledgerview verify --repair`` rebuilds a damaged compacted view so, while the raw log still holds it)."""
     ledgers = CompactedLedgers(log.folder)
     try:
         lock = ledgers.lock(wait=False)
@@ -79,7 +81,7 @@ def compact_partition(log: PartitionLog, *, clock: Clock) -> CompactionResult:
     try:
         write_status(log.folder, status)
         ledgers.remove_orphans_and_retired(delete_delay_ms=log.config.file_delete_delay_ms)
-        result = _run(log, ledgers, clock)
+        result = _run(log, ledgers, clock, rebuild=rebuild)
         if result.skipped and previous.state is CompactionState.SUCCESS:
             write_status(log.folder, previous)  # nothing new: the last run that did the work stays the one shown
         else:
@@ -95,10 +97,10 @@ def compact_partition(log: PartitionLog, *, clock: Clock) -> CompactionResult:
         lock.__exit__(None, None, None)
 
 
-def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock) -> CompactionResult:
+def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild: bool) -> CompactionResult:
     log.refresh()
     end_offset = log.end_offset
-    current = ledgers.open_current()
+    current = None if rebuild else ledgers.open_current()
     previous_cursor, previous_ledger = current if current else (None, None)
     try:
         horizon = previous_cursor.horizon if previous_cursor else -1

@@ -156,8 +156,10 @@ class CompactedLedgers:
            keeps the raw data their readers still need (``retention_hold_offset``).
         2. Rename the previous ledger and its index ``.deleted``. A crash before this leaves the old ledger as an
            orphan, removed by the next run. Readers that opened it keep reading it.
+
+        A damaged cursor record is replaced like any other; the ledgers it named become orphans.
         """
-        previous = self.read_cursor()
+        previous = self._cursor_unless_damaged()
         if previous is not None and previous.ledger_id != cursor.ledger_id:
             still_there = tuple(pair for pair in previous.retiring if self._retired_exists(pair[0]))
             cursor = replace(cursor, retiring=((previous.ledger_id, previous.horizon), *still_there))
@@ -184,6 +186,12 @@ class CompactedLedgers:
         ledger, _ = self.ledger_paths(ledger_id)
         return ledger.with_name(ledger.name + DELETED_SUFFIX).exists() or ledger.exists()
 
+    def _cursor_unless_damaged(self) -> CompactionCursor | None:
+        try:
+            return self.read_cursor()
+        except CorruptCompactionCursorError:
+            return None
+
     def lowest_horizon_in_use(self) -> int | None:
         """The lowest horizon among the current ledger and the retiring ones still on disk (None: no cursor)."""
         cursor = self.read_cursor()
@@ -193,12 +201,16 @@ class CompactedLedgers:
         return min([cursor.horizon, *retiring])
 
     def remove_orphans_and_retired(self, *, delete_delay_ms: int) -> list[str]:
-        """Remove ledgers no cursor names and retired ones older than the delay; call under ``lock``.
+        """Remove ledgers no cursor names and retired ones older than the delay; call under ``lock``. While the
+        cursor record is damaged no ledger counts as an orphan (the one it named is unknown).
 
         The delay is measured on the wall clock, as the files' change times are: a retired ledger's rename
         stamps its ctime."""
         now_seconds = time.time()
-        cursor = self.read_cursor()
+        try:
+            cursor, damaged = self.read_cursor(), False
+        except CorruptCompactionCursorError:
+            cursor, damaged = None, True
         removed = []
         for name in _names(self.folder):
             parsed = parse_ledger_file(name)
@@ -208,7 +220,7 @@ class CompactedLedgers:
             path = self.folder / name
             retired_at = path.stat().st_ctime  # a rename updates ctime: the time it was retired
             retired_long_enough = temp == DELETED_SUFFIX and retired_at <= now_seconds - delete_delay_ms / 1000
-            orphan = temp is None and (cursor is None or ledger_id != cursor.ledger_id)
+            orphan = temp is None and not damaged and (cursor is None or ledger_id != cursor.ledger_id)
             if retired_long_enough or orphan:
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
                 removed.append(name)

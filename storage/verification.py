@@ -33,7 +33,7 @@ from storage.files import (
     partition_folder,
 )
 from storage.index import OffsetIndex, TimeIndex
-from storage.key_index import KeyIndex
+from storage.key_index import CorruptKeyIndexError, KeyIndex
 from storage.partition_log import PartitionLog
 from storage.remote_tier import RemoteTier
 from storage.store import Store
@@ -50,6 +50,9 @@ class Report:
     ledgers: int = 0
     batches: int = 0
     bytes_checked: int = 0
+    damaged_views: dict[tuple[str, int], int] = field(default_factory=dict)
+    """(topic, partition) of each compacted view found damaged, with the lowest raw offset a rebuild of it reads
+    (the ledger's first offset when its first batch header reads, else 0)."""
 
     @property
     def sound(self) -> bool:
@@ -75,7 +78,10 @@ def verify_topics(store: Store, topics: list[str], advance: Advance) -> Report:
             folder = partition_folder(store.root, topic, partition)
             report.partitions += 1
             _verify_segments(folder, report, advance, recorded_end=recovery_points.get((topic, partition), 0))
+            before = len(report.problems)
             _verify_compacted(folder, report, end_offset=store.end_offset(topic, partition))
+            if len(report.problems) > before:
+                report.damaged_views[(topic, partition)] = _first_ledger_offset(folder)
             _verify_subscriptions(folder, partition, report)
             if store.remote is not None and store.topic_metadata(topic).config.remote_storage_enable:
                 _verify_remote(store.remote, store.partition_log(topic, partition), report)
@@ -241,16 +247,28 @@ def _verify_compacted(folder: Path, report: Report, *, end_offset: int) -> None:
                                f"{cursor.horizon}")
     try:
         keys = KeyIndex(key_index_folder(folder, cursor.ledger_id))
-    except Exception as error:  # rocksdict raises a bare Exception for an unreadable database
-        report.problems.append(f"{key_index_folder(folder, cursor.ledger_id)}: cannot be opened ({error})")
+    except FileNotFoundError:
+        report.problems.append(f"{key_index_folder(folder, cursor.ledger_id)}: is missing")
         return
     try:
         indexed = sum(1 for _ in keys.keys())  # noqa: SIM118  # KeyIndex is no dict
+    except CorruptKeyIndexError as error:
+        report.problems.append(str(error))
+        return
     finally:
         keys.close()
     if keyed is not None and indexed != keyed:
         report.problems.append(f"{key_index_folder(folder, cursor.ledger_id)}: indexes {indexed} keys, the ledger "
                                f"holds {keyed} keyed messages")
+
+
+def _first_ledger_offset(folder: Path) -> int:
+    try:
+        cursor = CompactedLedgers(folder).read_cursor()
+        first = next(BatchFile(ledger_file(folder, cursor.ledger_id)).scan(), None) if cursor else None
+    except (LedgerviewError, OSError):
+        return 0
+    return first.header.base_offset if first is not None else 0
 
 
 def _keyed_messages(path: Path, scanned: list[ScannedBatch], report: Report) -> int | None:

@@ -114,6 +114,6 @@ def test_a_damaged_batch_header_is_named_when_the_ledger_opens(compacted: Path, 
     data = bytearray(path.read_bytes())
     data[header.position + 16] ^= 0x04  # the magic byte
     path.write_bytes(bytes(data))
-    with Reader(root, "t", read_compacted=True) as reader, pytest.raises(
-            CorruptLedgerError, match=rf"compacted ledger {path} at file position {header.position}: .*verify --repair"):
+    named = rf"compacted ledger {path} at file position {header.position}: .*verify --repair"
+    with Reader(root, "t", read_compacted=True) as reader, pytest.raises(CorruptLedgerError, match=named):
         list(reader.batches())

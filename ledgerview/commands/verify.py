@@ -5,18 +5,22 @@ from __future__ import annotations
 import argparse
 
 from ledgerview.commands.common import Subparsers, add_command, open_existing_store, print_json, require_topic, say
+from ledgerview.commands.verify_repair import repair_views
 from ledgerview.exit_codes import ExitCode
 from ledgerview.progress import ByteProgress
 from storage.verification import files_to_check, verify_topics
 
 DESCRIPTION = """Check every batch's CRC-32C, the order of offsets, every offset and time index entry, each
-compaction cursor with its ledger and key index, and the subscription cursors. Nothing is changed.
+compaction cursor with its ledger and key index, and the subscription cursors. Nothing is changed, unless
+--repair: then each damaged compacted view is rebuilt from the raw log (a fresh ledger and key index, published
+as a compaction publishes) where retention has kept the raw messages it needs, and the store is checked again.
 
-Exit status 0: sound (warnings are repairs the store makes by itself on the next open); 1: problems found, each
-printed as one line naming the file.
+Exit status 0: sound (warnings are repairs the store makes by itself on the next open; with --repair, sound after
+the repairs); 1: problems found, each printed as one line naming the file.
 
-example:
+examples:
   ledgerview verify --data data && echo sound
+  ledgerview verify --data data --repair
 """
 
 
@@ -24,6 +28,8 @@ def register(subparsers: Subparsers) -> None:
     verify = add_command(subparsers, "verify", run, help="check every CRC and index", description=DESCRIPTION)
     verify.add_argument("topics", nargs="*", metavar="topic", help="topics to check (default: all)")
     verify.add_argument("--json", action="store_true", help="the report as one JSON object")
+    verify.add_argument("--repair", action="store_true",
+                        help="rebuild damaged compacted views from the raw log, then check again")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,11 +40,21 @@ def run(args: argparse.Namespace) -> int:
         total = sum(path.stat().st_size for path in files_to_check(store, topics))
         with ByteProgress(total, "verifying") as bar:
             report = verify_topics(store, topics, bar.advance)
+        repaired: list[str] = []
+        not_repaired: list[str] = []
+        if args.repair and report.damaged_views:
+            repaired, not_repaired = repair_views(store, report.damaged_views)
+            report = verify_topics(store, topics, lambda _: None)
     if args.json:
         print_json({"sound": report.sound, "problems": report.problems, "warnings": report.warnings,
                     "partitions": report.partitions, "segments": report.segments, "ledgers": report.ledgers,
-                    "batches": report.batches, "bytes": report.bytes_checked})
+                    "batches": report.batches, "bytes": report.bytes_checked, "repaired": repaired,
+                    "not_repaired": not_repaired})
     else:
+        for line in repaired:
+            print(f"REPAIRED {line}")
+        for line in not_repaired:
+            print(f"NOT REPAIRED {line}")
         for problem in report.problems:
             print(f"PROBLEM {problem}")
         for warning in report.warnings:
