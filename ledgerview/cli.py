@@ -9,6 +9,7 @@ import sys
 from importlib.metadata import version
 
 from ledgerview.commands import (
+    acls,
     clean,
     compaction,
     consume,
@@ -20,6 +21,7 @@ from ledgerview.commands import (
     retention,
     serve,
     topics,
+    users,
     verify,
 )
 from ledgerview.commands.common import add_store_options
@@ -28,7 +30,7 @@ from ledgerview.exit_codes import EXIT_CODES_HELP, ExitCode, exit_code_for
 from storage.errors import LedgerviewError
 
 COMMAND_GROUPS = (topics, produce, consume, groups, compaction, clean, retention, remote, dump_log, verify, serve,
-                  demo)
+                  users, acls, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -115,6 +115,7 @@ class SecurityRecord(Generic[T]):
         with FileLock(self._lock_path):
             value = change(self.read())
             write_atomically(self.path, encode_record(self._kind, RECORD_VERSION, self._encode(value)))
+            os.chmod(self.path, 0o600)  # salted keys still allow guessing passwords offline: owner only
             return value
 
 

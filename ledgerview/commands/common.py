@@ -52,11 +52,17 @@ def add_command(subparsers: Subparsers, name: str, run: Run, *, help: str, descr
     return parser
 
 
-def open_existing_store(args: argparse.Namespace) -> Store:
-    """The store at ``--data``, which must exist: a typo in --data must not create an empty store."""
+def existing_data_folder(args: argparse.Namespace) -> Path:
+    """``--data``, which must exist: a typo in --data must not create an empty store."""
     if not args.data.is_dir():
         raise UsageError(f"No data folder at {args.data}; pass --data with the store's folder (or set "
                          f"${DATA_ENVIRONMENT}); 'ledgerview topics create' makes a new store.")
+    return Path(args.data)
+
+
+def open_existing_store(args: argparse.Namespace) -> Store:
+    """The store at ``--data``, which must exist."""
+    existing_data_folder(args)
     return open_store(args)
 
 
