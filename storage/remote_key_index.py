@@ -111,7 +111,7 @@ class FlatKeyIndexes:
     def __init__(self, pieces: list[tuple[bytes, FlatKeyIndex]]) -> None:
         self._first_keys = [first for first, _ in pieces]
         self._pieces = [piece for _, piece in pieces]
-        self.path = self._pieces[0].path if len(self._pieces) == 1 else f"{len(pieces)} key index pieces"
+        self.path = self._pieces[0].path if len(self._pieces) == 1 else f"a key index in {len(pieces)} objects"
 
     def locate(self, key: bytes) -> int | None:
         """The offset of ``key``'s message in the ledger, or None."""

@@ -101,9 +101,9 @@ class RemoteLedger(Ledger):
                                                               self._range_reader(piece.key)))
                                for piece in view.key_indexes])
         self._object_of = {batch[0]: view.ledger_keys[batch[-1]] for batch in view.batches}
-        self._set_up(objects.url(view.ledger_keys[0]) if len(view.ledger_keys) == 1
-                     else objects.url(view.ledger_keys[0].rsplit("/", 1)[0]),
-                     [BatchHeader(*fields[:-1]) for fields in view.batches], keys, verify=verify)
+        source = (objects.url(view.ledger_keys[0]) if len(view.ledger_keys) == 1
+                  else f"ledger {view.ledger_id} in {len(view.ledger_keys)} objects at {objects.uri}")
+        self._set_up(source, [BatchHeader(*fields[:-1]) for fields in view.batches], keys, verify=verify)
 
     def _range_reader(self, key: str) -> RangeReader:
         return lambda position, length: self._fetch(key, position, length)[0]

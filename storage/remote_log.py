@@ -178,13 +178,13 @@ class RemoteLog:
     def latest(self) -> RemoteLogManifest | None:
         """The remote log now: its newest manifest (None if nothing was ever published)."""
         for version in reversed(self._manifest_versions()):
-            manifest = self._read_manifest(version)
+            manifest = self.read_version(version)
             if manifest is not None:
                 self._saw(manifest)
                 return manifest
         return None
 
-    def _read_manifest(self, version: int) -> RemoteLogManifest | None:
+    def read_version(self, version: int) -> RemoteLogManifest | None:
         """The manifest of ``version``; None if it was swept since it was listed (a newer one then exists)."""
         key = self.manifest_key(version)
         try:
@@ -242,7 +242,7 @@ class RemoteLog:
         their last-modified time is ``grace_ms`` old; that time is the object store's clock, so the grace period
         must exceed the skew between it and ours."""
         manifests = [manifest for version in self._manifest_versions()
-                     if (manifest := self._read_manifest(version)) is not None]
+                     if (manifest := self.read_version(version)) is not None]
         kept = manifests[-1:] + [older for older, newer in itertools.pairwise(manifests)
                                  if newer.published_ms + grace_ms > now_ms]
         kept_keys = {key for manifest in kept for key in manifest.object_keys}
@@ -314,13 +314,17 @@ def change_unowned(log: RemoteLog, edit: Callable[[RemoteLogManifest], RemoteLog
                    clock: Callable[[], int]) -> RemoteLogManifest:
     """Publish ``edit(the remote log now)`` as its next version, for a writer of the remote tier alone: such logs
     keep epoch 0 (a log not yet started begins empty at offset 0), and writers race only through the create-once
-    publish, re-reading and re-editing when another version won. Raises RemoteLogOwnedError once a data folder
-    claimed the log (epoch 1 and up): its appends would no longer continue the folder's."""
+    publish, re-reading and re-editing when another version won. An edit that returns the manifest it was given
+    changes nothing: nothing is published and that manifest is returned. Raises RemoteLogOwnedError once a data
+    folder claimed the log (epoch 1 and up): its appends would no longer continue the folder's."""
     while True:
         latest = log.latest() or RemoteLogManifest(0, 0, 0, (), clock())
         if latest.epoch:
             raise RemoteLogOwnedError(log.topic, log.partition, latest.epoch)
-        changed = replace(edit(latest), version=latest.version + 1, epoch=0, published_ms=clock())
+        edited = edit(latest)
+        if edited is latest:
+            return latest
+        changed = replace(edited, version=latest.version + 1, epoch=0, published_ms=clock())
         changed.check(log.objects.url(log.manifest_key(changed.version)))
         if log.publish(changed):
             return changed

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+
+from streaming.compaction import compact_with_spark
+from tests.processes.cluster_sink_jobs import SINK_JOBS
 
 Job = Callable[..., Any]
 
@@ -28,4 +32,10 @@ def read_views(spark: SparkSession, uri: str, topic: str) -> dict[str, Any]:
     return result
 
 
-JOBS: dict[str, Job] = {"read_views": read_views}
+def compact(spark: SparkSession, uri: str, topic: str, task_bytes: int) -> list[dict[str, Any]]:
+    """Two-phase compaction of the topic as Spark work (streaming/compaction.py); each partition's result."""
+    return [asdict(result) for result in compact_with_spark(spark, uri, topic, task_bytes=task_bytes)]
+
+
+JOBS: dict[str, Job] = {"read_views": read_views, "compact": compact}
+JOBS |= SINK_JOBS

@@ -1,0 +1,356 @@
+"""Two-phase compaction of a remote tier's topic as Spark work (``compact_with_spark``): the same compacted view
+the single-process compactor (compactor/) writes, computed by executors that read and write the object store
+themselves; the driver plans and publishes, and no message passes through it.
+
+- Plan (driver): per log partition, the remote log's manifest now (its version is pinned: every task reads the
+  segments and the previous ledger it names, which stay readable for ``file.delete.delay.ms`` after a newer
+  manifest) and the input cut into tasks of about ``task_bytes``: the previous ledger's batches, then the raw
+  segments above its horizon up to the end offset. An incremental run reads the previous ledger and what is new.
+- Phase one: each task reads its range and emits (partition, key, offset, live) columns; Spark hash-partitions them
+  by (partition, key) and keeps each key's latest offset (a ``max`` of (offset, live) per key, spilling as its
+  sort-based aggregation does). Keys whose latest message is a tombstone drop out; keyless messages are kept when
+  ``compaction.retain.null.key`` says so. The result is persisted: both writes below read it.
+- Phase two: the kept offsets, range-partitioned by (partition, offset) and sorted: each task reads the messages
+  of its offset range from the tier, keeps exactly its offsets, and writes one ledger object per log partition in
+  the segment batch format, in batches bounded as the local compactor bounds them. The live keys,
+  range-partitioned by (partition, key) and sorted, are written the same way as flat key index pieces with
+  disjoint key ranges (storage/remote_key_index.py).
+- Publish (driver): per partition, the pieces' object keys and batch headers become the manifest's compacted
+  view, published with the create-once write of the remote log (storage/remote_log.py ``change_unowned``); a
+  run that finds another ledger published since it planned is refused, not merged. Then objects no manifest
+  needs any more are swept.
+
+It works on remote logs that no data folder owns (epoch 0: those a Spark sink with an object-store path writes);
+a data folder's tiered partitions are compacted by that folder's compactor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import astuple, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from storage.codec import BatchHeader, encode_batch
+from storage.errors import LedgerviewError
+from storage.files import KEY_INDEX_SUFFIX, LEDGER_SUFFIX
+from storage.remote_key_index import sorted_run_entries, write_flat_key_index
+from storage.remote_ledger import KeyIndexPiece, RemoteCompactedView, RemoteLedger
+from storage.remote_log import RemoteLog, RemoteLogManifest, change_unowned
+from storage.remote_segment import RemoteSegments
+from storage.remote_store import RemoteStore, wall_clock_ms
+from storage.segment import batches_of_segments
+from streaming.store_cache import cached_readable_store
+
+INPUT_SCHEMA = "partition int, version long, start long, end long"
+MESSAGES_SCHEMA = "partition int, key binary, offset long, live boolean"
+LEDGER_PIECE_SCHEMA = "partition int, object string, first_offset long, rows long, bytes long, batches string"
+KEY_PIECE_SCHEMA = "partition int, object string, first_key binary, bytes long"
+OUTPUT_BATCH_MESSAGES = 1 << 16
+OUTPUT_BATCH_BYTES = 4 << 20
+"""A ledger batch is cut at this many messages or bytes, whichever comes first: damage then costs one batch."""
+
+
+class CompactionConflictError(LedgerviewError):
+    def __init__(self, topic: str, partition: int, planned: int | None, found: int | None) -> None:
+        super().__init__(
+            f"Another compaction of {topic}-{partition} published ledger {found} while this one, planned on "
+            f"ledger {planned}, ran: its work is dropped (its objects are swept later). Run it again to compact "
+            f"what is new since."
+        )
+
+
+@dataclass(frozen=True)
+class DistributedCompactionResult:
+    partition: int
+    ledger_id: int | None
+    horizon: int
+    messages_read: int
+    messages_kept: int
+    ledger_bytes: int
+    ledger_pieces: int
+    key_index_pieces: int
+    skipped: bool
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One log partition's run: the manifest it reads, the ranges of its phase one, the ledger it writes."""
+
+    partition: int
+    manifest: RemoteLogManifest
+    ranges: list[tuple[int, int]]
+    input_bytes: int
+    messages_read: int
+
+    @property
+    def ledger_id(self) -> int:
+        return self.manifest.compacted.ledger_id + 1 if self.manifest.compacted else 1
+
+
+def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes: int | None = None,
+                       partitions: list[int] | None = None) -> list[DistributedCompactionResult]:
+    """Compact ``topic`` of the remote tier at ``uri`` (every partition, or ``partitions``) as one Spark job.
+    ``task_bytes``: the input one task takes on (default: the topic's ``compaction.memory.bytes``); a partition
+    larger than it is spread over several tasks in both phases."""
+    store = RemoteStore.open(uri, manifest_max_age_ms=0)
+    config = store.topic_metadata(topic).config
+    budget = task_bytes or config.compaction_memory_bytes
+    chosen = range(store.topic_metadata(topic).partitions) if partitions is None else partitions
+    plans, results = [], []
+    for partition in chosen:
+        plan = _plan(store, topic, partition, budget)
+        if plan is None:
+            view = store.manifest(topic, partition).compacted
+            results.append(DistributedCompactionResult(partition, view.ledger_id if view else None,
+                                                       view.horizon if view else -1, 0,
+                                                       view.messages_kept if view else 0,
+                                                       view.ledger_bytes if view else 0, 0, 0, skipped=True))
+        else:
+            plans.append(plan)
+    if not plans:
+        return results
+    live, kept = _phase_one(spark, uri, topic, plans, budget, retain_null_key=config.compaction_retain_null_key)
+    try:
+        stats = live.agg(F.count("*").alias("rows"), F.sum(F.length("key")).alias("key_bytes")).collect()[0]
+        input_bytes = sum(plan.input_bytes for plan in plans)
+        message_bytes = input_bytes / max(1, sum(plan.messages_read for plan in plans))
+        ledger_tasks = max(1, math.ceil(stats["rows"] * message_bytes / budget))
+        key_tasks = max(1, math.ceil(((stats["key_bytes"] or 0) + 12 * stats["rows"]) / budget))
+        compression = config.compression_type if config.compression_type in ("lz4", "zstd") else None
+        versions = {plan.partition: (plan.manifest.version, plan.ledger_id) for plan in plans}
+        ledger_rows = kept.repartitionByRange(ledger_tasks, "partition", "offset") \
+            .sortWithinPartitions("partition", "offset") \
+            .mapInArrow(_ledger_piece_writer(uri, topic, versions, compression), LEDGER_PIECE_SCHEMA).collect()
+        key_rows = live.repartitionByRange(key_tasks, "partition", "key").sortWithinPartitions("partition", "key") \
+            .mapInArrow(_key_piece_writer(uri, topic, versions), KEY_PIECE_SCHEMA).collect()
+    finally:
+        live.unpersist()
+    for plan in plans:
+        results.append(_publish(store, topic, plan, [row for row in ledger_rows if row["partition"] == plan.partition],
+                                [row for row in key_rows if row["partition"] == plan.partition],
+                                config.file_delete_delay_ms))
+    return sorted(results, key=lambda result: result.partition)
+
+
+def _plan(store: RemoteStore, topic: str, partition: int, budget: int) -> _Plan | None:
+    """The partition's run, or None when nothing is above its horizon."""
+    manifest = store.manifest(topic, partition)
+    previous = manifest.compacted
+    horizon = previous.horizon if previous else -1
+    raw_start = max(horizon + 1, manifest.log_start_offset)
+    if manifest.end_offset <= raw_start:
+        return None
+    pieces: list[tuple[int, int, int]] = []  # (first offset, end offset, bytes) of each unit of input
+    if previous is not None:
+        pieces += [(batch[0], batch[0] + batch[4] + 1, batch[1]) for batch in previous.batches]
+    pieces += [(max(segment.base_offset, raw_start), segment.next_offset, segment.size_bytes)
+               for segment in manifest.segments if segment.next_offset > raw_start]
+    ranges: list[tuple[int, int]] = []
+    held = 0
+    for first, end, size in pieces:  # consecutive in offsets: the ledger's batches, then the raw segments
+        if ranges and held + size <= budget:
+            ranges[-1] = (ranges[-1][0], end)
+            held += size
+        else:
+            ranges.append((first, end))
+            held = size
+    messages = (previous.messages_kept if previous else 0) + manifest.end_offset - raw_start
+    return _Plan(partition, manifest, ranges, sum(size for _, _, size in pieces), messages)
+
+
+def _phase_one(spark: SparkSession, uri: str, topic: str, plans: list[_Plan], budget: int, *,
+               retain_null_key: bool) -> tuple[DataFrame, DataFrame]:
+    """The live keys with their latest offsets (persisted), and every offset the ledger keeps."""
+    rows = [(plan.partition, plan.manifest.version, start, end) for plan in plans for start, end in plan.ranges]
+    tasks = spark.createDataFrame(spark.sparkContext.parallelize(rows, len(rows)), INPUT_SCHEMA)
+    messages = tasks.mapInArrow(_message_reader(uri, topic), MESSAGES_SCHEMA)
+    aggregation_tasks = max(1, math.ceil(sum(plan.input_bytes for plan in plans) / budget))
+    latest = messages.where(F.col("key").isNotNull()).repartition(aggregation_tasks, "partition", "key") \
+        .groupBy("partition", "key").agg(F.max(F.struct("offset", "live")).alias("last"))
+    live = latest.where(F.col("last.live")).select("partition", "key", F.col("last.offset").alias("offset")) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    kept = live.select("partition", "offset")
+    if retain_null_key:
+        kept = kept.unionByName(messages.where(F.col("key").isNull()).select("partition", "offset"))
+    return live, kept
+
+
+def _view_batches(store: RemoteStore, manifest: RemoteLogManifest, start: int, end: int) -> Iterator[pa.RecordBatch]:
+    """The compacted view of ``manifest`` from ``start`` to ``end``: its ledger, then the raw log above it."""
+    view = manifest.compacted
+    horizon = view.horizon if view else -1
+    if view is not None and start <= horizon:
+        ledger = RemoteLedger(store.objects, view, store.cache, verify=store.verify_reads)
+        yield from ledger.read_batches(start, min(end, horizon + 1))
+    raw_start = max(start, horizon + 1, manifest.log_start_offset)
+    if end > raw_start:
+        segments = RemoteSegments(store.objects, store.cache).of(manifest.segments)
+        yield from batches_of_segments(segments, raw_start, end, verify=store.verify_reads)
+
+
+def _pinned(uri: str, topic: str, partition: int, version: int) -> tuple[RemoteStore, RemoteLogManifest]:
+    store = cached_readable_store(uri)
+    assert isinstance(store, RemoteStore)
+    manifest = RemoteLog(store.objects, topic, partition).read_version(version)
+    if manifest is None:
+        raise LedgerviewError(f"Version {version} of the remote log of {topic}-{partition}, which this compaction "
+                              "planned on, was swept before a task read it: file.delete.delay.ms is shorter than "
+                              "the run. Raise it, or run the compaction again.")
+    return store, manifest
+
+
+def _message_reader(uri: str, topic: str) -> Any:
+    """Phase one's task: (partition, key, offset, live) of every message of its range, columnar."""
+
+    def read(tasks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for task in pa.Table.from_batches(list(tasks)).to_pylist():
+            store, manifest = _pinned(uri, topic, task["partition"], task["version"])
+            for batch in _view_batches(store, manifest, task["start"], task["end"]):
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(np.full(batch.num_rows, task["partition"], np.int32)), batch.column(2),
+                     batch.column(0), batch.column(3).is_valid()], names=["partition", "key", "offset", "live"])
+
+    return read
+
+
+def _partition_runs(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pa.Table]]:
+    """A sorted task input, one log partition at a time."""
+    table = pa.Table.from_batches(list(batches))
+    if not table.num_rows:
+        return
+    partitions = table.column("partition").to_numpy()
+    bounds = np.flatnonzero(np.diff(partitions)) + 1
+    for start, end in zip([0, *bounds.tolist()], [*bounds.tolist(), len(partitions)], strict=True):
+        yield int(partitions[start]), table.slice(start, end - start)
+
+
+def _object_stem(topic: str, partition: int, ledger_id: int) -> str:
+    return f"{topic}-{partition}/compacted/{ledger_id:020d}-{uuid.uuid4().hex}"
+
+
+def _ledger_piece_writer(uri: str, topic: str, versions: dict[int, tuple[int, int]], compression: str | None) -> Any:
+    """Phase two's task: its kept offsets' messages, as one ledger object per log partition."""
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for partition, run in _partition_runs(batches):
+            version, ledger_id = versions[partition]
+            store, manifest = _pinned(uri, topic, partition, version)
+            kept = run.column("offset").to_numpy()
+            key = _object_stem(topic, partition, ledger_id) + LEDGER_SUFFIX
+            with tempfile.TemporaryDirectory(prefix="ledgerview-piece-") as folder:
+                path = Path(folder) / "piece.ledger"
+                headers = _write_piece(path, _view_batches(store, manifest, int(kept[0]), int(kept[-1]) + 1), kept,
+                                       compression)
+                store.objects.upload(path, key)
+                size = path.stat().st_size
+            yield pa.RecordBatch.from_pylist([{
+                "partition": partition, "object": key, "first_offset": int(kept[0]), "rows": len(kept),
+                "bytes": size, "batches": json.dumps(headers)}], schema=pa.schema([
+                    ("partition", pa.int32()), ("object", pa.string()), ("first_offset", pa.int64()),
+                    ("rows", pa.int64()), ("bytes", pa.int64()), ("batches", pa.string())]))
+
+    return write
+
+
+def _write_piece(path: Path, batches: Iterator[pa.RecordBatch], kept: np.ndarray, compression: str | None) -> (
+    list[list[int]]
+):
+    """Write the messages of ``batches`` whose offsets are in ``kept`` (sorted) to ``path`` as ledger batches;
+    their header fields, positions in the file."""
+    headers: list[list[int]] = []
+    pending: list[pa.RecordBatch] = []
+    held_rows = held_bytes = position = 0
+    with open(path, "wb") as file:
+
+        def flush() -> None:
+            nonlocal pending, held_rows, held_bytes, position
+            encoded = encode_batch(pa.concat_batches(pending), compression=compression)
+            for piece in encoded.pieces:
+                file.write(piece)
+            headers.append(list(astuple(replace(encoded.header, position=position))))
+            position += encoded.header.batch_length
+            pending, held_rows, held_bytes = [], 0, 0
+
+        for batch in batches:
+            offsets = batch.column(0).to_numpy()
+            low, high = np.searchsorted(kept, [offsets[0], offsets[-1] + 1])
+            wanted = kept[low:high]
+            if not len(wanted):
+                continue
+            rows = np.searchsorted(offsets, wanted)
+            taken = batch if len(rows) == batch.num_rows else batch.take(pa.array(rows))
+            pending.append(taken)
+            held_rows += taken.num_rows
+            held_bytes += taken.get_total_buffer_size()
+            if held_rows >= OUTPUT_BATCH_MESSAGES or held_bytes >= OUTPUT_BATCH_BYTES:
+                flush()
+        if pending:
+            flush()
+        file.flush()
+        os.fsync(file.fileno())
+    found = sum(BatchHeader(*header).record_count for header in headers)
+    if found != len(kept):
+        raise LedgerviewError(f"Phase two found {found} of the {len(kept)} messages phase one kept in the remote log "
+                              "version both read: its objects changed under the run.")
+    return headers
+
+
+def _key_piece_writer(uri: str, topic: str, versions: dict[int, tuple[int, int]]) -> Any:
+    """Phase two's other task: its live keys (sorted) as one flat key index object per log partition."""
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for partition, run in _partition_runs(batches):
+            store = cached_readable_store(uri)
+            assert isinstance(store, RemoteStore)
+            keys = run.column("key").combine_chunks()
+            key = _object_stem(topic, partition, versions[partition][1]) + KEY_INDEX_SUFFIX
+            with tempfile.TemporaryDirectory(prefix="ledgerview-piece-") as folder:
+                path = Path(folder) / "piece.keys"
+                size = write_flat_key_index(sorted_run_entries(keys, run.column("offset").to_numpy()), path)
+                store.objects.upload(path, key)
+            yield pa.RecordBatch.from_pylist(
+                [{"partition": partition, "object": key, "first_key": keys[0].as_py(), "bytes": size}],
+                schema=pa.schema([("partition", pa.int32()), ("object", pa.string()), ("first_key", pa.binary()),
+                                  ("bytes", pa.int64())]))
+
+    return write
+
+
+def _publish(store: RemoteStore, topic: str, plan: _Plan, ledger_rows: list[Any], key_rows: list[Any],
+             grace_ms: int) -> DistributedCompactionResult:
+    """Name the pieces in the partition's manifest as its compacted view; sweep what is no longer needed."""
+    ledger_rows = sorted(ledger_rows, key=lambda row: row["first_offset"])
+    key_rows = sorted(key_rows, key=lambda row: row["first_key"])
+    batches = tuple((*header, piece) for piece, row in enumerate(ledger_rows)
+                    for header in json.loads(row["batches"]))
+    kept = sum(row["rows"] for row in ledger_rows)
+    view = RemoteCompactedView(
+        plan.ledger_id, plan.manifest.end_offset - 1, plan.messages_read, kept,
+        tuple(row["object"] for row in ledger_rows), sum(row["bytes"] for row in ledger_rows),
+        tuple(KeyIndexPiece(row["object"], row["bytes"], row["first_key"]) for row in key_rows),
+        wall_clock_ms(), batches)
+    planned = plan.manifest.compacted.ledger_id if plan.manifest.compacted else None
+
+    def with_view(latest: RemoteLogManifest) -> RemoteLogManifest:
+        found = latest.compacted.ledger_id if latest.compacted else None
+        if found != planned:
+            raise CompactionConflictError(topic, plan.partition, planned, found)
+        return replace(latest, compacted=view)
+
+    log = RemoteLog(store.objects, topic, plan.partition)
+    change_unowned(log, with_view, wall_clock_ms)
+    log.remove_unreferenced(now_ms=wall_clock_ms(), grace_ms=grace_ms)
+    return DistributedCompactionResult(plan.partition, view.ledger_id, view.horizon, view.messages_read, kept,
+                                       view.ledger_bytes, len(ledger_rows), len(key_rows), skipped=False)
