@@ -17,6 +17,9 @@ from typing import Any, Literal
 from urllib.parse import urlparse
 
 from ledgerview.errors import ServiceConfigError
+from ledgerview.kafka.broker import LIMITS, EndpointOptions
+from ledgerview.kafka.broker_config import endpoint_options
+from storage.errors import LedgerviewError
 from storage.object_store import WRITABLE_SCHEMES
 
 SourceKind = Literal["generator", "directory", "topic", "kafka"]
@@ -139,6 +142,18 @@ class KafkaSection:
     """Kafka's max.connections: connections beyond it are closed as they arrive."""
     max_connections_per_ip: int = 2147483647
     """Kafka's max.connections.per.ip: connections from one address beyond it are closed as they arrive."""
+    insecure: bool = False
+    """Allow a listener on a non-loopback address without TLS and authentication (docs/security.md)."""
+    broker_properties: dict[str, Any] = field(default_factory=dict)
+    """Every dotted key of the section (``listeners``, ``ssl.*``, ``sasl.*``, ``authorizer.class.name``,
+    ``super.users``, ...): Kafka broker properties, as in server.properties (ledgerview/kafka/broker_config.py)."""
+
+    def endpoint_options(self) -> EndpointOptions:
+        """The endpoint's options; raises BrokerConfigError, SecurityConfigError or InsecureListenerError."""
+        base = EndpointOptions(host=self.host, port=self.port, compacted_suffix=self.compacted_suffix,
+                               advertised_host=self.advertised_host or None, fetch_cache_bytes=self.fetch_cache_bytes,
+                               insecure=self.insecure, **{name: getattr(self, name) for name in LIMITS})
+        return endpoint_options(self.broker_properties, "[kafka]", base)
 
 
 @dataclass(frozen=True)
@@ -186,7 +201,15 @@ def parse_service_config(raw: dict[str, Any], path: str) -> ServiceConfig:
     for name, kind in _SECTIONS.items():
         if name in raw:
             defaults = dataclasses.asdict(getattr(ServiceConfig, name))
-            sections[name] = _build(kind, {**defaults, **_table(raw[name], path, f"[{name}]")}, path, f"[{name}]")
+            table = _table(raw[name], path, f"[{name}]")
+            if kind is KafkaSection:
+                table = _with_broker_properties(table)
+            sections[name] = _build(kind, {**defaults, **table}, path, f"[{name}]")
+    if "kafka" in sections:
+        try:
+            sections["kafka"].endpoint_options()
+        except (LedgerviewError, ValueError) as error:
+            raise ServiceConfigError(path, "[kafka]", str(error).rstrip(".")) from None
     sections["topics"] = tuple(_build(TopicSection, _table(item, path, f"[[topics]] #{i + 1}"), path,
                                       f"[[topics]] #{i + 1}") for i, item in enumerate(_list(raw, "topics", path)))
     sources = tuple(_build(SourceSection, _table(item, path, f"[[sources]] #{i + 1}"), path, f"[[sources]] #{i + 1}")
@@ -195,6 +218,27 @@ def parse_service_config(raw: dict[str, Any], path: str) -> ServiceConfig:
     _check_remote(sections.get("remote", RemoteSection()), path)
     sections["sources"] = sources
     return ServiceConfig(path, **sections)
+
+
+def _with_broker_properties(table: dict[str, Any]) -> dict[str, Any]:
+    """The [kafka] table with its Kafka broker properties gathered under ``broker_properties``: TOML reads
+    ``ssl.client.auth = "required"`` as nested tables, and a quoted ``"ssl.client.auth"`` as one key; both are
+    the property ``ssl.client.auth``. The keys ``listeners`` and any other dotted key are properties."""
+    fields = {item.name for item in dataclasses.fields(KafkaSection)} - {"broker_properties"}
+    plain = {key: value for key, value in table.items() if key in fields}
+    properties: dict[str, Any] = {}
+
+    def flatten(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                flatten(f"{prefix}.{key}", inner)
+        else:
+            properties[prefix] = value
+
+    for key, value in table.items():
+        if key not in fields:
+            flatten(key, value)
+    return {**plain, "broker_properties": properties}
 
 
 def _check_remote(remote: RemoteSection, path: str) -> None:

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from compactor.run import CompactionResult
 from compactor.scheduler import CompactionScheduler
 from ledgerview.errors import ListenError, ServiceRunningError
-from ledgerview.kafka.broker import LIMITS, EndpointOptions
 from ledgerview.kafka.server import KafkaEndpoint
 from ledgerview.service.config import ServiceConfig
 from ledgerview.service.history import STEP_S, CompactionCounters, RateHistory
@@ -130,11 +129,7 @@ class Service:
                 config.http.host, config.http.port, config.data, self.status, self.health))
         if config.kafka.enabled:
             self.kafka = listening("kafka", config.kafka.host, config.kafka.port, lambda: KafkaEndpoint(
-                config.data, options=EndpointOptions(
-                    host=config.kafka.host, port=config.kafka.port, compacted_suffix=config.kafka.compacted_suffix,
-                    advertised_host=config.kafka.advertised_host or None,
-                    fetch_cache_bytes=config.kafka.fetch_cache_bytes,
-                    **{name: getattr(config.kafka, name) for name in LIMITS})))
+                config.data, options=config.kafka.endpoint_options()))
         if config.remote.uri:
             open_object_store(config.remote.uri)  # a URI pyarrow cannot open stops here, before the folder keeps it
         with Store.open(config.data, remote=config.remote.uri or None) as store:
