@@ -83,6 +83,11 @@ class DistributedCompactionResult:
     key_index_pieces: int
     skipped: bool
 
+    @property
+    def messages_removed(self) -> int:
+        """Messages this run left out (as compactor.CompactionResult counts them)."""
+        return 0 if self.skipped else self.messages_read - self.messages_kept
+
 
 @dataclass(frozen=True)
 class _Plan:

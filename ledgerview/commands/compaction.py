@@ -5,21 +5,28 @@ from __future__ import annotations
 import argparse
 import datetime
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from compactor import CompactionState, Compactor
+from compactor import CompactionResult, CompactionState, Compactor
 from ledgerview.commands.common import (
     Subparsers,
     add_command,
+    check_remote_uri,
     open_existing_store,
     print_json,
     print_table,
     require_topic,
     say,
 )
+from ledgerview.errors import UsageError
 from ledgerview.exit_codes import ExitCode
 from ledgerview.progress import progress
 from storage import Store
 from storage.object_store import RemoteStorageError
+
+if TYPE_CHECKING:
+    from streaming.compaction import DistributedCompactionResult
 
 COMPACT_DESCRIPTION = """Run two-phase compaction of a topic now, partition by partition, and wait for it.
 
@@ -27,8 +34,14 @@ Each partition's compacted view becomes a new ledger holding the latest live mes
 horizon (the end offset when the run started); raw segments are never changed. A partition compacting in another
 process makes this command fail with exit status 4.
 
-example:
+With --spark MASTER the topic of the remote tier --remote names is compacted as a Spark job on MASTER (a cluster
+or local[N]): executors read the tier and write the new ledger there in pieces, the driver publishes it; no data
+folder is used. This compacts remote logs that no data folder owns (those a Spark sink with an object-store path
+writes); a folder's tiered topics are compacted where the folder is.
+
+examples:
   ledgerview compact prices
+  ledgerview compact prices --spark spark://head:7077 --remote s3://bucket/ledgerview
 """
 STATUS_DESCRIPTION = """The last compaction of each partition, in Pulsar's states: NOT_RUN, RUNNING, SUCCESS, ERROR.
 For a topic with remote.storage.enable=true, also each partition's upload lag: bytes of sealed segments not yet on
@@ -48,6 +61,9 @@ def register(subparsers: Subparsers) -> None:
     compact.add_argument("topic")
     compact.add_argument("--partition", type=int, action="append", help="compact only this partition (repeatable)")
     compact.add_argument("--json", action="store_true", help="one JSON object per partition")
+    compact.add_argument("--spark", metavar="MASTER", help="compact the --remote tier's topic as a Spark job here")
+    compact.add_argument("--task-bytes", type=int, metavar="BYTES",
+                         help="with --spark: input per task (default: the topic's compaction.memory.bytes)")
 
     status = add_command(subparsers, "compaction-status", run_status, help="state of the last compaction",
                          description=STATUS_DESCRIPTION)
@@ -57,12 +73,36 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run_compact(args: argparse.Namespace) -> int:
+    if args.spark is not None:
+        return _compact_with_spark(args)
     with open_existing_store(args) as store:
         require_topic(store, args.topic)
         partitions = args.partition or list(range(store.topic_metadata(args.topic).partitions))
         compactor = Compactor(store)
         results = [compactor.compact(args.topic, [partition])[0]
                    for partition in progress(partitions, unit="partition", description=f"compacting {args.topic}")]
+    return _report(args, results)
+
+
+def _compact_with_spark(args: argparse.Namespace) -> int:
+    if args.remote is None:
+        raise UsageError("--spark compacts a topic of a remote tier: give the tier's URI with --remote "
+                         "(e.g. --remote s3://bucket/prefix).")
+    check_remote_uri(args.remote)
+    # Imported here: starting pyspark costs every other command a second.
+    from streaming import local_session
+    from streaming.compaction import compact_with_spark
+
+    spark = local_session("ledgerview-compact", master=args.spark)
+    try:
+        results = compact_with_spark(spark, args.remote, args.topic, task_bytes=args.task_bytes,
+                                     partitions=args.partition)
+    finally:
+        spark.stop()
+    return _report(args, results)
+
+
+def _report(args: argparse.Namespace, results: Sequence[CompactionResult | DistributedCompactionResult]) -> int:
     if args.json:
         for result in results:
             print_json({**vars(result), "messages_removed": result.messages_removed})

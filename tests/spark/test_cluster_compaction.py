@@ -7,6 +7,9 @@ read and write the object store alone."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -106,3 +109,21 @@ def test_spark_compacts_a_remote_log_into_the_view_the_single_process_compactor_
         # an incremental run reads the previous ledger and what is new, not the whole log again
         assert after["messages_read"] == before["messages_kept"] + new[after["partition"]]
     assert spark_cluster.run("compact", uri=s3_uri, topic=TOPIC, task_bytes=TASK_BYTES)[0]["skipped"]
+
+
+def test_the_cli_compacts_a_remote_tier_with_spark(tmp_path: Path, s3_uri: str) -> None:
+    with Store.open(tmp_path / "data") as store:
+        store.create_topic(TOPIC, 2, CONFIG)
+        store.append(TOPIC, changes(0, 3_000))
+        store.roll(TOPIC, 0), store.roll(TOPIC, 1)
+        tier_alone(store, s3_uri, 2)
+        Compactor(store).compact(TOPIC)
+        expected = [(m.partition, m.offset, m.key, m.value) for m in Reader(store, TOPIC, read_compacted=True)]
+    done = subprocess.run([sys.executable, "-m", "ledgerview", "compact", TOPIC, "--spark", "local[1]", "--remote",
+                           s3_uri, "--json", "--data", str(tmp_path / "no-folder")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [r["partition"] for r in results] == [0, 1] and all(r["ledger_id"] == 1 for r in results)
+    assert [(m.partition, m.offset, m.key, m.value) for m in Reader(s3_uri, TOPIC, read_compacted=True)] == expected
+    assert not (tmp_path / "no-folder").exists()
