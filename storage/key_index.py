@@ -56,7 +56,19 @@ MAX_RUNS: Final = 1 << 16
 RUNS_FOLDER: Final = "runs"
 
 
-class CorruptKeyIndexError(LedgerviewError):
+class KeyIndexError(LedgerviewError):
+    """A key index that lookups cannot go through (its ledger answers them from a scan instead)."""
+
+
+class UnreadableKeyIndexError(KeyIndexError):
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = str(path)
+        super().__init__(f"Key index {path} cannot be opened here ({reason}): rocksdict writes a file into the index "
+                         "on every open, which a read-only data folder refuses. Open the folder writable for fast "
+                         "point lookups.")
+
+
+class CorruptKeyIndexError(KeyIndexError):
     """A key index that cannot be right: lookups through it must not answer."""
 
     def __init__(self, path: Path | str, key: bytes | None, reason: str) -> None:
@@ -194,14 +206,16 @@ class KeyIndex:
         self.path = path
         self._db: Rdict | None = None
         self._runs = 0
-        self.damage: CorruptKeyIndexError | None = None
+        self.damage: KeyIndexError | None = None
         """Why the index could not be opened (None: it was)."""
         try:
             self._db = Rdict(str(path), _options(), column_families={}, access_type=AccessType.read_only())
         except Exception as error:  # rocksdict raises a bare Exception
             if not path.exists():
                 raise FileNotFoundError(f"key index {path} is gone") from error
-            self.damage = CorruptKeyIndexError(path, None, f"RocksDB cannot open it ({error})")
+            unreadable = "(os error " in str(error)  # an I/O error of rocksdict's own files, not RocksDB's verdict
+            self.damage = (UnreadableKeyIndexError(path, str(error)) if unreadable
+                           else CorruptKeyIndexError(path, None, f"RocksDB cannot open it ({error})"))
             return
         try:
             self._check_files(self._db)

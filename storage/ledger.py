@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from storage.codec import BatchFormatError, BatchHeader, decode_payload, encode_batch, verify_batch
 from storage.errors import CorruptLedgerError
 from storage.fileio import fsync_folder, write_all
-from storage.key_index import CorruptKeyIndexError, KeyIndex, KeyIndexWriter
+from storage.key_index import CorruptKeyIndexError, KeyIndex, KeyIndexError, KeyIndexWriter
 from storage.partition_log import estimated_message_bytes
 from storage.remote_key_index import FlatKeyIndexes
 from storage.schema import STORED_SCHEMA
@@ -161,8 +161,8 @@ class Ledger:
         if self._scanned_keys is None:
             try:
                 return self.keys.locate(key)
-            except CorruptKeyIndexError as error:
-                logger.warning("%s Until then, lookups in ledger %s answer from a scan of it.", error, self.source)
+            except KeyIndexError as error:
+                logger.warning("%s Meanwhile, lookups in ledger %s answer from a scan of it.", error, self.source)
                 self._scanned_keys = self._scan_keys()
         keys, offsets = self._scanned_keys
         row = pc.index(keys, pa.scalar(key, pa.binary())).as_py()

@@ -33,7 +33,7 @@ from storage.files import (
     partition_folder,
 )
 from storage.index import OffsetIndex, TimeIndex
-from storage.key_index import CorruptKeyIndexError, KeyIndex
+from storage.key_index import CorruptKeyIndexError, KeyIndex, UnreadableKeyIndexError
 from storage.partition_log import PartitionLog
 from storage.remote_tier import RemoteTier
 from storage.store import Store
@@ -252,6 +252,9 @@ def _verify_compacted(folder: Path, report: Report, *, end_offset: int) -> None:
         return
     try:
         indexed = sum(1 for _ in keys.keys())  # noqa: SIM118  # KeyIndex is no dict
+    except UnreadableKeyIndexError as error:
+        report.warnings.append(f"{error} Not checked.")
+        return
     except CorruptKeyIndexError as error:
         report.problems.append(str(error))
         return

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from ledgerview.commands.common import Subparsers, add_command, open_existing_store, print_json, require_topic, say
+from ledgerview.commands.common import (
+    Subparsers,
+    add_command,
+    existing_data_folder,
+    open_existing_store,
+    print_json,
+    require_topic,
+    say,
+)
 from ledgerview.commands.verify_repair import repair_views
 from ledgerview.exit_codes import ExitCode
 from ledgerview.progress import ByteProgress
+from storage import Store
 from storage.verification import files_to_check, verify_topics
 
 DESCRIPTION = """Check every batch's CRC-32C, the order of offsets, every offset and time index entry, each
@@ -32,8 +41,17 @@ def register(subparsers: Subparsers) -> None:
                         help="rebuild damaged compacted views from the raw log, then check again")
 
 
+def _open(args: argparse.Namespace) -> Store:
+    """The store, opened read-only unless it is to be repaired (or tiered now by --remote): a check changes
+    nothing (a writer's open would cut a torn tail before it is reported), and works on a read-only folder."""
+    if args.repair or args.remote is not None:
+        return open_existing_store(args)
+    existing_data_folder(args)
+    return Store.open(args.data, read_only=True)
+
+
 def run(args: argparse.Namespace) -> int:
-    with open_existing_store(args) as store:
+    with _open(args) as store:
         topics = args.topics or store.list_topics()
         for topic in topics:
             require_topic(store, topic)
