@@ -3,26 +3,31 @@
 It sees what the remote tier holds: each tiered partition's raw log up to the last uploaded segment, and the
 compacted view its manifest names (whose horizon lies below that end, so the view is whole). It has the reading
 methods of Store (``ReadableStore``), so Reader and TableView take ``"s3://bucket/prefix"`` where they take a
-folder. It never writes. Each partition's manifest is read again when it is older than ``manifest_max_age_ms``,
-so a point lookup after warm-up costs the reads of one key-index group and one ledger batch.
+folder. It writes only when asked to create a topic that lives on the tier alone (``create_topic``, for the Spark
+sink with an object-store path). Each partition's manifest is read again when it is older than
+``manifest_max_age_ms``, so a point lookup after warm-up costs the reads of one key-index group and one ledger
+batch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from types import TracebackType
+from typing import Any
 
 import pyarrow as pa
 
 from storage.compacted import CompactionCursor
+from storage.config import TopicConfig
 from storage.errors import LedgerviewError, OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
-from storage.files import TOPIC_METADATA, TOPICS_FOLDER
+from storage.files import TOPIC_METADATA, TOPICS_FOLDER, validate_topic_name
 from storage.ledger import Ledger
 from storage.object_store import DEFAULT_TIMEOUT_S, ObjectStore, RemoteObjectMissingError, open_object_store
 from storage.remote_ledger import RemoteLedger
-from storage.remote_log import RemoteLog, RemoteLogManifest
+from storage.remote_log import RemoteLog, RemoteLogManifest, change_unowned
 from storage.remote_segment import DEFAULT_CACHE_BYTES, FetchCache, RemoteSegment, RemoteSegments
 from storage.schema import with_partition_column
 from storage.segment import batches_of_segments
@@ -36,6 +41,16 @@ def wall_clock_ms() -> int:
 def remote_topic_key(topic: str) -> str:
     """Where a tiered topic's metadata is kept on its remote tier (written once, at its first upload)."""
     return f"{TOPICS_FOLDER}/{topic}/{TOPIC_METADATA}"
+
+
+class RemoteTopicExistsError(LedgerviewError):
+    def __init__(self, url: str, existing: TopicMetadata, partitions: int) -> None:
+        self.existing = existing
+        super().__init__(
+            f"Topic {existing.name!r} already exists on the remote tier ({url}) with {existing.partitions} "
+            f"partitions; it cannot be created with {partitions}. A topic's partition count is fixed at creation: "
+            f"use {existing.partitions}, or another topic name."
+        )
 
 
 class RemoteCompactedLedgers:
@@ -97,6 +112,30 @@ class RemoteStore:
     def list_topics(self) -> list[str]:
         return sorted(info.key.split("/")[1] for info in self.objects.list(TOPICS_FOLDER)
                       if info.key.endswith(f"/{TOPIC_METADATA}"))
+
+    def create_topic(self, topic: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> (
+        TopicMetadata
+    ):
+        """Create a topic that lives on the remote tier alone, written by writers of the tier alone (the Spark sink
+        with an object-store path): its metadata, created once, and an empty remote log (epoch 0) per partition.
+        A topic already there with as many partitions is returned as it is (its config too); with another count,
+        RemoteTopicExistsError."""
+        validate_topic_name(topic)
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise LedgerviewError(f"partitions must be an integer >= 1, got {partitions!r}.")
+        metadata = TopicMetadata(topic, partitions, TopicConfig.from_overrides(config or {}).to_overrides(),
+                                 self.clock())
+        key = remote_topic_key(topic)
+        if not self.objects.create(key, metadata.encode()):
+            self._topics.pop(topic, None)
+            metadata = self.topic_metadata(topic)
+            if metadata.partitions != partitions:
+                raise RemoteTopicExistsError(self.objects.url(key), metadata, partitions)
+        for partition in range(partitions):
+            log = RemoteLog(self.objects, topic, partition)
+            if log.latest() is None:
+                change_unowned(log, lambda manifest: dataclasses.replace(manifest), self.clock)
+        return metadata
 
     def topic_metadata(self, topic: str) -> TopicMetadata:
         metadata = self._topics.get(topic)

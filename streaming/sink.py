@@ -3,7 +3,9 @@
 Where each part runs (reference/pyspark-datasource.md, section 3): ``write`` in executor Python workers, once per
 task and micro-batch; ``commit``/``abort`` in a fresh Python worker the JVM spawns, with a fresh writer. Nothing is
 kept on the writer between them: tasks stage Arrow files named by the batch id, and their commit messages name
-them. The commit protocol is streaming/sink_commit.py's ``commit_batch``.
+them. The commit protocol is streaming/sink_commit.py's ``commit_batch``. With an object-store path
+(``s3://bucket/prefix``, a topic on a remote tier alone) tasks upload segments and the commit appends them to the
+remote logs by reference instead (streaming/remote_sink.py).
 
 Input columns: ``key`` and ``value`` (binary or string; a null value is a tombstone), optional ``timestamp``
 (timestamp or long milliseconds), ``headers`` (array of struct<key string, value binary>) and ``partition``
@@ -35,9 +37,11 @@ from pyspark.sql.types import (
 
 from storage.errors import LedgerviewError
 from storage.files import sink_folder, staged_file_name
+from storage.remote_store import is_remote_location
 from streaming.options import WRITE, Options
+from streaming.remote_sink import UploadedSegments, abort_uploads, commit_uploads, write_task_segments
 from streaming.sink_commit import SinkFolders, commit_batch, file_checksum, partition_runs, remove_staged_batch
-from streaming.store_cache import cached_store
+from streaming.store_cache import cached_readable_store, cached_store
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -55,7 +59,8 @@ class InvalidSinkError(LedgerviewError):
         super().__init__(
             f"Cannot write to ledgerview: {reason}. Columns allowed: key and value (binary or string), timestamp "
             "(timestamp or long ms), headers (array<struct<key:string,value:binary>>), partition (int); options "
-            "path (the store's data folder) and topic; output mode append."
+            "path (the store's data folder, or an object-store URI such as s3://bucket/prefix for a topic on a "
+            "remote tier alone) and topic; output mode append."
         )
 
 
@@ -63,6 +68,11 @@ class InvalidSinkError(LedgerviewError):
 class SinkOptions:
     path: str
     topic: str
+
+    @property
+    def remote(self) -> bool:
+        """Whether the path is an object store: tasks upload segments, the commit appends them by reference."""
+        return is_remote_location(self.path)
 
     @classmethod
     def parse(cls, options: Any, schema: StructType, overwrite: bool) -> SinkOptions:
@@ -78,7 +88,8 @@ class SinkOptions:
                 raise InvalidSinkError(f"column {column.name!r} has type {column.dataType.simpleString()}")
         if "value" not in schema.fieldNames():
             raise InvalidSinkError("a value column is required (null values are tombstones)")
-        cached_store(path).topic_metadata(topic)  # an unknown topic fails the query at its start
+        # an unknown topic fails the query at its start
+        (cached_readable_store(path) if is_remote_location(path) else cached_store(path)).topic_metadata(topic)
         return cls(path, topic)
 
 
@@ -138,21 +149,30 @@ class StreamSink(DataSourceStreamArrowWriter):
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFiles:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFiles | UploadedSegments:
         context = TaskContext.get()
         batch_id = context.getLocalProperty(BATCH_ID_PROPERTY) if context else None
         query_id = context.getLocalProperty(QUERY_ID_PROPERTY) if context else None
         if batch_id is None or query_id is None:
             raise InvalidSinkError("the streaming writer ran outside a streaming query's task (no batch id)")
+        if self.options.remote:
+            return write_task_segments(self.options.path, self.options.topic, query_id, int(batch_id), iterator)
         return stage_task_rows(self.options, query_id, int(batch_id), iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        commit_messages(self.options, messages, batchId)
+        if self.options.remote:
+            commit_uploads(self.options.path, self.options.topic, messages, batchId)
+        else:
+            commit_messages(self.options, messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Remove the batch's staged files of this query only (its sink id is in its tasks' messages; other
         queries writing the topic have their own batch ids). A failed task's message is None: what it staged is
-        removed by the commit of that batch id's retry or a later one (``_remove_finished_files``)."""
+        removed by the commit of that batch id's retry or a later one (``_remove_finished_files``). On an object
+        store: the batch's uploads that no remote log names."""
+        if self.options.remote:
+            abort_uploads(self.options.path, self.options.topic, messages)
+            return
         store = cached_store(self.options.path)
         for sink_id in {message.sink_id for message in messages if isinstance(message, StagedFiles)}:
             remove_staged_batch(store, self.options.topic, sink_id, batchId)
@@ -161,22 +181,31 @@ class StreamSink(DataSourceStreamArrowWriter):
 class BatchSink(DataSourceArrowWriter):
     """``df.write.format("ledgerview")``: the same staging and commit, as one batch of a one-off sink whose
     folder is removed after the commit. A job that dies inside its commit may leave part of its rows appended
-    (no one replays a batch job); rerunning it appends them again."""
+    (no one replays a batch job); rerunning it appends them again. On an object store the job records no sink id
+    in the remote logs (it would stay in every manifest for nothing: a job's batch is never replayed)."""
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
         self.job_id = f"job-{uuid.uuid4().hex}"
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFiles:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedFiles | UploadedSegments:
+        if self.options.remote:
+            return write_task_segments(self.options.path, self.options.topic, None, 0, iterator)
         return stage_task_rows(self.options, self.job_id, 0, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.options.remote:
+            commit_uploads(self.options.path, self.options.topic, messages, 0)
+            return
         commit_messages(self.options, messages, 0)
         self.abort(messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Remove the job's sink folder (staged files and record); named by the messages, or by this writer
-        when the commit runs on the writer the tasks had."""
+        when the commit runs on the writer the tasks had. On an object store: the uploads no remote log names."""
+        if self.options.remote:
+            abort_uploads(self.options.path, self.options.topic, messages)
+            return
         jobs = {message.sink_id for message in messages if isinstance(message, StagedFiles)} | {self.job_id}
         root = cached_store(self.options.path).root
         for job in jobs:

@@ -134,7 +134,7 @@ def commit_batch(store: Store, topic: str, sink_id: str, batch_id: int, staged: 
     6. Remove the pending files, and the staged files of this and older batches (abandoned attempts). A crash
        here leaves files the next commit removes.
     """
-    _crash_at("sink.commit.begin")
+    crash_jvm_at("sink.commit.begin")
     folders = SinkFolders.of(store, topic, sink_id)
     folders.staging.mkdir(parents=True, exist_ok=True)
     folders.pending.mkdir(exist_ok=True)
@@ -146,7 +146,7 @@ def commit_batch(store: Store, topic: str, sink_id: str, batch_id: int, staged: 
                 partitions = store.topic_metadata(topic).partitions
                 starts = {p: PartitionStart(store.end_offset(topic, p), 0) for p in range(partitions)}
                 record = _pend(folders, record, batch_id, staged, starts)
-                _crash_at("sink.commit.after_pending_record")
+                crash_jvm_at("sink.commit.after_pending_record")
             elif record.pending_batch != batch_id:
                 raise SinkStateError(folders.root, f"batch {record.pending_batch} is pending and batch {batch_id} "
                                      "was asked to commit; was the checkpoint replaced or shared?")
@@ -154,9 +154,9 @@ def commit_batch(store: Store, topic: str, sink_id: str, batch_id: int, staged: 
                 record = _pend(folders, record, batch_id, staged, record.pending_starts)
             _roll_forward(store, topic, folders, record)
             store.flush(topic)
-            _crash_at("sink.commit.before_committed_record")
+            crash_jvm_at("sink.commit.before_committed_record")
             write_atomically(folders.record, SinkRecord(committed_batch=batch_id).encode())
-            _crash_at("sink.commit.after_committed_record")
+            crash_jvm_at("sink.commit.after_committed_record")
             appended = True
         _remove_finished_files(folders, SinkRecord.read(folders.record))
     return appended
@@ -218,7 +218,7 @@ def _roll_forward(store: Store, topic: str, folders: SinkFolders, record: SinkRe
             record = SinkRecord(record.committed_batch, record.pending_batch, record.pending_files, starts)
             write_atomically(folders.record, record.encode())
         store.append(topic, rows.slice(present), partition=partition)
-        _crash_at("sink.commit.after_partition_append")
+        crash_jvm_at("sink.commit.after_partition_append")
 
 
 def _rows_in_log(store: Store, topic: str, partition: int, start: int, rows: pa.Table) -> int:
@@ -284,7 +284,7 @@ def _all_writer_locks(store: Store, topic: str) -> Iterator[None]:
         yield
 
 
-def _crash_at(point: str) -> None:
+def crash_jvm_at(point: str) -> None:
     """A fault-test crash point that kills the whole Spark application, not only this Python worker: the
     commit runs in a worker the JVM spawned, and a real crash takes the JVM with it."""
     if faults.is_armed(point):
