@@ -6,8 +6,6 @@ ACLs and allow.everyone.if.no.acl.found opens resources no ACL names."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse, JoinGroupReques
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
+from ledgerview.cli import main
 from ledgerview.kafka.protocol import ErrorCode
 from ledgerview.kafka.security_options import SecurityProtocol
 from storage import Store
@@ -27,9 +26,7 @@ PRINCIPAL = f"User:{CLIENT_SUBJECT}"
 
 
 def _acl(data: Path, *arguments: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "ledgerview", "--data", str(data), "acls", *arguments],
-                            capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stderr
+    assert main(["--data", str(data), "acls", *arguments]) == 0
 
 
 def _metadata_topics(secured: Secured) -> dict[str, int]:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
+from ledgerview.cli import main
 from ledgerview.kafka.protocol import ErrorCode
 from ledgerview.kafka.security_options import SecurityProtocol
 from tests.kafka_support import RawClient, wait_for
@@ -37,10 +36,7 @@ MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 def _grant(data: Path, user: str, topic: str, group: str) -> None:
     for arguments in (["--operation", "Read", "--operation", "Write", "--topic", topic], ["--operation", "Read",
                                                                                            "--group", group]):
-        result = subprocess.run([sys.executable, "-m", "ledgerview", "--data", str(data), "acls", "add",
-                                 "--allow-principal", f"User:{user}", *arguments], capture_output=True, text=True,
-                                check=False)
-        assert result.returncode == 0, result.stderr
+        assert main(["--data", str(data), "acls", "add", "--allow-principal", f"User:{user}", *arguments]) == 0
 
 
 def _confluent(secured: Secured, mechanism: str, user: str, password: str) -> dict[str, object]:
