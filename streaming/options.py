@@ -50,8 +50,8 @@ SPECS = {spec.name: spec for spec in (
     OptionSpec("maxTriggerDelay", "a duration such as 15m, 30s or 500ms",
                "Stream, with minOffsetsPerTrigger: the longest a micro-batch waits (default 15m)."),
     OptionSpec("maxPartitionBytes", "a positive number of bytes",
-               "Batch reads: no task reads more than this (default 128 MiB); a large partition is split into "
-               "offset ranges."),
+               "Batch reads and raw streams: no task reads more than this (default 128 MiB); a large partition "
+               "(or a micro-batch's share of it) is split into offset ranges along its segments."),
     OptionSpec("minPartitions", "a positive integer",
                "Batch reads: split partitions into at least this many tasks (default: the planner's cores); "
                "tasks read at least 4 MiB each unless maxPartitionBytes is smaller."),
@@ -66,7 +66,7 @@ SPECS = {spec.name: spec for spec in (
 BATCH_READ = ("path", "topic", "view", "startingOffsets", "endingOffsets", "failOnDataLoss", "maxPartitionBytes",
               "minPartitions")
 STREAM_READ = ("path", "topic", "view", "startingOffsets", "maxOffsetsPerTrigger", "minOffsetsPerTrigger",
-               "maxTriggerDelay", "failOnDataLoss")
+               "maxTriggerDelay", "failOnDataLoss", "maxPartitionBytes")
 WRITE = ("path", "topic", "checkpointLocation", "queryName")
 KAFKA_READ = ("kafka.bootstrap.servers", "bootstrap.servers", "subscribe", "startingOffsets", "maxOffsetsPerTrigger",
               "failOnDataLoss")

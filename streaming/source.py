@@ -45,6 +45,7 @@ from storage.compacted import CompactionCursor
 from storage.readable import ReadableStore
 from streaming.options import STREAM_READ, Options, resolve_offsets, topic_offsets
 from streaming.rows import SparkRows
+from streaming.scan import DEFAULT_MAX_PARTITION_BYTES, segment_runs
 from streaming.source_offsets import EARLIEST, LATEST, admitted, checked_start
 from streaming.store_cache import cached_readable_store
 
@@ -63,6 +64,7 @@ class SourceOptions:
     min_offsets: int | None
     max_trigger_delay_ms: int
     fail_on_data_loss: bool
+    max_partition_bytes: int
 
     @classmethod
     def parse(cls, given: Any) -> SourceOptions:
@@ -73,7 +75,8 @@ class SourceOptions:
                    starting if isinstance(starting, str) else topic_offsets(WHERE, "startingOffsets", starting, topic),
                    options.positive("maxOffsetsPerTrigger"), options.positive("minOffsetsPerTrigger"),
                    options.duration_ms("maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY),
-                   options.flag("failOnDataLoss", True))
+                   options.flag("failOnDataLoss", True),
+                   options.positive("maxPartitionBytes") or DEFAULT_MAX_PARTITION_BYTES)
 
 
 @dataclass(frozen=True)
@@ -200,8 +203,14 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for partition, end_position in sorted(stop.items()):
             first = begin.get(partition, Position(0))
             start_offset = self._checked_start(partition, first.offset, first.ledger)
-            if start_offset < end_position.offset:
+            if start_offset >= end_position.offset:
+                continue
+            if self.options.compacted:  # the ledger tag belongs to the range's start: one task
                 ranges.append(OffsetRange(partition, start_offset, end_position.offset, first.ledger))
+                continue
+            segments = self.store.segments(self.options.topic, partition)
+            ranges += [OffsetRange(partition, low, high, None) for low, high in
+                       segment_runs(segments, start_offset, end_position.offset, self.options.max_partition_bytes)]
         return ranges
 
     def _checked_start(self, partition: int, wanted: int, ledger: int | None) -> int:

@@ -25,7 +25,7 @@ def test_names_are_matched_without_case_as_spark_lowercases_them() -> None:
     (ScanOptions.parse, "maxOffsetsPerTrigger"),
     (ScanOptions.parse, "startingOffset"),
     (SourceOptions.parse, "endingOffsets"),
-    (SourceOptions.parse, "maxPartitionBytes"),
+    (SourceOptions.parse, "minPartitions"),
 ])
 def test_an_option_the_read_does_not_take_is_refused_with_the_valid_ones(parse: object, name: str) -> None:
     with pytest.raises(UnknownOptionError, match=rf"Unknown option {name.lower()} .*Valid options: path, topic, view"):

@@ -129,3 +129,22 @@ def test_bad_stream_options_fail_the_query_saying_what_is_allowed(spark: SparkSe
     with pytest.raises((StreamingQueryException, PySparkException), match=message) as raised:
         run_available_now(stream(spark, data, **options), tmp_path / "checkpoint")
     assert "During handling of the above exception" not in str(raised.value)  # our error alone, no follow-on
+
+
+def test_a_raw_micro_batch_of_one_large_partition_spreads_over_segment_ranges(spark: SparkSession,
+                                                                              tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        store.create_topic(TOPIC, partitions=1, config={"segment.bytes": "4096"})
+        store.append(TOPIC, numbered_rows(3_000))
+    seen: list[tuple[int, list[int]]] = []
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        seen.append((batch.rdd.getNumPartitions(), sorted(row.offset for row in batch.collect())))
+
+    query = stream(spark, data, startingOffsets="earliest", maxPartitionBytes="16384").writeStream \
+        .foreachBatch(collect).option("checkpointLocation", str(tmp_path / "checkpoint")) \
+        .trigger(availableNow=True).start()
+    query.awaitTermination()
+    tasks, offsets = seen[0]
+    assert offsets == list(range(3_000)) and tasks > 2  # one partition, read by several tasks, each row once
