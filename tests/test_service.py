@@ -213,7 +213,8 @@ def test_a_bad_config_is_refused_before_anything_starts(tmp_path: Path) -> None:
                             capture_output=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.decode().strip() == (
-        f"ledgerview: error: Service config {bad}: [http] prot: unknown key; keys: enabled, host, port. "
+        f"ledgerview: error: Service config {bad}: [http] prot: unknown key; keys: enabled, host, port, tokens_file, "
+        "insecure. "
         "See conf/ledgerview.toml for every key.")
     assert not (tmp_path / "data").exists()
 

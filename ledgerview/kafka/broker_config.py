@@ -21,6 +21,7 @@ from ledgerview.kafka.security_options import (
     CLIENT_AUTH,
     TLS_PROTOCOLS,
     Listener,
+    SecurityOptions,
     SecurityProtocol,
 )
 from storage.errors import LedgerviewError
@@ -166,6 +167,21 @@ def parse_broker_properties(properties: Mapping[str, object], source: str) -> di
         except ValueError as error:
             raise BrokerConfigError(source, key, f"{error} ({definition.doc})") from None
     return parsed
+
+
+TLS_KEYS = tuple(name for name in CONFIG_KEYS if name.startswith("ssl."))
+"""The keys of TLS alone (key store, trust store, client certificates, versions): what the HTTP server takes."""
+
+
+def security_options(properties: Mapping[str, object], source: str, allowed: tuple[str, ...]) -> SecurityOptions:
+    """SecurityOptions from ``properties``, which may hold only the security keys named in ``allowed``; raises
+    BrokerConfigError for any other key or a value not allowed."""
+    for key in properties:
+        if key not in allowed:
+            raise BrokerConfigError(source, key, f"unknown or not supported here; keys read: {', '.join(allowed)}")
+    parsed = parse_broker_properties(properties, source)
+    return SecurityOptions(**{key.replace(".", "_"): value for key, value in parsed.items()
+                              if key in {item.name for item in _SECURITY_KEYS}})
 
 
 def endpoint_options(properties: Mapping[str, object], source: str, base: EndpointOptions) -> EndpointOptions:

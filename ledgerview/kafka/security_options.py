@@ -105,7 +105,7 @@ class SecurityConfigError(LedgerviewError):
 
     def __init__(self, key: str, problem: str, allowed: str) -> None:
         self.key = key
-        super().__init__(f"Kafka endpoint config {key}: {problem}. {allowed}")
+        super().__init__(f"Security config {key}: {problem}. {allowed}")
 
 
 def is_loopback(host: str) -> bool:

@@ -8,9 +8,11 @@ starts. conf/ledgerview.toml is the documented default.
 from __future__ import annotations
 
 import dataclasses
+import ssl
 import tomllib
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -18,7 +20,10 @@ from urllib.parse import urlparse
 
 from ledgerview.errors import ServiceConfigError
 from ledgerview.kafka.broker import LIMITS, EndpointOptions
-from ledgerview.kafka.broker_config import endpoint_options
+from ledgerview.kafka.broker_config import CONFIG_KEYS, TLS_KEYS, endpoint_options, security_options
+from ledgerview.kafka.security_options import SecurityConfigError, SecurityOptions, check_security
+from ledgerview.kafka.tls import server_context
+from ledgerview.service.http_access import HttpAccess, check_http_security
 from storage.errors import LedgerviewError
 from storage.object_store import WRITABLE_SCHEMES
 
@@ -38,12 +43,43 @@ class ServiceSection:
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+HTTP_PROPERTIES = (*TLS_KEYS, "super.users")
+"""The Kafka broker properties [http] takes (docs/security.md)."""
+
+
 @dataclass(frozen=True)
 class HttpSection:
+    """The HTTP status server; TLS and who may read it under Kafka's property names (docs/security.md)."""
+
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = 9464
     """0 picks a free port; the chosen one is in the service.started log line."""
+    tokens_file: str = ""
+    """Bearer tokens: lines of ``<sha256 hex of the token> <principal>``; empty: none."""
+    insecure: bool = False
+    """Allow a non-loopback host without TLS and authentication."""
+    broker_properties: dict[str, Any] = field(default_factory=dict)
+    """Every dotted key of the section: ``ssl.*`` (TLS, client certificates) and ``super.users``."""
+
+    def security(self) -> SecurityOptions:
+        """TLS settings and super users; raises BrokerConfigError, SecurityConfigError or InsecureHttpError."""
+        security = security_options(self.broker_properties, "[http]", HTTP_PROPERTIES)
+        check_security((), security, insecure=True)
+        if security.ssl_client_auth != "none" and not security.keystore_given:
+            raise SecurityConfigError("ssl.client.auth", f"{security.ssl_client_auth} without TLS",
+                                      "Client certificates need ssl.keystore.location too.")
+        check_http_security(self.host, security, tokens=bool(self.tokens_file), insecure=self.insecure)
+        return security
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The server's TLS context, or None for plain HTTP; raises TlsSetupError when the stores cannot load."""
+        security = self.security()
+        return server_context(security, security.ssl_client_auth) if security.keystore_given else None
+
+    def access(self, data: Path) -> HttpAccess:
+        """Who may read which route; raises TokenFileError."""
+        return HttpAccess.of(data, self.security(), self.tokens_file)
 
 
 @dataclass(frozen=True)
@@ -202,14 +238,18 @@ def parse_service_config(raw: dict[str, Any], path: str) -> ServiceConfig:
         if name in raw:
             defaults = dataclasses.asdict(getattr(ServiceConfig, name))
             table = _table(raw[name], path, f"[{name}]")
-            if kind is KafkaSection:
-                table = _with_broker_properties(table)
+            if kind in (KafkaSection, HttpSection):
+                table = _with_broker_properties(table, kind)
             sections[name] = _build(kind, {**defaults, **table}, path, f"[{name}]")
-    if "kafka" in sections:
+    data = Path(sections.get("store", StoreSection()).data)
+    checks: dict[str, Callable[[Any], object]] = {"kafka": lambda kafka: kafka.endpoint_options(),
+                                                  "http": lambda http: http.access(data)}
+    for name, check in checks.items():
         try:
-            sections["kafka"].endpoint_options()
+            if name in sections:
+                check(sections[name])
         except (LedgerviewError, ValueError) as error:
-            raise ServiceConfigError(path, "[kafka]", str(error).rstrip(".")) from None
+            raise ServiceConfigError(path, f"[{name}]", str(error).rstrip(".")) from None
     sections["topics"] = tuple(_build(TopicSection, _table(item, path, f"[[topics]] #{i + 1}"), path,
                                       f"[[topics]] #{i + 1}") for i, item in enumerate(_list(raw, "topics", path)))
     sources = tuple(_build(SourceSection, _table(item, path, f"[[sources]] #{i + 1}"), path, f"[[sources]] #{i + 1}")
@@ -220,11 +260,12 @@ def parse_service_config(raw: dict[str, Any], path: str) -> ServiceConfig:
     return ServiceConfig(path, **sections)
 
 
-def _with_broker_properties(table: dict[str, Any]) -> dict[str, Any]:
-    """The [kafka] table with its Kafka broker properties gathered under ``broker_properties``: TOML reads
-    ``ssl.client.auth = "required"`` as nested tables, and a quoted ``"ssl.client.auth"`` as one key; both are
-    the property ``ssl.client.auth``. The keys ``listeners`` and any other dotted key are properties."""
-    fields = {item.name for item in dataclasses.fields(KafkaSection)} - {"broker_properties"}
+def _with_broker_properties(table: dict[str, Any], kind: type[Any]) -> dict[str, Any]:
+    """The [kafka] or [http] table with its Kafka broker properties gathered under ``broker_properties``: TOML
+    reads ``ssl.client.auth = "required"`` as nested tables, and a quoted ``"ssl.client.auth"`` as one key; both
+    are the property ``ssl.client.auth``. A key that is not a field of ``kind`` is a property when it is dotted or
+    one the endpoint reads (``listeners``); any other is left for _build to refuse as unknown."""
+    fields = {item.name for item in dataclasses.fields(kind)} - {"broker_properties"}
     plain = {key: value for key, value in table.items() if key in fields}
     properties: dict[str, Any] = {}
 
@@ -236,8 +277,12 @@ def _with_broker_properties(table: dict[str, Any]) -> dict[str, Any]:
             properties[prefix] = value
 
     for key, value in table.items():
-        if key not in fields:
+        if key in fields:
+            continue
+        if isinstance(value, dict) or "." in key or key in CONFIG_KEYS:
             flatten(key, value)
+        else:
+            plain[key] = value
     return {**plain, "broker_properties": properties}
 
 
@@ -297,7 +342,8 @@ def _build(kind: type[Any], values: dict[str, Any], path: str, where: str) -> An
     hints = typing.get_type_hints(kind)
     for key, value in values.items():
         if key not in fields:
-            raise ServiceConfigError(path, f"{where} {key}", f"unknown key; keys: {', '.join(fields)}")
+            keys = ", ".join(name for name in fields if name != "broker_properties")
+            raise ServiceConfigError(path, f"{where} {key}", f"unknown key; keys: {keys}")
         if not _matches(value, hints[key]):
             raise ServiceConfigError(path, f"{where} {key}", f"{value!r} is not {_describe(hints[key])}")
     missing = [name for name, item in fields.items() if name not in values

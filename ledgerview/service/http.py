@@ -5,18 +5,25 @@
                   from the service's own counters, never from the store, so it answers in milliseconds
     GET /status   every partition's status, the sources, the loops, groups and rates (ledgerview/service/status.py)
     GET /metrics  the same figures in Prometheus text format, with process metrics and build info
+
+With an ssl.SSLContext the server speaks HTTPS (the TLS handshake happens on the server's thread, bounded by
+REQUEST_TIMEOUT_S like every read). With an HttpAccess that is enforced, every route but /health needs an identity
+allowed to see the status (ledgerview/service/http_access.py): 401 without one, 403 for one not allowed.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import socket
+import ssl
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
+from ledgerview.service.http_access import HttpAccess, Verdict
 from ledgerview.service.logs import log_event
 from ledgerview.service.status import prometheus_text
 from storage import Store
@@ -25,6 +32,10 @@ StatusBuilder = Callable[[Store], dict[str, Any]]
 HealthBuilder = Callable[[], dict[str, Any]]
 CONSOLE = (Path(__file__).parent / "console.html").read_bytes()
 ROUTES = ("/", "/health", "/status", "/metrics")
+OPEN_ROUTES = ("/health",)
+"""Served to anyone who reaches the server (liveness probes), whatever the access rule."""
+REQUEST_TIMEOUT_S = 10.0
+"""How long a client may take over its TLS handshake or any read of its request before it is dropped."""
 logger = logging.getLogger("ledgerview.http")
 
 
@@ -32,11 +43,13 @@ class StatusServer:
     """Serves requests one at a time on one thread, with a Store of its own opened on that thread."""
 
     def __init__(self, host: str, port: int, data: Path, build_status: StatusBuilder,
-                 build_health: HealthBuilder) -> None:
+                 build_health: HealthBuilder, *, tls: ssl.SSLContext | None = None,
+                 access: HttpAccess | None = None) -> None:
         self.data = data
         self.build_status = build_status
         self.build_health = build_health
-        self._server = HTTPServer((host, port), _handler(self))
+        self.access = access
+        self._server = _Server((host, port), _handler(self), tls)
         self._thread: threading.Thread | None = None
         self.store: Store | None = None
 
@@ -62,10 +75,14 @@ class StatusServer:
         finally:
             self.store.close()
 
-    def respond(self, path: str) -> tuple[int, str, bytes]:
-        """(status code, content type, body) for a GET of ``path``."""
+    def respond(self, path: str, principal: str | None = None, client: str = "") -> tuple[int, str, bytes]:
+        """(status code, content type, body) for a GET of ``path`` by ``principal`` from address ``client``."""
         if path not in ROUTES:
             return 404, "application/json", json.dumps({"error": f"no {path}; try {', '.join(ROUTES)}"}).encode()
+        verdict = Verdict.ALLOWED if self.access is None or path in OPEN_ROUTES else self.access.verdict(
+            principal, client)
+        if verdict is not Verdict.ALLOWED:
+            return verdict.value, "application/json", json.dumps({"error": _refusal(verdict, principal)}).encode()
         if path == "/":
             return 200, "text/html; charset=utf-8", CONSOLE
         if path == "/health":
@@ -77,16 +94,57 @@ class StatusServer:
         return 200, "application/json", json.dumps(status).encode()
 
 
+def _refusal(verdict: Verdict, principal: str | None) -> str:
+    if verdict is Verdict.UNAUTHENTICATED:
+        return ("no identity: send Authorization: Bearer <token> with a token of [http] tokens_file, or a client "
+                "certificate the server trusts")
+    return (f"{principal} may not see the service's status: it needs to be in [http] super.users, or an ACL "
+            "allowing Describe on the cluster (ledgerview acls add --allow-principal ... --operation Describe "
+            "--cluster)")
+
+
+class _Server(HTTPServer):
+    """An HTTPServer whose accepted connections time out, and are TLS when given a context."""
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
+                 tls: ssl.SSLContext | None) -> None:
+        self.tls = tls
+        super().__init__(address, handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        connection, address = self.socket.accept()
+        connection.settimeout(REQUEST_TIMEOUT_S)
+        if self.tls is None:
+            return connection, address
+        return self.tls.wrap_socket(connection, server_side=True, do_handshake_on_connect=False), address
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that fails its TLS handshake, times out or leaves is logged and dropped (http.server would
+        print a traceback)."""
+        log_event(logger, logging.INFO, "http.connection_failed", client=str(client_address[0]))
+
+
 def _handler(server: StatusServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        def setup(self) -> None:
+            if isinstance(self.request, ssl.SSLSocket):
+                self.request.do_handshake()
+            super().setup()
+
         def do_GET(self) -> None:  # the name http.server calls
             try:
-                code, content_type, body = server.respond(self.path.split("?", 1)[0])
+                certificate = self.request.getpeercert() if isinstance(self.request, ssl.SSLSocket) else None
+                principal = None if server.access is None else server.access.principal(
+                    self.headers.get("Authorization"), certificate)
+                code, content_type, body = server.respond(self.path.split("?", 1)[0], principal,
+                                                          self.client_address[0])
             except Exception as error:  # a broken status must not take the server down
                 log_event(logger, logging.ERROR, "http.failed", path=self.path, error=f"{type(error).__name__}: "
                           f"{error}")
                 code, content_type, body = 500, "application/json", json.dumps({"error": str(error)}).encode()
             self.send_response(code)
+            if code == Verdict.UNAUTHENTICATED:
+                self.send_header("WWW-Authenticate", 'Bearer realm="ledgerview"')
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

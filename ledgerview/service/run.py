@@ -126,7 +126,8 @@ class Service:
         # The listeners first: a port in use stops the service before it changed anything.
         if config.http.enabled:
             self.http = listening("http", config.http.host, config.http.port, lambda: StatusServer(
-                config.http.host, config.http.port, config.data, self.status, self.health))
+                config.http.host, config.http.port, config.data, self.status, self.health,
+                tls=config.http.tls_context(), access=config.http.access(config.data)))
         if config.kafka.enabled:
             self.kafka = listening("kafka", config.kafka.host, config.kafka.port, lambda: KafkaEndpoint(
                 config.data, options=config.kafka.endpoint_options()))

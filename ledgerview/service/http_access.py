@@ -1,0 +1,124 @@
+"""Who may read the HTTP server's routes: the identity of a request (a bearer token, or the subject of its verified
+TLS client certificate, spelled as the Kafka endpoint spells it) and whether that principal may see the service's
+status (a super user of [http], or an ACL of the data folder allowing Describe on the cluster, by Kafka's rules).
+
+Tokens are kept as SHA-256 digests only, in a file of lines ``<hex digest> <principal>`` (``#`` comments), read
+when the server starts.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ledgerview.kafka.authorizer import CLUSTER_NAME, Authorizer, Operation, ResourceType, Session
+from ledgerview.kafka.security_options import SecurityOptions, is_loopback
+from ledgerview.kafka.tls import certificate_principal
+from storage.errors import LedgerviewError
+
+_TOKEN_LINE = re.compile(r"(?P<digest>[0-9a-f]{64})\s+(?P<principal>User:\S.*)")
+
+
+class TokenFileError(LedgerviewError):
+    """The bearer token file cannot be read or has a line that is not ``<sha256 hex> User:NAME``."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"Bearer token file {path}: {problem}. Each line is the SHA-256 hex digest of a token and "
+                         "the principal it stands for (e.g. `<64 hex digits> User:ops`); # starts a comment.")
+
+
+class InsecureHttpError(LedgerviewError):
+    """The HTTP server reachable from other machines without TLS and authentication."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(
+            f"Refusing to serve HTTP on {host}: it is not a loopback address, and anyone on the network could read "
+            "the service's status and metrics in plain text. Set ssl.keystore.location (TLS) and tokens_file or "
+            "ssl.client.auth = \"required\" in [http], or insecure = true in [http] to accept the risk.")
+
+
+class Verdict(enum.IntEnum):
+    """The HTTP status a request's identity earns."""
+
+    ALLOWED = 200
+    UNAUTHENTICATED = 401
+    FORBIDDEN = 403
+
+
+def read_tokens(path: Path) -> dict[str, str]:
+    """The token file's principals by token digest; raises TokenFileError (never quoting a line)."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as error:
+        raise TokenFileError(str(path), error.strerror or str(error)) from None
+    tokens = {}
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        match = _TOKEN_LINE.fullmatch(text)
+        if match is None:
+            raise TokenFileError(str(path), f"line {number} is not a digest and a principal")
+        tokens[match["digest"]] = match["principal"].strip()
+    return tokens
+
+
+def token_digest(token: str) -> str:
+    """What the token file holds for ``token``."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def check_http_security(host: str, security: SecurityOptions, *, tokens: bool, insecure: bool) -> None:
+    """Raises InsecureHttpError for a non-loopback ``host`` without TLS and authentication (bearer tokens, or
+    client certificates required), unless ``insecure``."""
+    authenticated = tokens or security.ssl_client_auth == "required"
+    if not (insecure or is_loopback(host) or (security.keystore_given and authenticated)):
+        raise InsecureHttpError(host)
+
+
+@dataclass(frozen=True)
+class HttpAccess:
+    """The HTTP server's access rule. Without tokens or client certificates every request is served (loopback
+    only, unless insecure); with either, a request needs an identity allowed by ``allowed``."""
+
+    tokens: dict[str, str]
+    """Principals by token digest (read_tokens)."""
+    client_certificates: bool
+    """ssl.client.auth is required or requested: a verified certificate names a principal."""
+    authorizer: Authorizer
+
+    @classmethod
+    def of(cls, data: Path, security: SecurityOptions, tokens_file: str) -> HttpAccess:
+        tokens = read_tokens(Path(tokens_file)) if tokens_file else {}
+        return cls(tokens, security.ssl_client_auth != "none",
+                   Authorizer(data, SecurityOptions(super_users=security.super_users)))
+
+    @property
+    def enforced(self) -> bool:
+        return bool(self.tokens) or self.client_certificates
+
+    def principal(self, authorization: str | None, certificate: dict[str, Any] | None) -> str | None:
+        """The request's principal: its bearer token's when it sends an Authorization header (a token not in the
+        file is no one, whatever the certificate), else its certificate's; None without either."""
+        if authorization is None:
+            return certificate_principal(certificate)
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        digest = token_digest(token.strip())
+        return next((principal for known, principal in self.tokens.items() if hmac.compare_digest(known, digest)),
+                    None)
+
+    def verdict(self, principal: str | None, host: str) -> Verdict:
+        if not self.enforced:
+            return Verdict.ALLOWED
+        if principal is None:
+            return Verdict.UNAUTHENTICATED
+        allowed = self.authorizer.authorize(Session(principal, host), Operation.DESCRIBE, ResourceType.CLUSTER,
+                                            CLUSTER_NAME)
+        return Verdict.ALLOWED if allowed else Verdict.FORBIDDEN
