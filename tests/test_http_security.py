@@ -38,10 +38,10 @@ def _tokens_file(folder: Path) -> Path:
     return path
 
 
-def _section(pki: Pki, tokens: Path | None = None, **properties: str) -> HttpSection:
+def _section(pki: Pki, tokens: Path | None = None, properties: dict[str, str] | None = None) -> HttpSection:
     return HttpSection(port=0, tokens_file=str(tokens or ""), broker_properties={
         "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server), "super.users": "User:ops",
-        **properties})
+        **(properties or {})})
 
 
 def _start(section: HttpSection, data: Path) -> StatusServer:
@@ -100,7 +100,7 @@ def test_bearer_tokens_over_https_see_the_status_as_acls_and_super_users_allow(t
 
 def test_mutual_tls_names_the_certificate_subject_and_refuses_clients_without_a_good_certificate(
         data: Path, pki: Pki) -> None:
-    server = _start(_section(pki, **{"ssl.truststore.location": str(pki.ca), "ssl.client.auth": "required"}), data)
+    server = _start(_section(pki, None, {"ssl.truststore.location": str(pki.ca), "ssl.client.auth": "required"}), data)
     try:
         port = int(server.address.rsplit(":", 1)[1])
         for certificate, key in ((None, None), (pki.expired, pki.expired_key), (pki.stranger, pki.stranger_key)):
@@ -174,3 +174,42 @@ def test_a_bad_token_line_is_named_by_number_and_never_quoted(tmp_path: Path) ->
     with pytest.raises(ServiceConfigError, match="line 2 is not a digest and a principal") as raised:
         _config({"tokens_file": str(tokens)}, tmp_path)
     assert "secret-token" not in str(raised.value)
+
+
+@pytest.mark.slow
+def test_the_service_serves_its_status_and_metrics_over_https_to_a_token(tmp_path: Path, pki: Pki) -> None:
+    """A real ``ledgerview serve`` with TLS and bearer tokens in [http]: urllib over HTTPS reads /metrics and
+    /status with the token, is refused without it, and no log line carries the token."""
+    from tests.service_process import ServiceProcess, write_config
+
+    config = write_config(tmp_path / "ledgerview.toml", {
+        "store": {"data": str(tmp_path / "data")}, "http": {
+            "port": 0, "tokens_file": str(_tokens_file(tmp_path)), "ssl.keystore.location": str(pki.server),
+            "super.users": "User:ops"},
+        "compaction": {"enabled": False}, "retention": {"enabled": False}, "cleaner": {"enabled": False},
+    }, {"topics": [{"name": "prices", "partitions": 1}]})
+    service = ServiceProcess(config)
+    try:
+        address = service.address
+        context = ssl.create_default_context(cafile=str(pki.ca))
+
+        def get(path: str, token: str | None) -> tuple[int, str]:
+            request = urllib.request.Request(f"https://{address}{path}",
+                                             headers={"Authorization": f"Bearer {token}"} if token else {})
+            try:
+                with urllib.request.urlopen(request, context=context, timeout=30) as response:
+                    return response.status, response.read().decode()
+            except urllib.error.HTTPError as error:
+                return error.code, error.read().decode()
+
+        code, metrics = get("/metrics", OPS_TOKEN)
+        assert code == 200 and "ledgerview_" in metrics
+        code, status = get("/status", OPS_TOKEN)
+        assert code == 200 and json.loads(status)["topics"][0]["topic"] == "prices"
+        assert get("/metrics", None)[0] == 401 and get("/metrics", VIEWER_TOKEN)[0] == 403
+        assert get("/health", None)[0] == 200
+        with pytest.raises((urllib.error.URLError, ConnectionError)):  # plain HTTP gets no answer
+            urllib.request.urlopen(f"http://{address}/health", timeout=30)
+    finally:
+        assert service.terminate() == 0
+    assert not any(OPS_TOKEN in line or VIEWER_TOKEN in line for line in service.raw_lines)
