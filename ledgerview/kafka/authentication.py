@@ -9,7 +9,7 @@ States, one request frame at a time:
    the tokens that follow are raw frames (no request header); version 1 means they come in SaslAuthenticate.
 3. AUTHENTICATE: each token goes to the mechanism; its answer goes back (raw, or in SaslAuthenticate's response).
    Wrong credentials: SASL_AUTHENTICATION_FAILED (raw tokens: no answer), after
-   connection.failed.authentication.delay.ms, then the connection closes. A malformed token or another request
+   connection.failed.authentication.delay.ms (both), then the connection closes. A malformed token or another request
    closes it.
 4. COMPLETE: the connection's principal is ``User:<name>``; requests are served.
 
@@ -111,8 +111,8 @@ class SaslAuthenticator:
             answer = self._server.evaluate(token)
         except SaslAuthenticationError as error:
             self.state = SaslState.FAILED
-            if framing is None:
-                raise SaslProtocolError(f"authentication failed: {error}") from None
+            if framing is None:  # raw tokens have no error response: the delay, then the close
+                return Reply(b"", failed=True)
             message = f"Authentication failed during authentication due to invalid credentials: {error}"
             return Reply(self._authenticate_response(framing, ErrorCode.SASL_AUTHENTICATION_FAILED, message, b""),
                          failed=True)
