@@ -46,16 +46,17 @@ consume_input = ledgerview_store()
 
 
 @contextmanager
-def endpoint(data: Path) -> Iterator[tuple[str, int]]:
-    """The endpoint in its own process on a free loopback port; yields the bootstrap address and its pid."""
-    process = subprocess.Popen([sys.executable, "-m", "ledgerview.kafka", str(data), "--port", "0"],
+def endpoint(data: Path, *arguments: str) -> Iterator[tuple[str, int]]:
+    """The endpoint in its own process on a free loopback port (``arguments`` added to its command line, e.g.
+    ``--config FILE``); yields the bootstrap address of its first listener and its pid."""
+    process = subprocess.Popen([sys.executable, "-m", "ledgerview.kafka", str(data), "--port", "0", *arguments],
                                stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
         if not line.startswith("listening on "):
             raise RuntimeError(f"the endpoint did not start: {line!r}")
-        yield line.removeprefix("listening on ").strip(), process.pid
+        yield line.removeprefix("listening on ").split()[0], process.pid
     finally:
         process.terminate()
         process.wait(timeout=60)
@@ -81,22 +82,44 @@ def _timed(target: Path, run: Callable[[str], int]) -> Outcome:
         return Outcome(messages, seconds=seconds, notes=notes)
 
 
-def confluent_produce(target: Path, output: Path) -> Outcome:
+def confluent_chunks(messages: list[Pair]) -> list[list[dict[str, bytes | None]]]:
+    """The messages as confluent-kafka's produce_batch takes them, CHUNK_MESSAGES a call."""
+    return [[{"key": key, "value": value} for key, value in batch] for batch in _chunks(messages, CHUNK_MESSAGES)]
+
+
+def confluent_produce_all(bootstrap: str, chunks: list[list[dict[str, bytes | None]]],
+                          client: dict[str, str] | None = None) -> int:
+    """Produce every chunk to partition 0 and wait for every acknowledgement; ``client`` adds to the producer's
+    config (e.g. security settings). Returns the number of messages."""
     from confluent_kafka import Producer
 
-    chunks = [[{"key": key, "value": value} for key, value in batch]
-              for batch in _chunks(_messages(target), CHUNK_MESSAGES)]
+    producer = Producer({"bootstrap.servers": bootstrap, **CONFLUENT_PRODUCER, **(client or {})})
+    for chunk in chunks:
+        producer.produce_batch(TOPIC, chunk, partition=0)
+        producer.poll(0)
+    if producer.flush(600) != 0:
+        raise RuntimeError("confluent-kafka did not deliver every message")
+    return sum(len(chunk) for chunk in chunks)
 
-    def run(bootstrap: str) -> int:
-        producer = Producer({"bootstrap.servers": bootstrap, **CONFLUENT_PRODUCER})
-        for chunk in chunks:
-            producer.produce_batch(TOPIC, chunk, partition=0)
-            producer.poll(0)
-        if producer.flush(600) != 0:
-            raise RuntimeError("confluent-kafka did not deliver every message")
-        return sum(len(chunk) for chunk in chunks)
 
-    return _timed(target, run)
+def confluent_consume_all(bootstrap: str, expected: int, client: dict[str, str] | None = None) -> int:
+    """Consume ``expected`` messages of partition 0 from offset 0; ``client`` adds to the consumer's config."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                         **(client or {})})
+    consumer.assign([TopicPartition(TOPIC, 0, 0)])
+    seen = 0
+    while seen < expected:
+        batch = consumer.consume(min(CHUNK_MESSAGES, expected - seen), timeout=10)  # never waits for more
+        seen += sum(1 for message in batch if message.error() is None)
+    consumer.close()
+    return seen
+
+
+def confluent_produce(target: Path, output: Path) -> Outcome:
+    chunks = confluent_chunks(_messages(target))
+    return _timed(target, lambda bootstrap: confluent_produce_all(bootstrap, chunks))
 
 
 def kafka_python_produce(target: Path, output: Path) -> Outcome:
@@ -116,20 +139,8 @@ def kafka_python_produce(target: Path, output: Path) -> Outcome:
 
 
 def confluent_consume(target: Path, output: Path) -> Outcome:
-    from confluent_kafka import Consumer, TopicPartition
-
     expected = _stored_messages(target)
-
-    def run(bootstrap: str) -> int:
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False})
-        consumer.assign([TopicPartition(TOPIC, 0, 0)])
-        seen = 0
-        while seen < expected:
-            seen += sum(1 for message in consumer.consume(CHUNK_MESSAGES, timeout=10) if message.error() is None)
-        consumer.close()
-        return seen
-
-    return _timed(target, run)
+    return _timed(target, lambda bootstrap: confluent_consume_all(bootstrap, expected))
 
 
 def kafka_python_consume(target: Path, output: Path) -> Outcome:
