@@ -28,7 +28,8 @@ class OptionSpec:
 
 
 SPECS = {spec.name: spec for spec in (
-    OptionSpec("path", "a store's data folder", "The store: `.load(path)` or `.option('path', ...)`."),
+    OptionSpec("path", "a store's data folder, or a remote tier's URI (s3://bucket/prefix)",
+               "The store: `.load(path)` or `.option('path', ...)`."),
     OptionSpec("topic", "an existing topic", "The topic to read or write."),
     OptionSpec("view", "compacted, read_compacted or raw (batch); compacted or raw (stream)",
                "Which view: see 'Three views' above."),

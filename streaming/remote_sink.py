@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -93,7 +93,7 @@ def upload_partition(scratch: Store, remote: RemoteStore, topic: str, partition:
             if segment.size_bytes]
 
 
-def commit_uploads(uri: str, topic: str, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
+def commit_uploads(uri: str, topic: str, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
     """Append the batch's uploaded segments to each partition's remote log, in task order, exactly once per
     partition for a streaming sink (see the module's docstring); then delete the uploads no manifest took."""
     uploads = [message for message in messages if isinstance(message, UploadedSegments)]
@@ -139,7 +139,7 @@ def remove_unpublished(remote: RemoteStore, topic: str, uploads: list[UploadedSe
                             remote.objects.delete(key)
 
 
-def abort_uploads(uri: str, topic: str, messages: list[WriterCommitMessage | None]) -> None:
+def abort_uploads(uri: str, topic: str, messages: Sequence[WriterCommitMessage | None]) -> None:
     """Spark gave up the batch: delete what its tasks uploaded and no remote log names. A failed task sent no
     message; its objects are swept after the grace period."""
     remove_unpublished(remote_store(uri), topic,

@@ -72,29 +72,25 @@ def message_bytes(messages: list[WriterCommitMessage | None]) -> int:
     return sum(len(pickle.dumps(message)) for message in messages)
 
 
-class ProbedStreamSink(StreamSink):
+class ProbedWrites:
+    """A sink's task writes, probed (mixed in before StreamSink or BatchSink)."""
+
     def __init__(self, options: SinkOptions, folder: str) -> None:
-        super().__init__(options)
+        super().__init__(options)  # type: ignore[call-arg]
         self.folder = folder
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Any:
         with probed(self.folder, "write"):
-            return super().write(iterator)
+            return super().write(iterator)  # type: ignore[misc]
 
+
+class ProbedStreamSink(ProbedWrites, StreamSink):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         with probed(self.folder, "commit", batch=batchId, message_bytes=message_bytes(messages)):
             super().commit(messages, batchId)
 
 
-class ProbedBatchSink(BatchSink):
-    def __init__(self, options: SinkOptions, folder: str) -> None:
-        super().__init__(options)
-        self.folder = folder
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> Any:
-        with probed(self.folder, "write"):
-            return super().write(iterator)
-
+class ProbedBatchSink(ProbedWrites, BatchSink):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         with probed(self.folder, "commit", batch=0, message_bytes=message_bytes(messages)):
             super().commit(messages)

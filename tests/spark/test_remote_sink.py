@@ -78,7 +78,8 @@ def test_a_stream_and_a_batch_write_from_executors_land_exactly_with_rows_never_
     streamed, written = input_rows(3_000), input_rows(4_000)
     source = write_input_files(tmp_path / "input", streamed, 3)
     stream_probe, batch_probe = tmp_path / "stream-probe", tmp_path / "batch-probe"
-    stream_probe.mkdir(), batch_probe.mkdir()
+    for probe in (stream_probe, batch_probe):
+        probe.mkdir()
 
     spark_cluster.run("sink_stream", uri=s3_uri, topic="streamed", source=str(source),
                       checkpoint=str(tmp_path / "checkpoint"), probe=str(stream_probe))

@@ -1,0 +1,71 @@
+"""The object-store sink's task write and commit (streaming/remote_sink.py) called directly, without Spark (a task
+outside Spark is task 0), against the S3-protocol server: placement of multi-segment task outputs by
+``offset_shift`` (reads from any offset and by timestamp land right), a replayed batch skipped, uploads no manifest
+took deleted, and a log a data folder owns refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from readers import Reader
+from storage import Store
+from storage.remote_log import RemoteLog, RemoteLogOwnedError
+from storage.remote_store import RemoteStore
+from streaming.remote_sink import UploadedSegments, abort_uploads, commit_uploads, write_task_segments
+
+ROWS = 3_000
+
+
+def task_rows(first: int, count: int) -> pa.Table:
+    numbers = range(first, first + count)
+    return pa.table({"key": [f"k{i % 7}" for i in numbers], "value": [f"v{i:06d}".ljust(60, ".") for i in numbers],
+                     "timestamp": pa.array([1_000 + i for i in numbers], pa.int64())})
+
+
+def written(uri: str, first: int, count: int, batch: int, sink: str | None = "query") -> UploadedSegments:
+    return write_task_segments(uri, "t", sink, batch, iter(task_rows(first, count).to_batches(max_chunksize=100)))
+
+
+def test_task_segments_are_placed_by_offset_shift_and_a_replayed_batch_is_skipped(s3_uri: str) -> None:
+    remote = RemoteStore.open(s3_uri, manifest_max_age_ms=0)
+    remote.create_topic("t", 2, {"segment.bytes": "8192", "index.interval.bytes": "512"})
+    tasks = [written(s3_uri, 0, ROWS // 2, 0), written(s3_uri, ROWS // 2, ROWS // 2, 0)]
+    assert all(len(infos) > 2 for task in tasks for infos in task.segments.values())
+    commit_uploads(s3_uri, "t", tasks, 0)
+    published = [RemoteLog(remote.objects, "t", p).latest() for p in range(2)]
+    commit_uploads(s3_uri, "t", [written(s3_uri, 0, ROWS // 2, 0)], 0)  # a replay of batch 0: nothing appended
+    assert [RemoteLog(remote.objects, "t", p).latest() for p in range(2)] == published
+
+    messages = list(Reader(s3_uri, "t"))
+    assert sorted(m.value or b"" for m in messages) == sorted(v.encode() for v in task_rows(0, ROWS).column("value")
+                                                       .to_pylist())
+    for partition in range(2):
+        mine = [m for m in messages if m.partition == partition]
+        assert [m.offset for m in mine] == list(range(len(mine)))
+        assert [m.timestamp for m in mine] == sorted(m.timestamp for m in mine)  # task order, each task's order
+        middle = mine[len(mine) * 2 // 3]  # inside a later segment of the second task: found through its index
+        batches = list(remote.read_batches("t", partition, middle.offset))
+        assert batches[0].column("offset")[0].as_py() == middle.offset
+        assert batches[0].column("value")[0].as_py() == middle.value
+        assert remote.offset_for_timestamp("t", partition, middle.timestamp) == middle.offset
+    assert all(manifest is not None and manifest.sinks == {"query": 0} for manifest in published)
+
+
+def test_uploads_no_manifest_took_are_deleted_and_a_claimed_log_is_refused(tmp_path: Path, s3_uri: str) -> None:
+    remote = RemoteStore.open(s3_uri)
+    remote.create_topic("t", 1)
+    aborted = written(s3_uri, 0, 100, 0)
+    abort_uploads(s3_uri, "t", [aborted])
+    assert remote.objects.list("t-0/segments") == []
+    commit_uploads(s3_uri, "t", [written(s3_uri, 0, 100, 1, sink=None)], 1)  # df.write: no sink id recorded
+    manifest = RemoteLog(remote.objects, "t", 0).latest()
+    assert manifest is not None and manifest.sinks == {} and manifest.end_offset == 100
+
+    with Store.open(tmp_path / "data", remote=s3_uri) as store:  # a data folder claims the log
+        store.create_topic("t", 1, {"remote.storage.enable": "true"})
+        store.claim_remote("t", 0)
+    with pytest.raises(RemoteLogOwnedError, match="belongs to a data folder"):
+        commit_uploads(s3_uri, "t", [written(s3_uri, 100, 10, 2)], 2)
