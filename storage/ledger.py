@@ -187,6 +187,9 @@ class Ledger:
             # A damaged or stale index must not hand out a neighbouring message as this key's.
             raise CorruptKeyIndexError(self.keys.path, key, f"it sends the key to offset {offset}, which ledger "
                                        f"{self.source} does not hold")
+        if batch.column(2)[row].as_py() != key:  # nor another key's message (an index that passed its checks)
+            raise CorruptKeyIndexError(self.keys.path, key, f"it sends the key to offset {offset}, which holds "
+                                       "another key")
         return batch.slice(row, 1)
 
     def close(self) -> None:

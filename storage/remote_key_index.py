@@ -4,10 +4,12 @@ folder costs one ranged read, not a download of the index.
 The RocksDB key index (storage/key_index.py) already holds its keys in groups of up to GROUP_KEYS; this object
 lays the same groups end to end and ends with a directory (docs/FORMAT.md, "Remote tier")::
 
-    group bytes ... | directory: per group <u64 position, u32 length, u32 entry length, entry> | tail
+    group bytes ... | directory: per group <u64 position, u32 length, u32 CRC-32C, u32 entry length, entry> | tail
 
-where an entry is the RocksDB key (run number, big-endian uint16, then the group's first key) and the tail is
-``<u64 directory position, u32 groups, 8-byte magic>``. The directory is fetched once and kept (about 20 bytes
+where an entry is the RocksDB key (run number, big-endian uint16, then the group's first key), the CRC-32C is the
+group's (checked on every read: a damaged group is an error, never a wrong answer), and the tail is
+``<u64 directory position, u32 groups, 8-byte magic>``; objects of the first version (magic LVKEYS01) have no CRC
+in their entries and are still read. The directory is fetched once and kept (about 20 bytes
 per 32 keys); a lookup then reads the one group that may hold the key in each run (one run unless phase one was
 split into passes).
 """
@@ -20,15 +22,18 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
+import crc32c
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
 from storage.key_index import RUN, CorruptKeyIndexError, offset_in_group, packed_groups
 
-MAGIC: Final = b"LVKEYS01"
+MAGIC: Final = b"LVKEYS02"
+MAGIC_WITHOUT_CRC: Final = b"LVKEYS01"
 TAIL: Final = struct.Struct("<QI8s")
-ENTRY: Final = struct.Struct("<QII")
+ENTRY: Final = struct.Struct("<QIII")
+ENTRY_WITHOUT_CRC: Final = struct.Struct("<QII")
 RangeReader = Callable[[int, int], pa.Buffer]
 """Reads ``length`` bytes at ``position`` of the object (one ranged request)."""
 
@@ -42,7 +47,7 @@ def write_flat_key_index(entries: Iterable[tuple[bytes, bytes]], path: Path) -> 
     with open(path, "wb") as file:
         for entry, group in entries:
             file.write(group)
-            directory.append(ENTRY.pack(position, len(group), len(entry)) + entry)
+            directory.append(ENTRY.pack(position, len(group), crc32c.crc32c(group), len(entry)) + entry)
             position += len(group)
         file.write(b"".join(directory))
         file.write(TAIL.pack(position, len(directory), MAGIC))
@@ -63,28 +68,34 @@ class FlatKeyIndex:
     def __init__(self, path: str, size: int, read_range: RangeReader) -> None:
         self.path = path
         self._size, self._read_range = size, read_range
-        self._runs: list[tuple[list[bytes], list[tuple[int, int]]]] | None = None
+        self._runs: list[tuple[list[bytes], list[tuple[int, int, int | None]]]] | None = None
 
-    def _directory(self, key: bytes) -> list[tuple[list[bytes], list[tuple[int, int]]]]:
-        """Per run: its groups' first keys (sorted) and their (position, length); read on first use."""
+    def _directory(self, key: bytes) -> list[tuple[list[bytes], list[tuple[int, int, int | None]]]]:
+        """Per run: its groups' first keys (sorted) and their (position, length, CRC-32C or None); read on first
+        use."""
         if self._runs is None:
             if self._size < TAIL.size:
                 raise CorruptKeyIndexError(self.path, key, f"{self._size} bytes cannot hold its tail")
             start, groups, magic = TAIL.unpack(self._read_range(self._size - TAIL.size, TAIL.size).to_pybytes())
-            if magic != MAGIC or start > self._size - TAIL.size:
+            if magic not in (MAGIC, MAGIC_WITHOUT_CRC) or start > self._size - TAIL.size:
                 raise CorruptKeyIndexError(self.path, key, "its tail is not a flat key index's")
             data = self._read_range(start, self._size - TAIL.size - start).to_pybytes()
-            runs: dict[int, tuple[list[bytes], list[tuple[int, int]]]] = {}
+            runs: dict[int, tuple[list[bytes], list[tuple[int, int, int | None]]]] = {}
             at = 0
             for _ in range(groups):
-                position, length, entry_length = ENTRY.unpack_from(data, at)
-                entry = data[at + ENTRY.size : at + ENTRY.size + entry_length]
-                at += ENTRY.size + entry_length
+                if magic == MAGIC:
+                    position, length, crc, entry_length = ENTRY.unpack_from(data, at)
+                    at += ENTRY.size
+                else:
+                    (position, length, entry_length), crc = ENTRY_WITHOUT_CRC.unpack_from(data, at), None
+                    at += ENTRY_WITHOUT_CRC.size
+                entry = data[at : at + entry_length]
+                at += entry_length
                 if len(entry) != entry_length or entry_length < RUN.size or position + length > start:
                     raise CorruptKeyIndexError(self.path, key, "its directory is damaged")
                 first_keys, places = runs.setdefault(RUN.unpack_from(entry)[0], ([], []))
                 first_keys.append(entry[RUN.size :])
-                places.append((position, length))
+                places.append((position, length, crc))
             self._runs = [runs[run] for run in sorted(runs)]
         return self._runs
 
@@ -94,8 +105,11 @@ class FlatKeyIndex:
             group = bisect.bisect_right(first_keys, key) - 1
             if group < 0:
                 continue
-            position, length = places[group]
-            offset = offset_in_group(self._read_range(position, length).to_pybytes(), key, self.path)
+            position, length, crc = places[group]
+            data = self._read_range(position, length).to_pybytes()
+            if crc is not None and crc32c.crc32c(data) != crc:
+                raise CorruptKeyIndexError(self.path, key, f"the group at byte {position} fails its CRC-32C")
+            offset = offset_in_group(data, key, self.path)
             if offset is not None:
                 return offset
         return None

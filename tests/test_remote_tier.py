@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import struct
 import threading
 import time
 from pathlib import Path
@@ -479,3 +480,23 @@ def test_verify_checks_the_remote_log_too(data_dir: Path, s3_uri: str, clock: Ma
         problems = verify_topics(store, ["t"], lambda _: None).problems
     assert any(logs[0] in problem and "CRC-32C" in problem for problem in problems)
     assert any(logs[1] in problem and "the tier holds none" in problem for problem in problems)
+
+
+def test_a_damaged_remote_key_index_group_never_gives_a_wrong_answer(data_dir: Path, tmp_path: Path,
+                                                                     clock: ManualClock) -> None:
+    tier = tmp_path / "shared-mount" / "tier"
+    with tiered_store(data_dir, f"file://{tier}", clock, {**TIERED, "segment.bytes": "65536"}) as store:
+        store.append("t", [(f"key{i:05d}", f"v{i}".encode()) for i in range(300)], partition=0)
+        store.roll("t", 0)
+        Compactor(store).compact("t")
+        only_remote(store, clock)
+    [keys_object] = tier.rglob("*.keys")
+    damaged = bytearray(keys_object.read_bytes())
+    # The first group (at byte 0): count, count + 1 bounds, the keys, then their offsets (int64, big-endian).
+    # Swapping its first two offsets keeps it well-formed: each key would be sent to the other's message.
+    count = struct.unpack_from("<I", damaged)[0]
+    offsets = 4 + 4 * (count + 1) + struct.unpack_from("<I", damaged, 4 + 4 * count)[0]
+    damaged[offsets : offsets + 16] = damaged[offsets + 8 : offsets + 16] + damaged[offsets : offsets + 8]
+    keys_object.write_bytes(bytes(damaged))
+    with TableView(f"file://{tier}", "t") as table:  # the group fails its CRC-32C: a ledger scan answers
+        assert [table.get(f"key{i:05d}".encode()) for i in range(300)] == [f"v{i}".encode() for i in range(300)]
