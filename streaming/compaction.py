@@ -6,10 +6,11 @@ themselves; the driver plans and publishes, and no message passes through it.
   segments and the previous ledger it names, which stay readable for ``file.delete.delay.ms`` after a newer
   manifest) and the input cut into tasks of about ``task_bytes``: the previous ledger's batches, then the raw
   segments above its horizon up to the end offset. An incremental run reads the previous ledger and what is new.
-- Phase one: each task reads its range and emits (partition, key, offset, live) columns; Spark hash-partitions them
-  by (partition, key) and keeps each key's latest offset (a ``max`` of (offset, live) per key, spilling as its
-  sort-based aggregation does). Keys whose latest message is a tombstone drop out; keyless messages are kept when
-  ``compaction.retain.null.key`` says so. The result is persisted: both writes below read it.
+- Phase one: each task reads its range and emits (partition, key, 2 * offset + live) columns; Spark
+  hash-partitions them by (partition, key) and keeps each key's latest offset (a ``max`` of that number per key,
+  in its hash aggregation, which spills to a sort when a task's keys outgrow its memory). Keys whose latest
+  message is a tombstone drop out; keyless messages are kept when ``compaction.retain.null.key`` says so. The
+  result is persisted: both writes below read it.
 - Phase two: the kept offsets, range-partitioned by (partition, offset) and sorted: each task reads the messages
   of its offset range from the tier, keeps exactly its offsets, and writes one ledger object per log partition in
   the segment batch format, in batches bounded as the local compactor bounds them. The live keys,
@@ -34,10 +35,11 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import astuple, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -51,10 +53,11 @@ from storage.remote_log import RemoteLog, RemoteLogManifest, change_unowned
 from storage.remote_segment import RemoteSegments
 from storage.remote_store import RemoteStore, wall_clock_ms
 from storage.segment import batches_of_segments
+from streaming.scan import MIN_PIECE_BYTES, segment_runs
 from streaming.store_cache import cached_readable_store
 
 INPUT_SCHEMA = "partition int, version long, start long, end long"
-MESSAGES_SCHEMA = "partition int, key binary, offset long, live boolean"
+MESSAGES_SCHEMA = "partition int, key binary, number long"
 LEDGER_PIECE_SCHEMA = "partition int, object string, first_offset long, rows long, bytes long, batches string"
 KEY_PIECE_SCHEMA = "partition int, object string, first_key binary, bytes long"
 OUTPUT_BATCH_MESSAGES = 1 << 16
@@ -89,19 +92,35 @@ class DistributedCompactionResult:
         return 0 if self.skipped else self.messages_read - self.messages_kept
 
 
+class LedgerBatch(NamedTuple):
+    """A ledger batch as ``segment_runs`` cuts a log: where it starts and its bytes."""
+
+    base_offset: int
+    size_bytes: int
+
+
 @dataclass(frozen=True)
 class _Plan:
     """One log partition's run: the manifest it reads, the ranges of its phase one, the ledger it writes."""
 
     partition: int
     manifest: RemoteLogManifest
-    ranges: list[tuple[int, int]]
+    raw_start: int
     input_bytes: int
     messages_read: int
 
     @property
     def ledger_id(self) -> int:
         return self.manifest.compacted.ledger_id + 1 if self.manifest.compacted else 1
+
+    def ranges(self, piece_bytes: int) -> list[tuple[int, int]]:
+        """Phase one's offset ranges of about ``piece_bytes``: the previous ledger's, then the raw log's."""
+        manifest, previous = self.manifest, self.manifest.compacted
+        ranges = segment_runs(manifest.segments, self.raw_start, manifest.end_offset, piece_bytes)
+        if previous is not None and previous.batches:
+            batches = [LedgerBatch(*batch[:2]) for batch in previous.batches]
+            ranges = segment_runs(batches, batches[0].base_offset, previous.horizon + 1, piece_bytes) + ranges
+        return ranges
 
 
 def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes: int | None = None,
@@ -115,7 +134,7 @@ def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes:
     chosen = range(store.topic_metadata(topic).partitions) if partitions is None else partitions
     plans, results = [], []
     for partition in chosen:
-        plan = _plan(store, topic, partition, budget)
+        plan = _plan(store, topic, partition)
         if plan is None:
             view = store.manifest(topic, partition).compacted
             results.append(DistributedCompactionResult(partition, view.ledger_id if view else None,
@@ -126,13 +145,15 @@ def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes:
             plans.append(plan)
     if not plans:
         return results
-    live, kept = _phase_one(spark, uri, topic, plans, budget, retain_null_key=config.compaction_retain_null_key)
+    parallelism = spark.sparkContext.defaultParallelism
+    live, kept = _phase_one(spark, uri, topic, plans, budget, parallelism,
+                            retain_null_key=config.compaction_retain_null_key)
     try:
         stats = live.agg(F.count("*").alias("rows"), F.sum(F.length("key")).alias("key_bytes")).collect()[0]
         input_bytes = sum(plan.input_bytes for plan in plans)
         message_bytes = input_bytes / max(1, sum(plan.messages_read for plan in plans))
-        ledger_tasks = max(1, math.ceil(stats["rows"] * message_bytes / budget))
-        key_tasks = max(1, math.ceil(((stats["key_bytes"] or 0) + 12 * stats["rows"]) / budget))
+        ledger_tasks = task_count(int(stats["rows"] * message_bytes), budget, parallelism)
+        key_tasks = task_count((stats["key_bytes"] or 0) + 12 * stats["rows"], budget, parallelism)
         compression = config.compression_type if config.compression_type in ("lz4", "zstd") else None
         versions = {plan.partition: (plan.manifest.version, plan.ledger_id) for plan in plans}
         ledger_rows = kept.repartitionByRange(ledger_tasks, "partition", "offset") \
@@ -149,7 +170,13 @@ def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes:
     return sorted(results, key=lambda result: result.partition)
 
 
-def _plan(store: RemoteStore, topic: str, partition: int, budget: int) -> _Plan | None:
+def task_count(total_bytes: int, budget: int, parallelism: int) -> int:
+    """Tasks for ``total_bytes`` of work, as Spark sizes file splits: none over ``budget``, and one per core
+    (``parallelism``) when each still gets MIN_PIECE_BYTES."""
+    return max(1, math.ceil(total_bytes / budget), min(parallelism, total_bytes // MIN_PIECE_BYTES))
+
+
+def _plan(store: RemoteStore, topic: str, partition: int) -> _Plan | None:
     """The partition's run, or None when nothing is above its horizon."""
     manifest = store.manifest(topic, partition)
     previous = manifest.compacted
@@ -157,38 +184,32 @@ def _plan(store: RemoteStore, topic: str, partition: int, budget: int) -> _Plan 
     raw_start = max(horizon + 1, manifest.log_start_offset)
     if manifest.end_offset <= raw_start:
         return None
-    pieces: list[tuple[int, int, int]] = []  # (first offset, end offset, bytes) of each unit of input
-    if previous is not None:
-        pieces += [(batch[0], batch[0] + batch[4] + 1, batch[1]) for batch in previous.batches]
-    pieces += [(max(segment.base_offset, raw_start), segment.next_offset, segment.size_bytes)
-               for segment in manifest.segments if segment.next_offset > raw_start]
-    ranges: list[tuple[int, int]] = []
-    held = 0
-    for first, end, size in pieces:  # consecutive in offsets: the ledger's batches, then the raw segments
-        if ranges and held + size <= budget:
-            ranges[-1] = (ranges[-1][0], end)
-            held += size
-        else:
-            ranges.append((first, end))
-            held = size
+    input_bytes = sum(segment.size_bytes for segment in manifest.segments if segment.next_offset > raw_start)
+    input_bytes += previous.ledger_bytes if previous else 0
     messages = (previous.messages_kept if previous else 0) + manifest.end_offset - raw_start
-    return _Plan(partition, manifest, ranges, sum(size for _, _, size in pieces), messages)
+    return _Plan(partition, manifest, raw_start, input_bytes, messages)
 
 
-def _phase_one(spark: SparkSession, uri: str, topic: str, plans: list[_Plan], budget: int, *,
+def _phase_one(spark: SparkSession, uri: str, topic: str, plans: list[_Plan], budget: int, parallelism: int, *,
                retain_null_key: bool) -> tuple[DataFrame, DataFrame]:
     """The live keys with their latest offsets (persisted), and every offset the ledger keeps."""
-    rows = [(plan.partition, plan.manifest.version, start, end) for plan in plans for start, end in plan.ranges]
+    input_bytes = sum(plan.input_bytes for plan in plans)
+    aggregation_tasks = task_count(input_bytes, budget, parallelism)
+    piece_bytes = math.ceil(input_bytes / aggregation_tasks)
+    rows = [(plan.partition, plan.manifest.version, start, end) for plan in plans
+            for start, end in plan.ranges(piece_bytes)]
     tasks = spark.createDataFrame(spark.sparkContext.parallelize(rows, len(rows)), INPUT_SCHEMA)
     messages = tasks.mapInArrow(_message_reader(uri, topic), MESSAGES_SCHEMA)
-    aggregation_tasks = max(1, math.ceil(sum(plan.input_bytes for plan in plans) / budget))
+    # One long per message, 2 * offset + (1 if live): its max is the key's latest message and says whether it is
+    # live, and a max of a long aggregates in Spark's hash aggregation (a max of a struct would sort every row).
     latest = messages.where(F.col("key").isNotNull()).repartition(aggregation_tasks, "partition", "key") \
-        .groupBy("partition", "key").agg(F.max(F.struct("offset", "live")).alias("last"))
-    live = latest.where(F.col("last.live")).select("partition", "key", F.col("last.offset").alias("offset")) \
-        .persist(StorageLevel.MEMORY_AND_DISK)
+        .groupBy("partition", "key").agg(F.max("number").alias("last"))
+    live = latest.where((F.col("last") % 2) == 1) \
+        .select("partition", "key", F.shiftright("last", 1).alias("offset")).persist(StorageLevel.MEMORY_AND_DISK)
     kept = live.select("partition", "offset")
     if retain_null_key:
-        kept = kept.unionByName(messages.where(F.col("key").isNull()).select("partition", "offset"))
+        kept = kept.unionByName(messages.where(F.col("key").isNull())
+                                .select("partition", F.shiftright("number", 1).alias("offset")))
     return live, kept
 
 
@@ -217,15 +238,28 @@ def _pinned(uri: str, topic: str, partition: int, version: int) -> tuple[RemoteS
 
 
 def _message_reader(uri: str, topic: str) -> Any:
-    """Phase one's task: (partition, key, offset, live) of every message of its range, columnar."""
+    """Phase one's task: (partition, key, 2 * offset + live) of the latest message of each key in its range (Arrow's
+    hash aggregation, so Spark shuffles one row per key and task instead of one per message), and of every keyless
+    message."""
 
     def read(tasks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for task in pa.Table.from_batches(list(tasks)).to_pylist():
             store, manifest = _pinned(uri, topic, task["partition"], task["version"])
+            keys, numbers = [], []
             for batch in _view_batches(store, manifest, task["start"], task["end"]):
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(np.full(batch.num_rows, task["partition"], np.int32)), batch.column(2),
-                     batch.column(0), batch.column(3).is_valid()], names=["partition", "key", "offset", "live"])
+                keys.append(batch.column(2))
+                number = np.left_shift(batch.column(0).to_numpy(), 1)
+                number |= batch.column(3).is_valid().to_numpy(zero_copy_only=False)
+                numbers.append(pa.array(number))
+            if not keys:
+                continue
+            messages = pa.table([pa.chunked_array(keys), pa.chunked_array(numbers)], names=["key", "number"])
+            keyed = messages.column("key").is_valid()
+            latest = messages.filter(keyed).group_by("key", use_threads=False).aggregate([("number", "max")])
+            for part in (latest.rename_columns(["key", "number"]), messages.filter(pc.invert(keyed))):
+                if part.num_rows:
+                    yield from part.add_column(0, "partition", pa.array(
+                        np.full(part.num_rows, task["partition"], np.int32))).to_batches()
 
     return read
 
