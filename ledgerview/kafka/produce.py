@@ -9,11 +9,15 @@ Per partition of a request:
    codecs). A batch larger on the wire than the topic's max.message.bytes is MESSAGE_TOO_LARGE, as in Kafka (a
    compressed batch may hold more once decompressed; each message's size is checked when appended).
    Decompression stops as soon as the partition's batches together pass socket.request.max.bytes
-   (RECORD_LIST_TOO_LARGE), so a compression bomb is never inflated past that bound. A batch an
-   idempotent producer already sent (same producer id, epoch and base sequence as one of its last five) is not
-   stored again; its first offset is answered.
-3. Append the rest in one Store.append (validated whole before anything is written: all or nothing), with the
-   producer's codec when it is one the store keeps (lz4, zstd) and the topic's compression.type is "producer".
+   (RECORD_LIST_TOO_LARGE), so a compression bomb is never inflated past that bound.
+3. Under the partition's writer lock, check each idempotent producer's batch against the partition's producer
+   state (storage/producer_state.py, kept on disk, as Kafka's ProducerStateManager): a batch the producer sent
+   before (same producer id, epoch, first and last sequence as one of its last five) is a duplicate, answered with
+   its first offset and not stored again (also after a kill -9 of the endpoint); a first sequence that does not
+   follow the producer's last is OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch is INVALID_PRODUCER_EPOCH.
+4. Journal the idempotent batches, then append every batch in one Store.append (validated whole before anything
+   is written: all or nothing), with the producer's codec when it is one the store keeps (lz4, zstd) and the
+   topic's compression.type is "producer".
 
 acks=0 gets no response at all, as Kafka clients expect.
 """
@@ -50,6 +54,8 @@ from storage.errors import (
     MessageTooLargeError,
     UnknownTopicError,
 )
+from storage.partition_log import PartitionLog
+from storage.producer_state import ProducerBatch, ProducerState, Verdict, last_sequence
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +69,9 @@ BATCH_ERRORS: dict[type[Exception], ErrorCode] = {
     BatchTooLargeError: ErrorCode.MESSAGE_TOO_LARGE,
     RecordListTooLargeError: ErrorCode.RECORD_LIST_TOO_LARGE,
 }
+
+VERDICT_ERRORS = {Verdict.OUT_OF_ORDER: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                  Verdict.FENCED: ErrorCode.INVALID_PRODUCER_EPOCH}
 
 Partition = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
 
@@ -107,40 +116,71 @@ def _produce_partition(broker: Broker, name: str, partition: int, records: bytes
                                  total_bytes_max=broker.options.socket_request_max_bytes)
     except tuple(BATCH_ERRORS) as error:
         return BATCH_ERRORS[type(error)], -1
-    fresh, repeated_offset = _without_retries(broker, view.topic, partition, batches)
-    if not fresh:
-        return ErrorCode.NONE, repeated_offset if repeated_offset is not None else -1
     codec = records[ATTRIBUTES_POSITION + 1] & CODEC_MASK if len(records) >= BATCH_HEADER.size else 0
-    table = pa.concat_tables([batch.records for batch in fresh])
     try:
-        result = broker.store.append(view.topic, table, partition, compression=STORE_CODECS.get(codec))
+        partition_log = broker.store.partition_log(view.topic, partition)
+        with partition_log.writer_lock:
+            partition_log.refresh()
+            return _append(broker, partition_log, batches, STORE_CODECS.get(codec))
     except MessageTooLargeError:
         return ErrorCode.MESSAGE_TOO_LARGE, -1
     except InvalidMessagesError:
         return ErrorCode.INVALID_RECORD, -1
-    except LedgerviewError:
+    except (LedgerviewError, OSError):
         log.exception("appending to %s-%d failed", view.topic, partition)
         return ErrorCode.KAFKA_STORAGE_ERROR, -1
-    first_offset = int(result.offsets[0])
-    position = first_offset
-    for batch in fresh:
-        if batch.producer_id != NO_PRODUCER_ID:
-            key = (view.topic, partition, batch.producer_id, batch.producer_epoch)
-            broker.sequences.remember(key, batch.base_sequence, position)
-        position += batch.records.num_rows
-    return ErrorCode.NONE, first_offset if repeated_offset is None else repeated_offset
 
 
-def _without_retries(broker: Broker, topic: str, partition: int,
-                     batches: list[ProducedBatch]) -> tuple[list[ProducedBatch], int | None]:
-    """The batches not stored yet, and the first offset of the first batch that was (None if none was)."""
-    fresh, repeated = [], None
+def _append(broker: Broker, partition_log: PartitionLog, batches: list[ProducedBatch], codec: str | None) -> (
+    tuple[ErrorCode, int]
+):
+    """Check the idempotent producers' batches against the partition's producer state, then journal and append
+    them all in one Store.append; the caller holds the partition's writer lock."""
+    state = broker.sequences.state_of(partition_log)
+    first_offset = partition_log.end_offset
+    error, duplicate_offset, planned = _plan(state, batches, first_offset, partition_log.clock())
+    if error is not ErrorCode.NONE or duplicate_offset is not None:
+        return error, -1 if duplicate_offset is None else duplicate_offset
+    active = partition_log.active.base_offset
+    journal_bytes = state.begin(planned) if planned else 0
+    try:
+        broker.store.append(partition_log.topic, pa.concat_tables([batch.records for batch in batches]),
+                            partition_log.partition, compression=codec)
+    except BaseException:
+        if planned:
+            state.abandon(journal_bytes)
+        raise
+    if planned:
+        state.commit(planned, end_offset=partition_log.end_offset,
+                     rolled=partition_log.active.base_offset != active)
+    return ErrorCode.NONE, first_offset
+
+
+def _plan(state: ProducerState, batches: list[ProducedBatch], first_offset: int, now_ms: int) -> (
+    tuple[ErrorCode, int | None, list[ProducerBatch]]
+):
+    """Kafka's producer-state checks of each batch in order: the error for the partition, the first offset of an
+    earlier copy when a batch is a duplicate (nothing is appended then, as Kafka answers), and the idempotent
+    batches to journal with the offsets they will get."""
+    planned: list[ProducerBatch] = []
+    offset = first_offset
     for batch in batches:
-        key = (topic, partition, batch.producer_id, batch.producer_epoch)
-        stored = None if batch.producer_id == NO_PRODUCER_ID else broker.sequences.stored_offset(
-            key, batch.base_sequence)
-        if stored is None:
-            fresh.append(batch)
-        elif repeated is None and not fresh:
-            repeated = stored
-    return fresh, repeated
+        count = batch.records.num_rows
+        if batch.producer_id != NO_PRODUCER_ID:
+            last = last_sequence(batch.base_sequence, count)
+            previous = next((earlier for earlier in reversed(planned) if earlier.producer_id == batch.producer_id),
+                            None)
+            if previous is None:
+                verdict, earlier_offset = state.check(batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                                                      last)
+            else:
+                verdict, earlier_offset = (Verdict.APPEND if previous.followed_by(
+                    batch.producer_epoch, batch.base_sequence) else Verdict.OUT_OF_ORDER), None
+            if verdict is Verdict.DUPLICATE:
+                return ErrorCode.NONE, earlier_offset, []
+            if verdict is not Verdict.APPEND:
+                return VERDICT_ERRORS[verdict], None, []
+            planned.append(ProducerBatch(batch.producer_id, batch.producer_epoch, batch.base_sequence, last,
+                                         offset, offset + count - 1, now_ms))
+        offset += count
+    return ErrorCode.NONE, None, planned

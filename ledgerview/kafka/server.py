@@ -230,6 +230,7 @@ class KafkaEndpoint:
         self._stopping = asyncio.Event()
         servers: list[asyncio.Server] = []
         store: Store | None = None
+        broker: Broker | None = None
         try:
             store = Store.open(self.store_path)
             security = self.options.security
@@ -240,7 +241,7 @@ class KafkaEndpoint:
         except (OSError, LedgerviewError) as error:
             self._failure = error
             self._started.set()
-            await self._close(servers, store)
+            await self._close(servers, store, broker)
             return
         self.port = broker.port = self.ports[0]
         timer = asyncio.create_task(self._group_timer(broker))
@@ -249,7 +250,7 @@ class KafkaEndpoint:
             await self._stopping.wait()
         finally:
             timer.cancel()
-            await self._close(servers, store)
+            await self._close(servers, store, broker)
 
     async def _listen(self, broker: Broker, listener: Listener) -> asyncio.Server:
         security = self.options.security
@@ -265,10 +266,12 @@ class KafkaEndpoint:
         return server
 
     @staticmethod
-    async def _close(servers: list[asyncio.Server], store: Store | None) -> None:
+    async def _close(servers: list[asyncio.Server], store: Store | None, broker: Broker | None) -> None:
         for server in servers:
             server.close()
             await server.wait_closed()
+        if broker is not None:
+            broker.sequences.close()  # producer state snapshots: a clean shutdown
         if store is not None:
             store.close()
 
