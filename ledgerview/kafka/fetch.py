@@ -14,6 +14,10 @@ the last batch's ``lastOffsetDelta + 1``, so when a read reaches the end offset 
 at the end offset - 1; when nothing is left to send below the end offset, an empty batch spans the gap. Otherwise
 a consumer would stop short of the high-water mark for good and never see its lag reach 0.
 
+A damaged batch (a CRC that does not match, in a sealed segment or a ledger): every batch before it is served;
+a fetch from its offset gets CORRUPT_MESSAGE for the partition, as Kafka answers a corrupt record on read, and
+the damage is logged with the file and position.
+
 Long polling: while the response holds fewer than min_bytes, wait for this endpoint's next append, or re-check
 every POLL_INTERVAL_SECONDS for appends made by other processes, until max_wait_ms passes.
 """
@@ -37,7 +41,13 @@ from ledgerview.kafka.records import BATCH_HEADER_BYTES, encode_batch, encode_em
 from ledgerview.kafka.topics import TopicView, resolve_topic
 from readers.partition_read import open_partition_read
 from storage.binary_arrays import value_lengths
-from storage.errors import InvalidTopicNameError, LedgerviewError, OffsetOutOfRangeError, UnknownTopicError
+from storage.errors import (
+    CorruptSegmentError,
+    InvalidTopicNameError,
+    LedgerviewError,
+    OffsetOutOfRangeError,
+    UnknownTopicError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +118,12 @@ def read_partition(broker: Broker, name: str, partition: int, offset: int, max_b
     try:
         log_start = 0 if read.ledger is not None else broker.store.start_offset(view.topic, partition)
         end = read.end_offset
-        records = b"".join(_encoded(broker, view, partition, read.batches(), offset, end, max_bytes,
-                                    at_least_one=first))
+        batches = _UntilDamage(read.batches())
+        records = b"".join(_encoded(broker, view, partition, batches, offset, end, max_bytes, at_least_one=first))
+        if batches.damage is not None:
+            log.error("serving %s-%d up to a damaged batch: %s", name, partition, batches.damage)
+            if not records:
+                return FetchedPartition(ErrorCode.CORRUPT_MESSAGE, end, log_start)
         return FetchedPartition(ErrorCode.NONE, end, log_start, records)
     except LedgerviewError:  # a corrupt sealed segment, say: the client sees a storage error, not a reconnect storm
         log.exception("reading %s-%d from offset %d failed", name, partition, offset)
@@ -118,9 +132,26 @@ def read_partition(broker: Broker, name: str, partition: int, offset: int, max_b
         read.close()
 
 
-def _encoded(broker: Broker, view: TopicView, partition: int, batches: Iterator[pa.RecordBatch], offset: int,
+class _UntilDamage:
+    """The batches of a read up to the first damaged one (CorruptSegmentError, kept in ``damage``): what comes
+    before it is served, and the fetch at its offset gets CORRUPT_MESSAGE, which ends real clients' reads with an
+    error (KAFKA_STORAGE_ERROR would have them retry for ever)."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
+        self._batches = batches
+        self.damage: CorruptSegmentError | None = None
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from self._batches
+        except CorruptSegmentError as error:
+            self.damage = error
+
+
+def _encoded(broker: Broker, view: TopicView, partition: int, batches: _UntilDamage, offset: int,
              end: int, max_bytes: int, *, at_least_one: bool) -> Iterator[bytes]:
-    """Encode batches within the byte budget; the last one reaches end - 1 when the read reached the end."""
+    """Encode batches within the byte budget; the last one reaches end - 1 when the read reached the end (not
+    when it stopped at a damaged batch)."""
     pending: pa.RecordBatch | None = None
     spent = 0
     for batch in batches:
@@ -136,8 +167,8 @@ def _encoded(broker: Broker, view: TopicView, partition: int, batches: Iterator[
             break
     else:
         if pending is not None:
-            yield _cached(broker, view, partition, pending, end - 1)
-        elif offset < end:
+            yield _cached(broker, view, partition, pending, None if batches.damage else end - 1)
+        elif offset < end and batches.damage is None:
             yield encode_empty_batch(offset, end - 1)
         return
     if pending is not None:
