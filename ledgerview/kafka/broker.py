@@ -61,11 +61,22 @@ class EndpointOptions:
     """Kafka's ``max.connections``: a connection accepted while this many are open is closed at once."""
     max_connections_per_ip: int = 2147483647
     """Kafka's ``max.connections.per.ip``: a connection from an address that has this many open is closed at once."""
+    queued_max_request_bytes: int = 104857600
+    """Kafka's ``queued.max.request.bytes``: the most bytes of requests read and not answered yet, across all
+    connections; past it the endpoint reads no more request bodies until answers free room (back-pressure).
+    Kafka's default is -1 (unbounded, also accepted here); ledgerview's is socket.request.max.bytes, so one
+    largest request still passes and a crowd of large requests cannot take the endpoint's memory."""
+    offsets_retention_minutes: int = 10080
+    """Kafka's ``offsets.retention.minutes``: a group with no members whose last offset commit is older than this
+    loses its committed offsets (checked every OFFSETS_RETENTION_CHECK_SECONDS and when the group is read)."""
 
     def __post_init__(self) -> None:
-        for name in LIMITS:
+        for name in (*LIMITS, "offsets_retention_minutes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EndpointOptions.{name} is {getattr(self, name)}; it must be at least 1")
+        if self.queued_max_request_bytes < 1 and self.queued_max_request_bytes != -1:
+            raise ValueError(f"EndpointOptions.queued_max_request_bytes is {self.queued_max_request_bytes}; it must "
+                             "be at least 1, or -1 for no bound")
         check_security(self.bound_listeners, self.security, insecure=self.insecure)
 
     @property

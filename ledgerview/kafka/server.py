@@ -5,7 +5,9 @@ leave in request order as the protocol requires; a long-polling Fetch holds its 
 A size above socket.request.max.bytes (or negative) closes the connection before its body is read, and a connection
 idle for connections.max.idle.ms, whose frame is still incomplete that long after its size came, or that reads
 none of its pending responses (past WRITE_BUFFER_BYTES_MAX) for that long, is closed. A connection that arrives
-while max.connections are open, or max.connections.per.ip from its address, is closed at once.
+while max.connections are open, or max.connections.per.ip from its address, is closed at once. A request body is
+read only once the bytes of requests read and not answered yet, across all connections, leave room for it under
+queued.max.request.bytes (ledgerview/kafka/request_queue.py): until then that socket is not read.
 Connections run concurrently on one event loop, which owns the store: no locks.
 
 Every listener (EndpointOptions.bound_listeners) is a server on that loop. On SSL and SASL_SSL listeners the
@@ -26,6 +28,7 @@ import logging
 import os
 import socket
 import struct
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -68,6 +71,7 @@ from ledgerview.kafka.protocol import (
     read_request_header,
     supported,
 )
+from ledgerview.kafka.request_queue import QueuedRequestBytes
 from ledgerview.kafka.sasl_errors import SaslProtocolError
 from ledgerview.kafka.security_options import Listener, SecurityProtocol
 from ledgerview.kafka.tls import certificate_principal, server_context
@@ -139,11 +143,13 @@ async def dispatch(broker: Broker, frame: bytes) -> bytes:
     return b"" if response is None else encode_response(response, header.correlation_id)
 
 
-async def read_frame(reader: asyncio.StreamReader, options: EndpointOptions, *, max_bytes: int | None = None
-                     ) -> bytes:
+async def read_frame(reader: asyncio.StreamReader, options: EndpointOptions, *, max_bytes: int | None = None,
+                     queue: QueuedRequestBytes | None = None) -> bytes:
     """The next request frame. Raises _Close when none starts within connections.max.idle.ms, when its size is
     negative or above ``max_bytes`` (default socket.request.max.bytes; before any of its body is read, as Kafka's
-    InvalidReceiveException), or when its body has not arrived connections.max.idle.ms after its size did."""
+    InvalidReceiveException), or when its body has not arrived connections.max.idle.ms after its size did. With
+    ``queue``, the body is read once the frame fits queued.max.request.bytes, and counted there until the caller
+    releases it."""
     limit = options.socket_request_max_bytes if max_bytes is None else max_bytes
     idle_seconds = options.connections_max_idle_ms / 1000
     try:
@@ -154,12 +160,18 @@ async def read_frame(reader: asyncio.StreamReader, options: EndpointOptions, *, 
     if not 0 < size <= limit:
         raise _Close(f"a frame of {size} bytes, outside 1 to {limit} (socket.request.max.bytes, or "
                      "sasl.server.max.receive.size before authentication)")
+    if queue is not None:
+        await queue.reserve(size)
     try:
         async with asyncio.timeout(idle_seconds):
             return await reader.readexactly(size)
-    except TimeoutError:
-        raise _Close(f"a frame of {size} bytes not complete after connections.max.idle.ms="
-                     f"{options.connections_max_idle_ms}") from None
+    except BaseException as error:
+        if queue is not None:
+            queue.release(size)
+        if isinstance(error, TimeoutError):
+            raise _Close(f"a frame of {size} bytes not complete after connections.max.idle.ms="
+                         f"{options.connections_max_idle_ms}") from None
+        raise
 
 
 async def drain(writer: asyncio.StreamWriter, options: EndpointOptions) -> None:
@@ -194,6 +206,9 @@ class KafkaEndpoint:
         self._failure: BaseException | None = None
         self._open: Counter[str] = Counter()
         """Open connections per client address (touched only on the event loop)."""
+        limit = self.options.queued_max_request_bytes
+        self._queued = QueuedRequestBytes(limit if limit > 0 else sys.maxsize)
+        """Bytes of requests read and not answered (queued.max.request.bytes), on the event loop only."""
 
     def start(self) -> KafkaEndpoint:
         self._thread = threading.Thread(target=self._run, name="kafka-endpoint", daemon=True)
@@ -296,7 +311,11 @@ class KafkaEndpoint:
                 return
             broker = shared.for_connection(Session(principal, address), listener.host, port)
             while True:
-                response = await dispatch(broker, await read_frame(reader, self.options))
+                frame = await read_frame(reader, self.options, queue=self._queued)
+                try:
+                    response = await dispatch(broker, frame)
+                finally:
+                    self._queued.release(len(frame))
                 if response:
                     writer.write(response)
                     if writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_MAX:
