@@ -68,10 +68,13 @@ class EndpointOptions:
     largest request still passes and a crowd of large requests cannot take the endpoint's memory."""
     offsets_retention_minutes: int = 10080
     """Kafka's ``offsets.retention.minutes``: a group with no members whose last offset commit is older than this
-    loses its committed offsets (checked every OFFSETS_RETENTION_CHECK_SECONDS and when the group is read)."""
+    loses its committed offsets (ledgerview/kafka/offsets_retention.py), checked when the endpoint starts and every
+    ``offsets_retention_check_interval_ms``."""
+    offsets_retention_check_interval_ms: int = 600000
+    """Kafka's ``offsets.retention.check.interval.ms``."""
 
     def __post_init__(self) -> None:
-        for name in (*LIMITS, "offsets_retention_minutes"):
+        for name in (*LIMITS, "offsets_retention_minutes", "offsets_retention_check_interval_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EndpointOptions.{name} is {getattr(self, name)}; it must be at least 1")
         if self.queued_max_request_bytes < 1 and self.queued_max_request_bytes != -1:

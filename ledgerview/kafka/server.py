@@ -61,6 +61,7 @@ from ledgerview.kafka.metadata import (
     handle_metadata,
 )
 from ledgerview.kafka.offsets import handle_list_offsets, handle_offset_for_leader_epoch
+from ledgerview.kafka.offsets_retention import expire_group_offsets
 from ledgerview.kafka.produce import handle_produce
 from ledgerview.kafka.protocol import (
     REQUEST_CLASSES,
@@ -260,11 +261,13 @@ class KafkaEndpoint:
             return
         self.port = broker.port = self.ports[0]
         timer = asyncio.create_task(self._group_timer(broker))
+        retention = asyncio.create_task(self._offsets_retention(broker))
         self._started.set()
         try:
             await self._stopping.wait()
         finally:
             timer.cancel()
+            retention.cancel()
             await self._close(servers, store, broker)
 
     async def _listen(self, broker: Broker, listener: Listener) -> asyncio.Server:
@@ -294,6 +297,17 @@ class KafkaEndpoint:
         while True:
             await asyncio.sleep(GROUP_TIMER_SECONDS)
             broker.coordinator.expire()
+
+    async def _offsets_retention(self, broker: Broker) -> None:
+        """Expire old offsets of empty groups now and every offsets.retention.check.interval.ms."""
+        while True:
+            try:
+                expire_group_offsets(broker.store, broker.coordinator,
+                                     retention_minutes=self.options.offsets_retention_minutes,
+                                     now_ms=broker.store.clock())
+            except (LedgerviewError, OSError):
+                log.exception("expiring committed offsets (offsets.retention.minutes) failed")
+            await asyncio.sleep(self.options.offsets_retention_check_interval_ms / 1000)
 
     async def _connection(self, shared: Broker, listener: Listener, port: int, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
