@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 
 from streaming.compaction import compact_with_spark
 from tests.processes.cluster_sink_jobs import SINK_JOBS
+from tests.processes.cluster_stream_jobs import STREAM_JOBS
 
 Job = Callable[..., Any]
 
@@ -38,4 +39,4 @@ def compact(spark: SparkSession, uri: str, topic: str, task_bytes: int) -> list[
 
 
 JOBS: dict[str, Job] = {"read_views": read_views, "compact": compact}
-JOBS |= SINK_JOBS
+JOBS |= SINK_JOBS | STREAM_JOBS
