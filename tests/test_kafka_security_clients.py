@@ -1,9 +1,9 @@
 """Real Kafka clients against the secured endpoint (tests/security_support.py: a throwaway CA, users alice, bob and
 admin, ACLs enforced): kcat over SSL with a client certificate and over SASL_SSL with PLAIN, and with SCRAM-SHA-256
 (refused for Debian's kcat, whose librdkafka repeats the client nonce, as Kafka 4 refuses it);
-confluent-kafka producing and consuming over mutual TLS as the certificate's subject, which an ACL allows and
-nobody else; confluent-kafka's AdminClient creating, describing and deleting ACLs; kafka-python refused a group
-by ACL; a raw SaslHandshake v0 login with a wrong password taking the failed-login path."""
+confluent-kafka and kafka-python producing and consuming over mutual TLS as the certificate's subject, which an
+ACL allows and nobody else; confluent-kafka's AdminClient creating, describing and deleting ACLs; kafka-python
+refused a group by ACL; a raw SaslHandshake v0 login with a wrong password taking the failed-login path."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from kafka import KafkaConsumer
+from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import GroupAuthorizationFailedError
 from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
 
@@ -93,6 +93,29 @@ def test_confluent_kafka_produces_and_consumes_over_mutual_tls_as_the_certificat
     alice.flush(30)
     assert [error.code() for error in failures] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
     assert secured.store.end_offset("payments", 0) == 20
+
+
+@pytest.mark.slow
+def test_kafka_python_produces_and_consumes_over_mutual_tls_as_the_certificate_subject(secured: Secured) -> None:
+    secured.store.create_topic("receipts")
+    _acl(secured.data, "--allow-principal", CAROL, "--operation", "Read", "--operation", "Write", "--topic",
+         "receipts")
+    _acl(secured.data, "--allow-principal", CAROL, "--operation", "Read", "--group", "ledger")
+    tls = {"bootstrap_servers": secured.bootstrap(SecurityProtocol.SSL), "security_protocol": "SSL",
+           "ssl_cafile": str(secured.pki.ca), "ssl_certfile": str(secured.pki.client),
+           "ssl_keyfile": str(secured.pki.client_key)}
+    producer = KafkaProducer(**tls, acks="all")
+    for i in range(10):
+        producer.send("receipts", key=b"r%d" % i, value=b"receipt %d" % i)
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer("receipts", **tls, group_id="ledger", auto_offset_reset="earliest",
+                             consumer_timeout_ms=10_000)
+    try:
+        values = [record.value for _, record in zip(range(10), consumer, strict=False)]
+    finally:
+        consumer.close()
+    assert values == [b"receipt %d" % i for i in range(10)]
 
 
 def _admin(secured: Secured, user: str) -> AdminClient:
