@@ -19,6 +19,7 @@ Prints a markdown section for bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import socket
 import struct
 import subprocess
@@ -156,18 +157,21 @@ class GoodClients:
         self.acks: list[float] = []
         self.ends: list[float] = []
 
+    def _acknowledged(self, sent: float, error: object, message: object) -> None:
+        self.acks.append((time.monotonic() - sent) * 1000)
+
     def run(self, seconds: float) -> tuple[list[float], list[float]]:
         acks, ends = len(self.acks), len(self.ends)
         stop = time.monotonic() + seconds
         while time.monotonic() < stop:
             sent = time.monotonic()
             self.producer.produce("good", value=struct.pack(">d", time.time()),
-                                  on_delivery=lambda error, message, sent=sent: self.acks.append(
-                                      (time.monotonic() - sent) * 1000))
+                                  on_delivery=functools.partial(self._acknowledged, sent))
             self.producer.poll(0)
             for message in self.consumer.consume(100, timeout=PACE_SECONDS):
-                if message.error() is None:
-                    self.ends.append((time.time() - struct.unpack(">d", message.value())[0]) * 1000)
+                value = message.value()
+                if message.error() is None and value is not None:
+                    self.ends.append((time.time() - struct.unpack(">d", value)[0]) * 1000)
         self.producer.flush(30)
         return self.acks[acks:], self.ends[ends:]
 
