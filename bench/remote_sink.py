@@ -19,6 +19,7 @@ Prints a markdown section for bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -64,11 +65,11 @@ def stream(spark: SparkSession, source: Path, per_batch: int) -> DataFrame:
         .parquet(str(source))
 
 
-def ledgerview_sink(spark: SparkSession, server: S3Server, source: Path, per_batch: int, checkpoint: Path) -> (
-    tuple[int, int]
-):
-    """The ledgerview sink into a fresh topic; the rows and segment bytes its remote logs then hold."""
-    topic = f"sink-{uuid.uuid4().hex[:8]}"
+def ledgerview_sink(spark: SparkSession, server: S3Server, source: Path, per_batch: int, checkpoint: Path,
+                    topic: str | None = None) -> tuple[int, int]:
+    """The ledgerview sink into ``topic`` (default: a fresh one), created here; the rows and segment bytes its
+    remote logs then hold."""
+    topic = topic or f"sink-{uuid.uuid4().hex[:8]}"
     remote = RemoteStore.open(server.uri)
     remote.create_topic(topic, PARTITIONS)
     query = (stream(spark, source, per_batch).writeStream.format("ledgerview").option("path", server.uri)
@@ -95,19 +96,29 @@ def parquet_task(uri: str, batch_id: int) -> Callable[[Iterator[pa.RecordBatch]]
     return write
 
 
+def write_parquet(frame: DataFrame, uri: str, batch_id: int) -> list[tuple[str, int]]:
+    """``frame`` written by its tasks as one Parquet file each under ``uri``; each file's path and rows."""
+    rows = frame.mapInArrow(parquet_task(uri, batch_id), "path string, rows long").collect()
+    return [(row["path"], row["rows"]) for row in rows]
+
+
+def parquet_files(spark: SparkSession, server: S3Server, source: Path, per_batch: int, checkpoint: Path) -> (
+    list[tuple[str, int]]
+):
+    """Parquet through pyarrow from the executors in foreachBatch; each file's path and rows."""
+    written: list[tuple[str, int]] = []
+    query = (stream(spark, source, per_batch).writeStream
+             .foreachBatch(lambda frame, batch_id: written.extend(write_parquet(frame, server.uri, batch_id)))
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query.awaitTermination()
+    return written
+
+
 def parquet_sink(spark: SparkSession, server: S3Server, source: Path, per_batch: int, checkpoint: Path) -> (
     tuple[int, int]
 ):
     """Parquet through pyarrow from the executors in foreachBatch; the rows written and the bytes of the files."""
-    written: list[tuple[str, int]] = []
-
-    def each_batch(frame: DataFrame, batch_id: int) -> None:
-        rows = frame.mapInArrow(parquet_task(server.uri, batch_id), "path string, rows long").collect()
-        written.extend((row["path"], row["rows"]) for row in rows)
-
-    query = (stream(spark, source, per_batch).writeStream.foreachBatch(each_batch)
-             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-    query.awaitTermination()
+    written = parquet_files(spark, server, source, per_batch, checkpoint)
     filesystem, _ = pafs.FileSystem.from_uri(server.uri)
     return sum(rows for _, rows in written), sum(filesystem.get_file_info(path).size for path, _ in written)
 
@@ -115,23 +126,39 @@ def parquet_sink(spark: SparkSession, server: S3Server, source: Path, per_batch:
 CASES = {"ledgerview sink": ledgerview_sink, "parquet foreachBatch (pyarrow)": parquet_sink}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.remote_sink", description=__doc__.split("\n\n")[0])
+def arguments(module: str, doc: str, argv: list[str] | None) -> argparse.Namespace:
+    """The command line of this bench and of those built on its data (bench/remote_scan.py)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--files", type=int, default=8, help="input Parquet files")
     parser.add_argument("--per-batch", type=int, default=2, help="input files per micro-batch")
     parser.add_argument("--repeat", type=int, default=2)
-    args = parser.parse_args(argv)
-    head = run_heading(args)
-    with tempfile.TemporaryDirectory(prefix="ledgerview-bench-sink-") as scratch, s3_server() as server:
+    return parser.parse_args(argv)
+
+
+@contextlib.contextmanager
+def cluster(args: argparse.Namespace, name: str) -> Iterator[tuple[SparkSession, S3Server, Path]]:
+    """A fresh S3 server, the input files (``input``, and ``warm-up`` of 1,000 rows) in a scratch folder, and a
+    ``local-cluster[2,1,1024]`` session whose executors reach the server; all gone at the end."""
+    with tempfile.TemporaryDirectory(prefix=f"ledgerview-{name}-") as scratch, s3_server() as server:
         work = Path(scratch)
         write_inputs(work / "input", args.rows, args.value_bytes, args.files)
         write_inputs(work / "warm-up", 1_000, args.value_bytes, 2)
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         from streaming import local_session  # after the AWS variables are set: the executors inherit them
 
-        spark = local_session("bench-remote-sink", master="local-cluster[2,1,1024]")
+        spark = local_session(name, master="local-cluster[2,1,1024]")
+        try:
+            yield spark, server, work
+        finally:
+            spark.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments("bench.remote_sink", __doc__, argv)
+    head = run_heading(args, "sink to S3", "bench.remote_sink")
+    with cluster(args, "bench-remote-sink") as (spark, server, work):
         for case in CASES.values():
             case(spark, server, work / "warm-up", 1, work / f"warm-up-{uuid.uuid4().hex}")
         timings: dict[str, list[tuple[float, float, int, int]]] = {name: [] for name in CASES}
@@ -141,19 +168,18 @@ def main(argv: list[str] | None = None) -> int:
                 rows, size = case(spark, server, work / "input", args.per_batch, work / f"ck-{uuid.uuid4().hex}")
                 timings[name].append((time.perf_counter() - start, server.cpu_seconds() - cpu, rows, size))
                 assert rows == args.rows, f"{name} wrote {rows} rows of {args.rows}"
-        spark.stop()
     print(section(head, timings))
     return 0
 
 
-def run_heading(args: argparse.Namespace) -> list[str]:
+def run_heading(args: argparse.Namespace, workload: str, module: str) -> list[str]:
     """The machine, versions, commit, data and command lines of bench/report.py's heading, taken now."""
     dataset = (f"{args.rows:,} rows of {args.value_bytes}-byte random values (binary keys of {KEYS:,}), "
                f"{args.files} Parquet input files, {args.per_batch} per micro-batch "
                f"({-(-args.files // args.per_batch)} batches), local-cluster[2,1,1024], moto S3 in a process of its "
                f"own, a topic of {PARTITIONS} partitions")
-    command = f"python -m bench.remote_sink --rows {args.rows} --value-bytes {args.value_bytes}"
-    title, _, *lines = heading(["sink to S3"], dataset, command, args.repeat).split("\n")
+    command = f"python -m {module} --rows {args.rows} --value-bytes {args.value_bytes}"
+    title, _, *lines = heading([workload], dataset, command, args.repeat).split("\n")
     return [f"- run: {title.removeprefix('## ').split(': ')[0]}", *lines]
 
 
