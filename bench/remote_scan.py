@@ -19,6 +19,10 @@ Parquet side: a DataFrame of the files' paths, one task per file, ``mapInArrow``
 aggregation in Spark. Both sides hand Arrow batches from Python workers to the JVM. Each query runs once untimed
 first, then the cases alternate, ``--repeat`` times each; the best run is reported.
 
+An executor's Python worker keeps its RemoteStore, whose fetch cache (256 MiB) holds the objects it read, between
+tasks; so ledgerview runs twice: as a repeated query finds it, and with the cache emptied first (untimed: every
+worker forgets its store), which fetches every object from the server as the Parquet side always does.
+
 Usage: python -m bench.remote_scan [--rows N] [--value-bytes B] [--files F] [--per-batch M] [--repeat R]
 Prints a markdown section for bench/RESULTS.md.
 """
@@ -28,7 +32,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,6 +82,20 @@ class Source:
         return paths.toDF("path string").mapInArrow(parquet_reader(self.server.uri, key), FILE_SCHEMA)
 
 
+def empty_fetch_caches(spark: SparkSession) -> None:
+    """Have the executors' Python workers forget the remote stores they keep (streaming/store_cache.py), and so
+    their fetch caches. Assumes each executor's one core runs its tasks one at a time in one reused worker, so that
+    a job of 8 tasks reaches every worker."""
+
+    def forget(_: Iterable[int]) -> Iterator[int]:
+        from streaming import store_cache
+
+        yield len(store_cache._REMOTE_STORES)
+        store_cache._REMOTE_STORES.clear()
+
+    spark.sparkContext.parallelize(range(8), 8).mapPartitions(forget).collect()
+
+
 def full_scan(frame: DataFrame) -> int:
     row = frame.agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes")).collect()[0]
     return int(row["n"])
@@ -90,6 +108,11 @@ def point(frame: DataFrame) -> int:
 QUERIES: dict[str, tuple[Callable[[DataFrame], int], bytes | None]] = {
     "full scan (count, sum(length(value)))": (full_scan, None),
     f"point (key = '{POINT_KEY.decode()}')": (point, POINT_KEY)}
+
+
+EMPTIED = "ledgerview, fetch cache emptied"
+SYSTEMS: dict[str, Callable[[Source, bytes | None], DataFrame]] = {
+    "ledgerview": Source.ledgerview, EMPTIED: Source.ledgerview, "parquet": Source.parquet}
 
 
 def prepare(spark: SparkSession, server: S3Server, work: Path, per_batch: int) -> dict[str, Source]:
@@ -115,14 +138,16 @@ def main(argv: list[str] | None = None) -> int:
     with cluster(args, "bench-remote-scan") as (spark, server, work):
         sources = prepare(spark, server, work, args.per_batch)
         for view, source in sources.items():
-            tasks[view, "ledgerview"] = source.ledgerview(None).rdd.getNumPartitions()
+            tasks[view, "ledgerview"] = tasks[view, EMPTIED] = source.ledgerview(None).rdd.getNumPartitions()
             tasks[view, "parquet"] = len(source.files)
         for attempt in range(args.repeat + 1):  # the first round untimed
             for view, source in sources.items():
                 for query, (answer, key) in QUERIES.items():
-                    for system, frame in (("ledgerview", source.ledgerview), ("parquet", source.parquet)):
+                    for system, frame in SYSTEMS.items():
+                        if system == EMPTIED:
+                            empty_fetch_caches(spark)
                         start = time.perf_counter()
-                        rows = answer(frame(key))
+                        rows = answer(frame(source, key))
                         seconds = time.perf_counter() - start
                         if attempt:
                             timings.setdefault((view, query, system), []).append((seconds, rows))
