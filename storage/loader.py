@@ -17,9 +17,9 @@ Runs under the partition's writer lock, so no writer is mid-append and no cleane
    and rebuilt from batch headers otherwise.
 5. Recover every segment from the one holding the recovery point on: verify the CRC of each batch from the
    recovery point on (earlier ones were fsynced) and the order of offsets, and rebuild the indexes. An invalid
-   batch in the last segment is a torn tail: cut the log back to the last batch that verifies. An invalid batch
-   in an earlier segment is corruption of a sealed segment: raise CorruptSegmentError naming the file and
-   position, and change nothing.
+   batch in the last segment above the recovery point is a torn tail: cut the log back to the last batch that
+   verifies. An invalid batch in an earlier segment, or below the recovery point (its bytes were fsynced), is
+   corruption: raise CorruptSegmentError naming the file and position, and change nothing.
 6. With no segment at all, create an empty one at the log start offset.
 
 Readers (``read_segments``) change nothing and see a swap in progress the way pass 2 would finish it: a ``.swap``
@@ -67,7 +67,8 @@ def load_segments(folder: Path, *, recovery_point: int, log_start_offset: int, i
         verify_from = _position_before(segment, recovery_point) if i == 0 else 0
         failure = segment.rebuild_indexes(verify_from=verify_from)
         if failure is not None:
-            if i < len(to_recover) - 1:
+            if i < len(to_recover) - 1 or segment.next_offset < recovery_point:
+                # A sealed segment, or bytes below the recovery point (fsynced before): damage, not a torn write.
                 raise CorruptSegmentError(str(segment.log_path), failure.position, segment.next_offset,
                                           failure.reason)
             segment.truncate(segment.size_bytes)

@@ -145,9 +145,6 @@ def flip(path: Path, position: int) -> None:
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.xfail(strict=True, reason="storage/loader.py's recovery verifies the active segment from its start "
-                   "and cuts it at the first invalid batch, even below the recovery point (fsynced data, not a "
-                   "torn write): the messages after it are lost without an error")
 def test_a_flip_in_the_active_segment_is_not_cut_as_a_torn_write(pristine: Path, tmp_path: Path) -> None:
     root = tmp_path / "data"
     shutil.copytree(pristine, root)
