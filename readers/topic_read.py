@@ -28,7 +28,7 @@ def open_store(store: StoreOrPath) -> tuple[ReadableStore, bool]:
         return store, False
     if is_remote_location(store):
         return RemoteStore.open(str(store)), True
-    return Store.open(store), True
+    return Store.open_for_reading(store), True
 
 
 def open_local_store(store: StoreOrPath, role: str) -> tuple[Store, bool]:

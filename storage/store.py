@@ -15,6 +15,7 @@ Layout of a data folder (see docs/FORMAT.md)::
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import time
@@ -156,6 +157,17 @@ class Store:
             store._catalogue.remove_leftovers()
             remove_stray_record_temporaries(root)
         return store
+
+    @classmethod
+    def open_for_reading(cls, path: str | os.PathLike[str], **options: Any) -> Store:
+        """The data folder at ``path`` for a reader: opened as ``open`` opens it, or read-only when the folder
+        cannot be written (a read-only mount, another user's files), so reads are served either way."""
+        try:
+            return cls.open(path, **options)
+        except OSError as error:
+            if error.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            return cls.open(path, **options, read_only=True)
 
     def __enter__(self) -> Store:
         return self

@@ -79,10 +79,6 @@ def test_verify_checks_a_read_only_folder_and_produce_is_refused_clearly(data: P
     assert "Read-only file system" in produce.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="Reader, TableView and consume given a path open the store writable "
-                   "(readers/topic_read.py open_store, storage/store.py Store.open), which fails on a read-only "
-                   "folder with OSError on .store.lock; Store.open should fall back to read_only when the folder "
-                   "cannot be written")
 def test_consume_serves_a_read_only_folder(data: Path) -> None:
     consume = run_read_only(data, sys.executable, "-m", "ledgerview", "--data", str(data), "consume", "t",
                             "--from-beginning", "--until-end")

@@ -66,6 +66,14 @@ def open_existing_store(args: argparse.Namespace) -> Store:
     return open_store(args)
 
 
+def open_store_for_reading(args: argparse.Namespace) -> Store:
+    """The store at ``--data``, which must exist, for a command that only reads (Store.open_for_reading)."""
+    existing_data_folder(args)
+    if args.remote is not None:
+        check_remote_uri(args.remote)
+    return Store.open_for_reading(args.data, remote=args.remote)
+
+
 def open_store(args: argparse.Namespace) -> Store:
     """The store at ``--data`` (created if missing), with the remote tier ``--remote`` names, else the one the
     folder remembers, if any."""

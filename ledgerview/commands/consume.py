@@ -10,7 +10,13 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from ledgerview.commands.common import Subparsers, add_command, open_existing_store, require_topic
+from ledgerview.commands.common import (
+    Subparsers,
+    add_command,
+    open_existing_store,
+    open_store_for_reading,
+    require_topic,
+)
 from ledgerview.errors import UsageError
 from ledgerview.output_lines import TextFormat, json_lines, text_lines
 from readers import Consumer, Reader, Timestamp
@@ -65,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     text_format = TextFormat(args.separator.encode(), args.null_marker.encode(), args.print_partition,
                              args.print_offset, args.print_timestamp, not args.no_key)
     out = sys.stdout.buffer
-    with open_existing_store(args) as store:
+    # A consume without a subscription only reads: a folder it cannot write is read as it is.
+    with (open_existing_store(args) if args.subscription else open_store_for_reading(args)) as store:
         require_topic(store, args.topic)
         for batch in _batches(store, args):
             out.write(json_lines(batch) if args.format == "json" else text_lines(batch, text_format))
