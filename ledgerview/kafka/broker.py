@@ -72,9 +72,14 @@ class EndpointOptions:
     ``offsets_retention_check_interval_ms``."""
     offsets_retention_check_interval_ms: int = 600000
     """Kafka's ``offsets.retention.check.interval.ms``."""
+    frame_stall_timeout_ms: int = 30000
+    """``frame.stall.timeout.ms`` (ledgerview's; Kafka waits connections.max.idle.ms): a connection whose request
+    frame has started but whose next MiB (or its end) does not arrive within this long is closed, so frames sent in
+    part do not hold queued.max.request.bytes for long."""
 
     def __post_init__(self) -> None:
-        for name in (*LIMITS, "offsets_retention_minutes", "offsets_retention_check_interval_ms"):
+        for name in (*LIMITS, "offsets_retention_minutes", "offsets_retention_check_interval_ms",
+                     "frame_stall_timeout_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EndpointOptions.{name} is {getattr(self, name)}; it must be at least 1")
         if self.queued_max_request_bytes < 1 and self.queued_max_request_bytes != -1:

@@ -2,11 +2,23 @@
 are bounded. A connection whose next request would pass the bound waits, its body unread, until answers free
 enough: the endpoint stops reading from that socket and TCP pushes back on the client (Kafka mutes its channels
 while its memory pool is exhausted). As in Kafka's pool, a request is let in whenever nothing else is queued, so
-one request as large as socket.request.max.bytes always passes."""
+one request as large as socket.request.max.bytes always passes.
+
+A frame's declared size is reserved before its body arrives, so frames sent in part (slowly, or never finished)
+hold room they do not fill. So that large frames, complete or not, can never take the room small requests
+(metadata, heartbeats, commits, fetch requests, a few produced messages) need, a frame larger than
+SMALL_REQUEST_BYTES may fill the bound only up to its last 1/SMALL_REQUEST_SHARE; small frames may fill all of it.
+A frame whose bytes stop arriving is closed after frame.stall.timeout.ms (ledgerview/kafka/server.py).
+"""
 
 from __future__ import annotations
 
 import asyncio
+
+SMALL_REQUEST_BYTES = 64 * 1024
+"""A request frame of at most this many bytes is small."""
+SMALL_REQUEST_SHARE = 8
+"""The last 1/SMALL_REQUEST_SHARE of the bound is kept for small requests."""
 
 
 class QueuedRequestBytes:
@@ -14,6 +26,8 @@ class QueuedRequestBytes:
 
     def __init__(self, limit_bytes: int) -> None:
         self.limit_bytes = limit_bytes
+        self.large_limit_bytes = limit_bytes - limit_bytes // SMALL_REQUEST_SHARE
+        """The most bytes queued once a large request is let in."""
         self.queued_bytes = 0
         self.peak_bytes = 0
         """The most bytes queued at once so far."""
@@ -21,11 +35,16 @@ class QueuedRequestBytes:
         """How many requests had to wait for room so far (the socket was not read meanwhile)."""
         self._freed = asyncio.Event()
 
+    def fits(self, size: int) -> bool:
+        """Whether a request of ``size`` bytes may be read now."""
+        limit = self.limit_bytes if size <= SMALL_REQUEST_BYTES else self.large_limit_bytes
+        return not self.queued_bytes or self.queued_bytes + size <= limit
+
     async def reserve(self, size: int) -> None:
         """Wait until a request of ``size`` bytes fits (or nothing is queued), then count it."""
-        if self.queued_bytes and self.queued_bytes + size > self.limit_bytes:
+        if not self.fits(size):
             self.waits += 1
-        while self.queued_bytes and self.queued_bytes + size > self.limit_bytes:
+        while not self.fits(size):
             await self._freed.wait()
         self.queued_bytes += size
         self.peak_bytes = max(self.peak_bytes, self.queued_bytes)

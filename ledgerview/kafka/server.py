@@ -2,12 +2,13 @@
 
 Per connection, requests are read (4-byte size, then the frame) and answered one after another, so responses
 leave in request order as the protocol requires; a long-polling Fetch holds its connection, as Kafka's does.
-A size above socket.request.max.bytes (or negative) closes the connection before its body is read, and a connection
-idle for connections.max.idle.ms, whose frame is still incomplete that long after its size came, or that reads
-none of its pending responses (past WRITE_BUFFER_BYTES_MAX) for that long, is closed. A connection that arrives
-while max.connections are open, or max.connections.per.ip from its address, is closed at once. A request body is
-read only once the bytes of requests read and not answered yet, across all connections, leave room for it under
-queued.max.request.bytes (ledgerview/kafka/request_queue.py): until then that socket is not read.
+A size above socket.request.max.bytes (or negative) closes the connection before its body is read. A connection
+is closed when idle for connections.max.idle.ms, when its frame is still incomplete that long after its size came
+or its frame's bytes stop arriving for frame.stall.timeout.ms, or when it reads none of its pending responses
+(past WRITE_BUFFER_BYTES_MAX) for connections.max.idle.ms. A connection that arrives while max.connections are
+open, or max.connections.per.ip from its address, is closed at once. A request body is read only once the bytes
+of requests read and not answered yet, across all connections, leave room for it under queued.max.request.bytes
+(ledgerview/kafka/request_queue.py): until then that socket is not read.
 Connections run concurrently on one event loop, which owns the store: no locks.
 
 Every listener (EndpointOptions.bound_listeners) is a server on that loop. On SSL and SASL_SSL listeners the
@@ -109,6 +110,8 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.DELETE_ACLS: handle_delete_acls,
 }
 WRITE_BUFFER_BYTES_MAX = 4 * 1024 * 1024
+FRAME_CHUNK_BYTES = 1024 * 1024
+"""A frame's body is read this much at a time; each piece must arrive within frame.stall.timeout.ms."""
 GROUP_TIMER_SECONDS = 0.25
 
 
@@ -148,9 +151,9 @@ async def read_frame(reader: asyncio.StreamReader, options: EndpointOptions, *, 
                      queue: QueuedRequestBytes | None = None) -> bytes:
     """The next request frame. Raises _Close when none starts within connections.max.idle.ms, when its size is
     negative or above ``max_bytes`` (default socket.request.max.bytes; before any of its body is read, as Kafka's
-    InvalidReceiveException), or when its body has not arrived connections.max.idle.ms after its size did. With
-    ``queue``, the body is read once the frame fits queued.max.request.bytes, and counted there until the caller
-    releases it."""
+    InvalidReceiveException), when its body has not arrived connections.max.idle.ms after its size did, or when
+    its next FRAME_CHUNK_BYTES (or its end) have not arrived within frame.stall.timeout.ms. With ``queue``, the body
+    is read once the frame fits queued.max.request.bytes, and counted there until the caller releases it."""
     limit = options.socket_request_max_bytes if max_bytes is None else max_bytes
     idle_seconds = options.connections_max_idle_ms / 1000
     try:
@@ -165,7 +168,7 @@ async def read_frame(reader: asyncio.StreamReader, options: EndpointOptions, *, 
         await queue.reserve(size)
     try:
         async with asyncio.timeout(idle_seconds):
-            return await reader.readexactly(size)
+            return await _read_body(reader, size, options)
     except BaseException as error:
         if queue is not None:
             queue.release(size)
@@ -173,6 +176,22 @@ async def read_frame(reader: asyncio.StreamReader, options: EndpointOptions, *, 
             raise _Close(f"a frame of {size} bytes not complete after connections.max.idle.ms="
                          f"{options.connections_max_idle_ms}") from None
         raise
+
+
+async def _read_body(reader: asyncio.StreamReader, size: int, options: EndpointOptions) -> bytes:
+    """A frame's ``size`` bytes, read FRAME_CHUNK_BYTES at a time; raises _Close when a chunk has not arrived
+    within frame.stall.timeout.ms."""
+    chunks: list[bytes] = []
+    remaining = size
+    while remaining:
+        try:
+            async with asyncio.timeout(options.frame_stall_timeout_ms / 1000):
+                chunks.append(await reader.readexactly(min(remaining, FRAME_CHUNK_BYTES)))
+        except TimeoutError:
+            raise _Close(f"a frame of {size} bytes stalled with {remaining} to come: nothing for "
+                         f"frame.stall.timeout.ms={options.frame_stall_timeout_ms}") from None
+        remaining -= len(chunks[-1])
+    return b"".join(chunks)
 
 
 async def drain(writer: asyncio.StreamWriter, options: EndpointOptions) -> None:
