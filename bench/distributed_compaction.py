@@ -113,8 +113,9 @@ NETWORK_BYTES_PER_S = 1.25e9
 def modelled_seconds(measured: dict[str, Any], executors: int) -> float:
     """The run's time with ``executors`` executors of one core, from one measured run on one executor: per stage
     its work divided over as many tasks as the stage can be cut into (at least MIN_TASK_BYTES of its input each,
-    taken as its shuffle bytes or, for the first stage, the log), plus the stage's own overhead (its wall time
-    beyond its work), plus shuffle bytes crossing the network; plus the driver's time outside stages."""
+    taken as its shuffle bytes or, for the first stage, the log), plus what does not shrink with executors: its
+    longest task's excess over the average task (a Python worker's start, skew), the stage's own overhead (its
+    wall time beyond its work) and shuffle bytes crossing the network; plus the driver's time outside stages."""
     stages = measured["stages"]
     driver_s = measured["seconds"] - sum(stage["wall_s"] for stage in stages)
     total = driver_s
@@ -123,8 +124,9 @@ def modelled_seconds(measured: dict[str, Any], executors: int) -> float:
                     else 0)
         cuts = max(stage["tasks"], min(executors, moved // MIN_TASK_BYTES))
         overhead_s = max(0.0, stage["wall_s"] - stage["work_s"])
+        excess_s = stage["longest_s"] - stage["work_s"] / stage["tasks"]
         network_s = stage["shuffle_read"] * (executors - 1) / executors / (executors * NETWORK_BYTES_PER_S)
-        total += stage["work_s"] / min(executors, cuts) + overhead_s + network_s
+        total += (stage["work_s"] - excess_s) / min(executors, cuts) + excess_s + overhead_s + network_s
     return float(total)
 
 
