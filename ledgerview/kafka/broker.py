@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ledgerview.kafka.authorizer import Authorizer, Operation, ResourceType, Session
 from ledgerview.kafka.batch_cache import EncodedBatchCache
 from ledgerview.kafka.coordinator import GroupCoordinator
+from ledgerview.kafka.heavy_work import HeavyWork
 from ledgerview.kafka.security_options import Listener, SecurityOptions, SecurityProtocol, check_security
 from ledgerview.kafka.sequences import ProducerSequences
 from ledgerview.kafka.topics import resolve_topic
@@ -23,6 +24,11 @@ LIMITS = ("socket_request_max_bytes", "fetch_max_bytes", "connections_max_idle_m
           "max_connections_per_ip")
 """EndpointOptions' bounds on what one client may ask, named as Kafka's broker configs with dots made underscores;
 each at least 1."""
+SETTINGS = (*LIMITS, "queued_max_request_bytes", "offsets_retention_minutes", "offsets_retention_check_interval_ms",
+            "frame_stall_timeout_ms")
+"""Every integer setting of EndpointOptions, named as its broker property (Kafka's, but frame.stall.timeout.ms)
+with dots made underscores; each at least 1, or -1 (no bound) for those in UNBOUNDED_AT_MINUS_ONE."""
+UNBOUNDED_AT_MINUS_ONE = ("queued_max_request_bytes",)
 
 
 @dataclass(frozen=True)
@@ -78,13 +84,11 @@ class EndpointOptions:
     part do not hold queued.max.request.bytes for long."""
 
     def __post_init__(self) -> None:
-        for name in (*LIMITS, "offsets_retention_minutes", "offsets_retention_check_interval_ms",
-                     "frame_stall_timeout_ms"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"EndpointOptions.{name} is {getattr(self, name)}; it must be at least 1")
-        if self.queued_max_request_bytes < 1 and self.queued_max_request_bytes != -1:
-            raise ValueError(f"EndpointOptions.queued_max_request_bytes is {self.queued_max_request_bytes}; it must "
-                             "be at least 1, or -1 for no bound")
+        for name in SETTINGS:
+            value, unbounded = getattr(self, name), name in UNBOUNDED_AT_MINUS_ONE
+            if value < 1 and not (unbounded and value == -1):
+                raise ValueError(f"EndpointOptions.{name} is {value}; it must be at least 1"
+                                 + (", or -1 for no bound" if unbounded else ""))
         check_security(self.bound_listeners, self.security, insecure=self.insecure)
 
     @property
@@ -119,6 +123,8 @@ class Broker:
     fetch_cache: EncodedBatchCache = field(init=False)
     coordinator: GroupCoordinator = field(default_factory=GroupCoordinator)
     sequences: ProducerSequences = field(default_factory=ProducerSequences)
+    heavy_work: HeavyWork = field(default_factory=HeavyWork)
+    """The worker thread for decompressing produced batches, off the event loop."""
     authorizer: Authorizer | None = None
     """The ACLs enforced; None when authorizer.class.name is empty (everything allowed, as Kafka)."""
     session: Session = field(default_factory=Session)

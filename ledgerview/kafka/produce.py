@@ -6,10 +6,11 @@ Per partition of a request:
 1. Check the principal may WRITE the topic (TOPIC_AUTHORIZATION_FAILED); resolve the topic (a compacted name is
    read-only: INVALID_TOPIC_EXCEPTION) and the partition.
 2. Decode every batch of the records field (magic 2, CRC-32C, contiguous inner offsets, any of the clients'
-   codecs). A batch larger on the wire than the topic's max.message.bytes is MESSAGE_TOO_LARGE, as in Kafka (a
-   compressed batch may hold more once decompressed; each message's size is checked when appended).
-   Decompression stops as soon as the partition's batches together pass socket.request.max.bytes
-   (RECORD_LIST_TOO_LARGE), so a compression bomb is never inflated past that bound.
+   codecs), on the endpoint's worker thread when compressed or large (ledgerview/kafka/heavy_work.py), so the
+   event loop keeps serving other connections meanwhile. A batch larger on the wire than the topic's
+   max.message.bytes is MESSAGE_TOO_LARGE, as in Kafka (a compressed batch may hold more once decompressed; each
+   message's size is checked when appended). Decompression stops as soon as the partition's batches together pass
+   socket.request.max.bytes (RECORD_LIST_TOO_LARGE), so a compression bomb is never inflated past that bound.
 3. Under the partition's writer lock, check each idempotent producer's batch against the partition's producer
    state (storage/producer_state.py, kept on disk, as Kafka's ProducerStateManager): a batch the producer sent
    before (same producer id, epoch, first and last sequence as one of its last five) is a duplicate, answered with
@@ -60,6 +61,8 @@ from storage.producer_state import ProducerBatch, ProducerState, Verdict, last_s
 log = logging.getLogger(__name__)
 
 STORE_CODECS = {3: "lz4", 4: "zstd"}
+OFF_LOOP_RECORDS_BYTES = 64 * 1024
+"""Records this large, or compressed, are decoded on the worker thread (ledgerview/kafka/heavy_work.py)."""
 ATTRIBUTES_POSITION = 21
 BATCH_ERRORS: dict[type[Exception], ErrorCode] = {
     CorruptBatchError: ErrorCode.CORRUPT_MESSAGE,
@@ -76,13 +79,13 @@ VERDICT_ERRORS = {Verdict.OUT_OF_ORDER: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
 Partition = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
 
 
-def handle_produce(broker: Broker, request: Any, version: int) -> Any | None:
+async def handle_produce(broker: Broker, request: Any, version: int) -> Any | None:
     responses = []
     appended = False
     for topic in request.topic_data:
         partitions = []
         for data in topic.partition_data:
-            error, base_offset = _produce_partition(broker, topic.name, data.index, data.records)
+            error, base_offset = await _produce_partition(broker, topic.name, data.index, data.records)
             appended |= error is ErrorCode.NONE
             partitions.append(Partition(index=data.index, error_code=error.value, base_offset=base_offset,
                                         log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
@@ -95,7 +98,8 @@ def handle_produce(broker: Broker, request: Any, version: int) -> Any | None:
     return ProduceResponse(version=version, responses=responses, throttle_time_ms=0)
 
 
-def _produce_partition(broker: Broker, name: str, partition: int, records: bytes | None) -> tuple[ErrorCode, int]:
+async def _produce_partition(broker: Broker, name: str, partition: int, records: bytes | None
+                             ) -> tuple[ErrorCode, int]:
     if not broker.allowed_topic(Operation.WRITE, name):
         return ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1
     try:
@@ -110,13 +114,16 @@ def _produce_partition(broker: Broker, name: str, partition: int, records: bytes
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
     if not records:
         return ErrorCode.CORRUPT_MESSAGE, -1
+    codec = records[ATTRIBUTES_POSITION + 1] & CODEC_MASK if len(records) >= BATCH_HEADER.size else 0
+    limits = {"batch_bytes_max": broker.store.topic_metadata(view.topic).config.max_message_bytes,
+              "total_bytes_max": broker.options.socket_request_max_bytes}
     try:
-        batches = decode_batches(records,
-                                 batch_bytes_max=broker.store.topic_metadata(view.topic).config.max_message_bytes,
-                                 total_bytes_max=broker.options.socket_request_max_bytes)
+        if codec or len(records) > OFF_LOOP_RECORDS_BYTES:
+            batches = await broker.heavy_work.run(decode_batches, records, **limits)
+        else:
+            batches = decode_batches(records, **limits)
     except tuple(BATCH_ERRORS) as error:
         return BATCH_ERRORS[type(error)], -1
-    codec = records[ATTRIBUTES_POSITION + 1] & CODEC_MASK if len(records) >= BATCH_HEADER.size else 0
     try:
         partition_log = broker.store.partition_log(view.topic, partition)
         with partition_log.writer_lock:

@@ -308,6 +308,7 @@ class KafkaEndpoint:
             server.close()
             await server.wait_closed()
         if broker is not None:
+            broker.heavy_work.close()
             broker.sequences.close()  # producer state snapshots: a clean shutdown
         if store is not None:
             store.close()
