@@ -1,5 +1,7 @@
 """``python -m ledgerview.kafka DATA [--config server.properties] [--insecure] [--host H] [--port P]
-[--compacted-suffix S] [--socket-request-max-bytes N] [--fetch-max-bytes N] [--connections-max-idle-ms N]``: run
+[--compacted-suffix S] [--socket-request-max-bytes N] [--fetch-max-bytes N] [--connections-max-idle-ms N] ...``
+(one option per integer setting: max.connections, queued.max.request.bytes, offsets.retention.minutes,
+frame.stall.timeout.ms, ...): run
 the Kafka endpoint alone in this process until SIGTERM or SIGINT. ``--config`` reads Kafka broker properties
 (listeners, ssl.*, sasl.*, authorizer.class.name, super.users, ...; docs/security.md); its values win over the
 options. Prints ``listening on HOST:PORT`` (then `` (SSL)`` and so on, for a listener not PLAINTEXT) for each
@@ -15,7 +17,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from ledgerview.kafka.broker import LIMITS, EndpointOptions
+from ledgerview.kafka.broker import SETTINGS, EndpointOptions
 from ledgerview.kafka.broker_config import endpoint_options, read_properties
 from ledgerview.kafka.security_options import SecurityProtocol
 from ledgerview.kafka.server import KafkaEndpoint
@@ -31,9 +33,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default=EndpointOptions.host)
     parser.add_argument("--port", type=int, default=EndpointOptions.port)
     parser.add_argument("--compacted-suffix", default=EndpointOptions.compacted_suffix)
-    for name in LIMITS:
+    for name in SETTINGS:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(EndpointOptions, name),
-                            metavar="N", help=f"Kafka's {name.replace('_', '.')} (default %(default)s)")
+                            metavar="N", help=f"{name.replace('_', '.')} (default %(default)s)")
     args = parser.parse_args(argv)
     stop = threading.Event()
 
@@ -44,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, on_signal)
     try:
         options = EndpointOptions(host=args.host, port=args.port, compacted_suffix=args.compacted_suffix,
-                                  insecure=args.insecure, **{name: getattr(args, name) for name in LIMITS})
+                                  insecure=args.insecure, **{name: getattr(args, name) for name in SETTINGS})
         if args.config is not None:
             options = endpoint_options(read_properties(args.config), str(args.config), options)
     except (ValueError, OSError, LedgerviewError) as error:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledgerview.kafka.broker import LIMITS, EndpointOptions
+from ledgerview.kafka.broker import SETTINGS, UNBOUNDED_AT_MINUS_ONE, EndpointOptions
 from ledgerview.kafka.sasl_mechanisms import MECHANISMS
 from ledgerview.kafka.security_options import (
     AUTHORIZERS,
@@ -80,14 +80,14 @@ def _choices(choices: tuple[str, ...], *, allow_empty: bool = False) -> Callable
     return parse
 
 
-def _int_at_least(minimum: int) -> Callable[[str], int]:
+def _int_at_least(minimum: int, *, or_minus_one: bool = False) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise ValueError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise ValueError(f"{value} is below {minimum}")
+        if value < minimum and not (or_minus_one and value == -1):
+            raise ValueError(f"{value} is below {minimum}" + (" and not -1 (no bound)" if or_minus_one else ""))
         return value
     return parse
 
@@ -138,7 +138,8 @@ _SECURITY_KEYS = (
 _ENDPOINT_KEYS = (
     ConfigKey("listeners", _listeners, "PROTOCOL://host:port, comma-separated (PLAINTEXT, SSL, SASL_PLAINTEXT, "
               "SASL_SSL)"),
-    *(ConfigKey(name.replace("_", "."), _int_at_least(1), f"Kafka's {name.replace('_', '.')}") for name in LIMITS),
+    *(ConfigKey(name.replace("_", "."), _int_at_least(1, or_minus_one=name in UNBOUNDED_AT_MINUS_ONE),
+                f"EndpointOptions.{name} (docs/kafka.md)") for name in SETTINGS),
 )
 _STORE_TYPES = (ConfigKey("ssl.keystore.type", _pem_only, "PEM only"),
                 ConfigKey("ssl.truststore.type", _pem_only, "PEM only"))

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from urllib.parse import urlparse
 
 from ledgerview.errors import ServiceConfigError
-from ledgerview.kafka.broker import LIMITS, EndpointOptions
+from ledgerview.kafka.broker import SETTINGS, EndpointOptions
 from ledgerview.kafka.broker_config import CONFIG_KEYS, TLS_KEYS, endpoint_options, security_options
 from ledgerview.kafka.security_options import SecurityConfigError, SecurityOptions, check_security
 from ledgerview.kafka.tls import server_context
@@ -178,6 +178,15 @@ class KafkaSection:
     """Kafka's max.connections: connections beyond it are closed as they arrive."""
     max_connections_per_ip: int = 2147483647
     """Kafka's max.connections.per.ip: connections from one address beyond it are closed as they arrive."""
+    queued_max_request_bytes: int = EndpointOptions.queued_max_request_bytes
+    """Kafka's queued.max.request.bytes: the most bytes of requests read and not answered, across connections (-1:
+    no bound)."""
+    offsets_retention_minutes: int = EndpointOptions.offsets_retention_minutes
+    """Kafka's offsets.retention.minutes: committed offsets of an empty group older than this are removed."""
+    offsets_retention_check_interval_ms: int = EndpointOptions.offsets_retention_check_interval_ms
+    """Kafka's offsets.retention.check.interval.ms."""
+    frame_stall_timeout_ms: int = EndpointOptions.frame_stall_timeout_ms
+    """A request frame whose bytes stop arriving this long closes its connection (ledgerview's own)."""
     insecure: bool = False
     """Allow a listener on a non-loopback address without TLS and authentication (docs/security.md)."""
     broker_properties: dict[str, Any] = field(default_factory=dict)
@@ -188,7 +197,7 @@ class KafkaSection:
         """The endpoint's options; raises BrokerConfigError, SecurityConfigError or InsecureListenerError."""
         base = EndpointOptions(host=self.host, port=self.port, compacted_suffix=self.compacted_suffix,
                                advertised_host=self.advertised_host or None, fetch_cache_bytes=self.fetch_cache_bytes,
-                               insecure=self.insecure, **{name: getattr(self, name) for name in LIMITS})
+                               insecure=self.insecure, **{name: getattr(self, name) for name in SETTINGS})
         return endpoint_options(self.broker_properties, "[kafka]", base)
 
 
