@@ -1,7 +1,9 @@
 """Every error ledgerview raises on purpose.
 
 One root, one class per condition; each message is built from the fields and says what went wrong, where, what
-is allowed and what to do. ``OSError`` is turned into these at the storage boundary.
+is allowed and what to do (tests/test_error_root.py lists the few internal exceptions outside the root and where
+each is converted). An ``OSError`` of the file system (a full disk, a folder that cannot be written) passes as it
+is, naming its file; the CLI prints it as one line (the reason and the file), never a traceback.
 """
 
 from __future__ import annotations
