@@ -6,7 +6,10 @@ header plus its messages' estimated sizes.
 
 Per partition, a bounded read of the raw log or of the compacted view (readers.partition_read: the ledger with
 its original offsets, then the raw tail) from the fetch offset, sliced to the partition's byte budget (the first
-batch is always sent whole enough to hold one message, as KIP-74 asks). Encoded batches are cached by offset
+batch is always sent whole enough to hold one message, as KIP-74 asks). The handler only selects and sizes the
+batches (split into Kafka batches of about BATCH_ENCODE_BYTES): it returns a StreamedFetchResponse
+(ledgerview/kafka/fetch_response.py) whose batches are encoded one at a time as the connection writes them
+(ledgerview/kafka/response_sender.py), so a response is never held whole. Encoded batches are cached by offset
 range (ledgerview/kafka/batch_cache.py).
 
 Reaching the high-water mark: the compacted view (and a cleaned raw log) has gaps in its offsets. Clients move to
@@ -26,18 +29,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from kafka.protocol.consumer import FetchResponse
 
 from ledgerview.kafka.authorizer import Operation
 from ledgerview.kafka.broker import Broker
+from ledgerview.kafka.fetch_response import PartitionAnswer, Piece, StreamedFetchResponse, fixed
 from ledgerview.kafka.protocol import ErrorCode
-from ledgerview.kafka.records import BATCH_HEADER_BYTES, encode_batch, encode_empty_batch
+from ledgerview.kafka.records import BATCH_HEADER_BYTES, encode_batch, encode_empty_batch, encoded_batch_bytes
 from ledgerview.kafka.topics import TopicView, resolve_topic
 from readers.partition_read import open_partition_read
 from storage.binary_arrays import value_lengths
@@ -55,81 +57,74 @@ POLL_INTERVAL_SECONDS = 0.1
 RECORD_OVERHEAD_BYTES = 16
 """Rough bytes a record adds beyond its key and value (varints, attributes), for the byte budget."""
 
-TopicResponse = FetchResponse.FetchableTopicResponse
-PartitionData = TopicResponse.PartitionData
+BATCH_ENCODE_BYTES = 1024 * 1024
+"""The most estimated message bytes encoded into one Kafka batch (a larger message goes alone): a response is
+written one batch at a time, so this bounds what one encoding step holds and how long it keeps the event loop."""
 
 
-@dataclass
-class FetchedPartition:
-    error: ErrorCode
-    high_watermark: int = -1
-    log_start_offset: int = -1
-    records: bytes = b""
-
-
-async def handle_fetch(broker: Broker, request: Any, version: int) -> Any:
+async def handle_fetch(broker: Broker, request: Any, version: int) -> StreamedFetchResponse:
     deadline = time.monotonic() + request.max_wait_ms / 1000
     while True:
-        responses, total_bytes, errors = _read_all(broker, request)
+        response = _read_all(broker, request, version)
         remaining = deadline - time.monotonic()
-        if total_bytes >= max(request.min_bytes, 1) or errors or remaining <= 0:
-            return FetchResponse(version=version, throttle_time_ms=0, error_code=0, session_id=0,
-                                 responses=responses)
+        if response.records_bytes >= max(request.min_bytes, 1) or response.has_errors or remaining <= 0:
+            return response
+        response.close()
         await broker.appended.wait(min(remaining, POLL_INTERVAL_SECONDS))
 
 
-def _read_all(broker: Broker, request: Any) -> tuple[list[Any], int, bool]:
+def _read_all(broker: Broker, request: Any, version: int) -> StreamedFetchResponse:
     cap = broker.options.fetch_max_bytes
     budget = min(request.max_bytes, cap) if request.max_bytes > 0 else cap
-    responses, total, errors = [], 0, False
-    for topic in request.topics:
-        partitions = []
-        for wanted in topic.partitions:
-            limit = min(wanted.partition_max_bytes, max(budget - total, 0))
-            fetched = read_partition(broker, topic.topic, wanted.partition, wanted.fetch_offset, limit,
-                                     first=total == 0)
-            total += len(fetched.records)
-            errors |= fetched.error is not ErrorCode.NONE
-            partitions.append(PartitionData(
-                partition_index=wanted.partition, error_code=fetched.error.value,
-                high_watermark=fetched.high_watermark, last_stable_offset=fetched.high_watermark,
-                log_start_offset=fetched.log_start_offset, aborted_transactions=None, preferred_read_replica=-1,
-                records=fetched.records))
-        responses.append(TopicResponse(topic=topic.topic, partitions=partitions))
-    return responses, total, errors
+    response = StreamedFetchResponse(version, [])
+    total = 0
+    try:
+        for topic in request.topics:
+            answers = []
+            for wanted in topic.partitions:
+                limit = min(wanted.partition_max_bytes, max(budget - total, 0))
+                answer = read_partition(broker, topic.topic, wanted.partition, wanted.fetch_offset, limit,
+                                        first=total == 0, closers=response.closers)
+                total += answer.records_bytes
+                answers.append(answer)
+            response.topics.append((topic.topic, answers))
+    except BaseException:
+        response.close()
+        raise
+    return response
 
 
-def read_partition(broker: Broker, name: str, partition: int, offset: int, max_bytes: int, *,
-                   first: bool) -> FetchedPartition:
-    """The encoded batches of one partition from ``offset``, within ``max_bytes`` unless this is the first
-    partition of the response with data (then at least one message)."""
+def read_partition(broker: Broker, name: str, partition: int, offset: int, max_bytes: int, *, first: bool,
+                   closers: list[Callable[[], None]]) -> PartitionAnswer:
+    """The batches of one partition from ``offset``, within ``max_bytes`` unless this is the first partition of
+    the response with data (then at least one message), sized but not encoded yet; the read they come from is
+    added to ``closers``."""
     if not broker.allowed_topic(Operation.READ, name):
-        return FetchedPartition(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        return PartitionAnswer(partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     try:
         view = resolve_topic(broker.store, name, broker.options.compacted_suffix)
     except (InvalidTopicNameError, UnknownTopicError):
-        return FetchedPartition(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return PartitionAnswer(partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if not 0 <= partition < view.partitions:
-        return FetchedPartition(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return PartitionAnswer(partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     try:
         read = open_partition_read(broker.store, view.topic, partition, offset, read_compacted=view.compacted)
     except OffsetOutOfRangeError as error:
-        return FetchedPartition(ErrorCode.OFFSET_OUT_OF_RANGE, error.end, error.start)
+        return PartitionAnswer(partition, ErrorCode.OFFSET_OUT_OF_RANGE, error.end, error.start)
+    closers.append(read.close)
     try:
         log_start = 0 if read.ledger is not None else broker.store.start_offset(view.topic, partition)
         end = read.end_offset
         batches = _UntilDamage(read.batches())
-        records = b"".join(_encoded(broker, view, partition, batches, offset, end, max_bytes, at_least_one=first))
+        pieces = list(_pieces(broker, view, partition, batches, offset, end, max_bytes, at_least_one=first))
         if batches.damage is not None:
             log.error("serving %s-%d up to a damaged batch: %s", name, partition, batches.damage)
-            if not records:
-                return FetchedPartition(ErrorCode.CORRUPT_MESSAGE, end, log_start)
-        return FetchedPartition(ErrorCode.NONE, end, log_start, records)
+            if not pieces:
+                return PartitionAnswer(partition, ErrorCode.CORRUPT_MESSAGE, end, log_start)
+        return PartitionAnswer(partition, ErrorCode.NONE, end, log_start, pieces)
     except LedgerviewError:  # a corrupt sealed segment, say: the client sees a storage error, not a reconnect storm
         log.exception("reading %s-%d from offset %d failed", name, partition, offset)
-        return FetchedPartition(ErrorCode.KAFKA_STORAGE_ERROR)
-    finally:
-        read.close()
+        return PartitionAnswer(partition, ErrorCode.KAFKA_STORAGE_ERROR)
 
 
 class _UntilDamage:
@@ -148,10 +143,10 @@ class _UntilDamage:
             self.damage = error
 
 
-def _encoded(broker: Broker, view: TopicView, partition: int, batches: _UntilDamage, offset: int,
-             end: int, max_bytes: int, *, at_least_one: bool) -> Iterator[bytes]:
-    """Encode batches within the byte budget; the last one reaches end - 1 when the read reached the end (not
-    when it stopped at a damaged batch)."""
+def _pieces(broker: Broker, view: TopicView, partition: int, batches: _UntilDamage, offset: int,
+            end: int, max_bytes: int, *, at_least_one: bool) -> Iterator[Piece]:
+    """The batches within the byte budget; the last one reaches end - 1 when the read reached the end (not when
+    it stopped at a damaged batch)."""
     pending: pa.RecordBatch | None = None
     spent = 0
     for batch in batches:
@@ -160,27 +155,43 @@ def _encoded(broker: Broker, view: TopicView, partition: int, batches: _UntilDam
         if rows == 0:
             break
         if pending is not None:
-            yield _cached(broker, view, partition, pending, None)
+            yield from _batch_pieces(broker, view, partition, pending, None)
         pending = batch.slice(0, rows)
         spent += BATCH_HEADER_BYTES + _estimated_bytes(pending)
         if rows < batch.num_rows:
             break
     else:
         if pending is not None:
-            yield _cached(broker, view, partition, pending, None if batches.damage else end - 1)
+            yield from _batch_pieces(broker, view, partition, pending, None if batches.damage else end - 1)
         elif offset < end and batches.damage is None:
-            yield encode_empty_batch(offset, end - 1)
+            yield fixed(encode_empty_batch(offset, end - 1))
         return
     if pending is not None:
-        yield _cached(broker, view, partition, pending, None)
+        yield from _batch_pieces(broker, view, partition, pending, None)
 
 
-def _cached(broker: Broker, view: TopicView, partition: int, batch: pa.RecordBatch, last_offset: int | None
-            ) -> bytes:
+def _batch_pieces(broker: Broker, view: TopicView, partition: int, batch: pa.RecordBatch, last_offset: int | None
+                  ) -> Iterator[Piece]:
+    """``batch`` as Kafka batches of about BATCH_ENCODE_BYTES (one message at least); the last one ends at
+    ``last_offset`` when given."""
+    ends = np.cumsum(_message_bytes(batch))
+    start = 0
+    while start < batch.num_rows:
+        reached = int(ends[start - 1]) if start else 0
+        stop = max(int(np.searchsorted(ends, reached + BATCH_ENCODE_BYTES, side="right")), start + 1)
+        yield _encoding(broker, view, partition, batch.slice(start, stop - start),
+                        last_offset if stop == batch.num_rows else None)
+        start = stop
+
+
+def _encoding(broker: Broker, view: TopicView, partition: int, batch: pa.RecordBatch, last_offset: int | None
+              ) -> Piece:
+    """One Kafka batch of ``batch``, sized now and encoded (or taken from the cache) when written."""
     offsets = batch.column("offset")
     last = offsets[-1].as_py() if last_offset is None else last_offset
     key = (view.topic, view.compacted, partition, offsets[0].as_py(), last, batch.num_rows)
-    return broker.fetch_cache.get_or_encode(key, lambda: encode_batch(batch, last_offset=last))
+    return Piece(encoded_batch_bytes(batch),
+                 lambda: broker.fetch_cache.get_or_encode(key, lambda: encode_batch(batch, last_offset=last)))
 
 
 def _message_bytes(batch: pa.RecordBatch) -> np.ndarray:

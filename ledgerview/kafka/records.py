@@ -283,18 +283,29 @@ def _decode_headers(body: bytes, positions: np.ndarray, ends: np.ndarray, counts
 
 
 # ------------------------------------------------------------------------------------------------------- encode
-def encode_batch(batch: pa.RecordBatch, *, last_offset: int | None = None) -> bytes:
-    """One uncompressed RecordBatch v2 of the messages of ``batch`` (columns offset, timestamp, key, value,
-    headers; offsets increasing, gaps allowed). ``last_offset``: the batch's last offset when it must reach past
-    its last message (a compacted view's removed tail); default the last message's offset."""
+@dataclass(frozen=True)
+class _RecordLayout:
+    """Where each record of a batch goes once encoded: every varint field, its size, and the records' extents."""
+
+    fields: list[np.ndarray]
+    sizes: list[np.ndarray]
+    length_field: np.ndarray
+    length_sizes: np.ndarray
+    starts: np.ndarray
+    records_bytes: int
+    key_lengths: np.ndarray
+    value_lengths: np.ndarray
+    headers: pa.Array | None
+    header_bytes: np.ndarray
+
+
+def _layout(batch: pa.RecordBatch) -> _RecordLayout:
     offsets = batch.column("offset").to_numpy()
     timestamps = batch.column("timestamp").to_numpy()
-    base_offset, base_timestamp = int(offsets[0]), int(timestamps.min())
-    keys, values = batch.column("key"), batch.column("value")
-    key_lengths, value_lengths = _binary_lengths(keys), _binary_lengths(values)
+    key_lengths, value_lengths = _binary_lengths(batch.column("key")), _binary_lengths(batch.column("value"))
     headers = _encode_headers(batch.column("headers"))
     header_bytes = np.ones(batch.num_rows, np.int64) if headers is None else _binary_lengths(headers)
-    fields = [zigzag(timestamps - base_timestamp), zigzag(offsets - base_offset), zigzag(key_lengths),
+    fields = [zigzag(timestamps - int(timestamps.min())), zigzag(offsets - int(offsets[0])), zigzag(key_lengths),
               zigzag(value_lengths)]
     sizes = [varint_sizes(field) for field in fields]
     body_lengths = (1 + sizes[0] + sizes[1] + sizes[2] + np.maximum(key_lengths, 0) + sizes[3]
@@ -302,22 +313,39 @@ def encode_batch(batch: pa.RecordBatch, *, last_offset: int | None = None) -> by
     length_field = zigzag(body_lengths)
     length_sizes = varint_sizes(length_field)
     ends = np.cumsum(length_sizes + body_lengths)
-    starts = ends - length_sizes - body_lengths
-    out = np.zeros(int(ends[-1]), dtype=np.uint8)  # zeros: every attributes byte, and headerCount 0
-    write_varints(out, starts, length_field, length_sizes)
-    position = starts + length_sizes + 1
-    for field, size in zip(fields[:3], sizes[:3], strict=True):
+    return _RecordLayout(fields, sizes, length_field, length_sizes, ends - length_sizes - body_lengths, int(ends[-1]),
+                         key_lengths, value_lengths, headers, header_bytes)
+
+
+def encoded_batch_bytes(batch: pa.RecordBatch) -> int:
+    """The exact size of ``encode_batch(batch)``, without encoding it (a fetch response's sizes come first)."""
+    return BATCH_HEADER_BYTES + _layout(batch).records_bytes
+
+
+def encode_batch(batch: pa.RecordBatch, *, last_offset: int | None = None) -> bytes:
+    """One uncompressed RecordBatch v2 of the messages of ``batch`` (columns offset, timestamp, key, value,
+    headers; offsets increasing, gaps allowed). ``last_offset``: the batch's last offset when it must reach past
+    its last message (a compacted view's removed tail); default the last message's offset."""
+    offsets = batch.column("offset").to_numpy()
+    timestamps = batch.column("timestamp").to_numpy()
+    layout = _layout(batch)
+    out = np.zeros(layout.records_bytes, dtype=np.uint8)  # zeros: every attributes byte, and headerCount 0
+    write_varints(out, layout.starts, layout.length_field, layout.length_sizes)
+    position = layout.starts + layout.length_sizes + 1
+    for field, size in zip(layout.fields[:3], layout.sizes[:3], strict=True):
         write_varints(out, position, field, size)
         position = position + size
-    _scatter_binary(out, position, keys, key_lengths)
-    position = position + np.maximum(key_lengths, 0)
-    write_varints(out, position, fields[3], sizes[3])
-    position = position + sizes[3]
-    _scatter_binary(out, position, values, value_lengths)
-    if headers is not None:
-        _scatter_binary(out, position + np.maximum(value_lengths, 0), headers, header_bytes)
+    _scatter_binary(out, position, batch.column("key"), layout.key_lengths)
+    position = position + np.maximum(layout.key_lengths, 0)
+    write_varints(out, position, layout.fields[3], layout.sizes[3])
+    position = position + layout.sizes[3]
+    _scatter_binary(out, position, batch.column("value"), layout.value_lengths)
+    if layout.headers is not None:
+        _scatter_binary(out, position + np.maximum(layout.value_lengths, 0), layout.headers, layout.header_bytes)
     last = int(offsets[-1]) if last_offset is None else last_offset
-    return _frame(out, base_offset, last - base_offset, base_timestamp, int(timestamps.max()), batch.num_rows)
+    base_offset = int(offsets[0])
+    return _frame(out, base_offset, last - base_offset, int(timestamps.min()), int(timestamps.max()),
+                  batch.num_rows)
 
 
 def encode_empty_batch(base_offset: int, last_offset: int) -> bytes:
@@ -330,7 +358,7 @@ def _frame(records: np.ndarray, base_offset: int, last_delta: int, base_timestam
     after_crc = _AFTER_CRC.pack(0, last_delta, base_timestamp, max_timestamp, NO_PRODUCER_ID, -1, -1, count)
     crc = crc32c.crc32c(records.data, crc32c.crc32c(after_crc))
     length = BATCH_HEADER_BYTES - LENGTH_FIELD_END + len(records)
-    return b"".join((_BEFORE_CRC.pack(base_offset, length, 0, MAGIC, crc), after_crc, records.tobytes()))
+    return b"".join((_BEFORE_CRC.pack(base_offset, length, 0, MAGIC, crc), after_crc, records.data))
 
 
 def _binary_lengths(array: pa.Array) -> np.ndarray:

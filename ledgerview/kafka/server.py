@@ -8,7 +8,8 @@ or its frame's bytes stop arriving for frame.stall.timeout.ms, or when it reads 
 (past WRITE_BUFFER_BYTES_MAX) for connections.max.idle.ms. A connection that arrives while max.connections are
 open, or max.connections.per.ip from its address, is closed at once. A request body is read only once the bytes
 of requests read and not answered yet, across all connections, leave room for it under queued.max.request.bytes
-(ledgerview/kafka/request_queue.py): until then that socket is not read.
+(ledgerview/kafka/request_queue.py): until then that socket is not read. A Fetch response is written piece by
+piece, each batch encoded when its turn comes and counted in that same pool until sent (response_sender.py).
 Connections run concurrently on one event loop, which owns the store: no locks.
 
 Every listener (EndpointOptions.bound_listeners) is a server on that loop. On SSL and SASL_SSL listeners the
@@ -46,6 +47,7 @@ from ledgerview.kafka.authentication import (
 from ledgerview.kafka.authorizer import ANONYMOUS, Authorizer, Session
 from ledgerview.kafka.broker import Broker, EndpointOptions
 from ledgerview.kafka.fetch import handle_fetch
+from ledgerview.kafka.fetch_response import FramedResponse, StreamedFetchResponse
 from ledgerview.kafka.group_admin import (
     handle_delete_groups,
     handle_describe_groups,
@@ -74,6 +76,7 @@ from ledgerview.kafka.protocol import (
     supported,
 )
 from ledgerview.kafka.request_queue import QueuedRequestBytes
+from ledgerview.kafka.response_sender import WRITE_BUFFER_BYTES_MAX, ResponseSender
 from ledgerview.kafka.sasl_errors import SaslProtocolError
 from ledgerview.kafka.security_options import Listener, SecurityProtocol
 from ledgerview.kafka.tls import certificate_principal, server_context
@@ -109,7 +112,6 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.CREATE_ACLS: handle_create_acls,
     ApiKey.DELETE_ACLS: handle_delete_acls,
 }
-WRITE_BUFFER_BYTES_MAX = 4 * 1024 * 1024
 FRAME_CHUNK_BYTES = 1024 * 1024
 """A frame's body is read this much at a time; each piece must arrive within frame.stall.timeout.ms."""
 GROUP_TIMER_SECONDS = 0.25
@@ -125,8 +127,9 @@ class _Close(Exception):
     """The connection must be closed (Kafka's answer to a request it cannot parse)."""
 
 
-async def dispatch(broker: Broker, frame: bytes) -> bytes:
-    """The framed response to one request frame; b"" when none is due (acks=0). Raises _Close."""
+async def dispatch(broker: Broker, frame: bytes) -> bytes | FramedResponse:
+    """The framed response to one request frame (a Fetch's to be written piece by piece, ResponseSender); b""
+    when none is due (acks=0). Raises _Close."""
     try:
         header = read_request_header(frame)
     except MalformedRequestError as error:
@@ -144,6 +147,8 @@ async def dispatch(broker: Broker, frame: bytes) -> bytes:
     response = HANDLERS[key](broker, request, header.api_version)
     if inspect.isawaitable(response):
         response = await response
+    if isinstance(response, StreamedFetchResponse):
+        return response.framed(header.correlation_id)
     return b"" if response is None else encode_response(response, header.correlation_id)
 
 
@@ -339,6 +344,7 @@ class KafkaEndpoint:
             writer.close()
             return
         self._open[address] += 1
+        sender = ResponseSender(writer, self._queued, lambda: drain(writer, self.options))
         try:
             principal = await self._authenticate(listener, address, reader, writer)
             if principal is None:
@@ -350,7 +356,9 @@ class KafkaEndpoint:
                     response = await dispatch(broker, frame)
                 finally:
                     self._queued.release(len(frame))
-                if response:
+                if isinstance(response, FramedResponse):
+                    await sender.send(response)
+                elif response:
                     writer.write(response)
                     if writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_MAX:
                         await drain(writer, self.options)
@@ -362,6 +370,7 @@ class KafkaEndpoint:
             log.exception("a Kafka request failed; closing its connection")
         finally:
             self._open[address] -= 1
+            sender.close()
             writer.close()
 
 

@@ -1,0 +1,89 @@
+"""Writes a streamed response (a Fetch: ledgerview/kafka/fetch_response.py) on one connection piece by piece, so
+no response is ever built whole, and bounds the bytes of such responses across all connections.
+
+Each piece's bytes are reserved in the endpoint's queued.max.request.bytes pool (request_queue.py) before the
+piece is encoded, and stay counted until the transport has handed them to the kernel: the pool thus bounds the
+bytes of requests read and not answered plus the bytes of fetch responses being built or waiting in a
+connection's write buffer. A piece that does not fit waits (back-pressure) instead of being encoded. Before it
+waits, the connection first sends what it holds itself, so connections waiting for room never hold room, and a
+response whose pieces are larger than the whole bound still passes when nothing else is queued (as a request).
+The connection drains its write buffer past WRITE_BUFFER_BYTES_MAX, and yields to the event loop every
+YIELD_BYTES written, so other connections are served while a large response is encoded and sent. A response is
+written whole before the connection reads its next request, so responses keep request order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from ledgerview.kafka.fetch_response import FramedResponse
+from ledgerview.kafka.request_queue import QueuedRequestBytes
+
+WRITE_BUFFER_BYTES_MAX = 4 * 1024 * 1024
+"""A connection waits for its client to read once this much of its responses is in its write buffer."""
+YIELD_BYTES = 1024 * 1024
+"""A connection writing a streamed response lets the event loop run other connections every this many bytes."""
+
+
+class ResponseSender:
+    """The streamed responses of one connection; ``drain`` waits until its client reads (or gives up)."""
+
+    def __init__(self, writer: asyncio.StreamWriter, pool: QueuedRequestBytes,
+                 drain: Callable[[], Awaitable[None]]) -> None:
+        self._writer = writer
+        self._pool = pool
+        self._drain = drain
+        self.held_bytes = 0
+        """Bytes reserved in the pool for this connection's pieces not yet handed to the kernel."""
+
+    async def send(self, response: FramedResponse) -> None:
+        """Write every piece of ``response``, encoding each once room is reserved for it; then close it."""
+        try:
+            unyielded = 0
+            for piece in response.pieces:
+                self._settle()
+                if self.held_bytes and not self._pool.fits(piece.size):
+                    await self._flush()
+                await self._pool.reserve(piece.size)
+                self.held_bytes += piece.size
+                data = piece.make()
+                if len(data) != piece.size:
+                    raise RuntimeError(f"a response piece sized {piece.size} bytes encoded to {len(data)}")
+                self._writer.write(memoryview(data))
+                unyielded += piece.size
+                if self._writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_MAX:
+                    await self._drain()
+                    unyielded = 0
+                elif unyielded >= YIELD_BYTES:
+                    await asyncio.sleep(0)
+                    unyielded = 0
+            await self._flush()
+        finally:
+            response.close()
+
+    def close(self) -> None:
+        """The connection is closing: release what it holds."""
+        self._pool.release(self.held_bytes)
+        self.held_bytes = 0
+
+    async def _flush(self) -> None:
+        """Wait until the write buffer is empty, then release what this connection holds."""
+        self._settle()
+        if not self.held_bytes:
+            return
+        transport = self._writer.transport
+        transport.set_write_buffer_limits(high=0)  # drain now waits for an empty buffer
+        try:
+            await self._drain()
+        finally:
+            if not transport.is_closing():
+                transport.set_write_buffer_limits()
+        self._settle()
+
+    def _settle(self) -> None:
+        """Release the bytes the transport has handed to the kernel since last time."""
+        sent = self.held_bytes - min(self.held_bytes, self._writer.transport.get_write_buffer_size())
+        if sent:
+            self.held_bytes -= sent
+            self._pool.release(sent)
