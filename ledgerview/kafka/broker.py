@@ -68,8 +68,9 @@ class EndpointOptions:
     max_connections_per_ip: int = 2147483647
     """Kafka's ``max.connections.per.ip``: a connection from an address that has this many open is closed at once."""
     queued_max_request_bytes: int = 104857600
-    """Kafka's ``queued.max.request.bytes``: the most bytes of requests read and not answered yet, across all
-    connections; past it the endpoint reads no more request bodies until answers free room (back-pressure).
+    """Kafka's ``queued.max.request.bytes``: the most bytes of requests read and not answered yet, and of Fetch
+    responses being built or sent (ledgerview/kafka/response_sender.py), across all connections; past it the
+    endpoint reads no more request bodies and encodes no more fetched batches until room is freed (back-pressure).
     Kafka's default is -1 (unbounded, also accepted here); ledgerview's is socket.request.max.bytes, so one
     largest request still passes and a crowd of large requests cannot take the endpoint's memory."""
     offsets_retention_minutes: int = 10080

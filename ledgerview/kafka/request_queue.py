@@ -9,6 +9,9 @@ hold room they do not fill. So that large frames, complete or not, can never tak
 (metadata, heartbeats, commits, fetch requests, a few produced messages) need, a frame larger than
 SMALL_REQUEST_BYTES may fill the bound only up to its last 1/SMALL_REQUEST_SHARE; small frames may fill all of it.
 A frame whose bytes stop arriving is closed after frame.stall.timeout.ms (ledgerview/kafka/server.py).
+
+The batches of Fetch responses are counted here too, each from before it is encoded until it is sent
+(ledgerview/kafka/response_sender.py), under the same rules (a batch is a request's size here).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ class QueuedRequestBytes:
         self.peak_bytes = 0
         """The most bytes queued at once so far."""
         self.waits = 0
-        """How many requests had to wait for room so far (the socket was not read meanwhile)."""
+        """How many requests (or fetched batches) had to wait for room so far."""
         self._freed = asyncio.Event()
 
     def fits(self, size: int) -> bool:

@@ -1,0 +1,121 @@
+"""Oversized fetches must not sink the endpoint: several connections each ask a fetch.max.bytes-sized (55 MiB)
+response and do not read it, while a well-behaved kafka-python producer and consumer still produce and consume;
+the endpoint (a subprocess, so its own peak RSS is read from /proc) stays within its configured bound plus what it
+maps and caches; and each oversized response, read afterwards, is whole and in offset order."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+from ledgerview.kafka.records import BATCH_HEADER
+from storage import Store
+from tests.kafka_support import RawClient, wait_for
+
+logging.getLogger("kafka").setLevel(logging.WARNING)
+
+MiB = 1024 * 1024
+BOUND = 32 * MiB
+"""queued.max.request.bytes: what requests and fetch responses being built or sent may hold together."""
+BULK_MESSAGES, BULK_VALUE_BYTES = 600, 100_000
+"""57 MiB in the bulk topic: each oversized fetch is capped at fetch.max.bytes, 55 MiB."""
+FETCH_MAX_BYTES = 57671680
+HOSTILE = 5
+FETCH_CACHE_BYTES = 64 * MiB
+"""EndpointOptions.fetch_cache_bytes' default: encoded batches the endpoint keeps, outside the bound."""
+MARGIN = 48 * MiB
+"""Python, Arrow and kafka-python objects of the requests, the good clients' work and allocator slack."""
+
+
+def _status_kib(pid: int, field: str) -> int:
+    line = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith(field))
+    return int(line.split()[1]) * 1024
+
+
+def _oversized_fetch(bootstrap: str) -> RawClient:
+    """A connection that asks 2^31-1 bytes of the bulk topic and reads nothing yet."""
+    wanted = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0, log_start_offset=-1,
+                                                    partition_max_bytes=2**31 - 1)
+    request = FetchRequest(version=11, replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=2**31 - 1,
+                           isolation_level=0, session_id=0, session_epoch=-1,
+                           topics=[FetchRequest.FetchTopic(topic="bulk", partitions=[wanted])],
+                           forgotten_topics_data=[], rack_id="")
+    request.with_header(correlation_id=7, client_id="hostile")
+    client = RawClient(bootstrap)
+    client.socket.settimeout(60)
+    client.send_frame(bytes(request.encode(version=11, header=True, framed=True)))
+    return client
+
+
+def _good_clients_work(bootstrap: str) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=60000)
+    futures = [producer.send("good", value=b"v%d" % i) for i in range(20)]
+    producer.flush(timeout=60)
+    assert [future.get(timeout=60).offset for future in futures] == list(range(20))
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, fetch_max_wait_ms=100,
+                             request_timeout_ms=60000)
+    target = TopicPartition("good", 0)
+    consumer.assign([target])
+    consumer.seek(target, 0)
+    values: list[bytes] = []
+
+    def consumed_all() -> bool:
+        values.extend(record.value for records in consumer.poll(timeout_ms=200).values() for record in records)
+        return len(values) == 20
+
+    wait_for(consumed_all, "the good consumer's 20 values")
+    consumer.close()
+    assert values == [b"v%d" % i for i in range(20)]
+
+
+def _check_whole(client: RawClient) -> None:
+    """The oversized response: one partition, no error, batches from offset 0 on without gaps, most of 55 MiB."""
+    response = FetchResponse.decode(client.read_frame(), version=11, header=True)
+    [topic] = response.responses
+    [partition] = topic.partitions
+    assert partition.error_code == 0
+    records, position, next_offset = partition.records, 0, 0
+    while position < len(records):
+        base_offset, length, *_, last_delta, _, _, _, _, _, count = BATCH_HEADER.unpack_from(records, position)
+        assert (base_offset, count) == (next_offset, last_delta + 1)
+        next_offset, position = base_offset + count, position + 12 + length
+    assert position == len(records)
+    assert FETCH_MAX_BYTES - 2 * BULK_VALUE_BYTES < len(records) <= FETCH_MAX_BYTES
+
+
+@pytest.mark.slow
+def test_good_clients_work_and_memory_stays_bounded_while_oversized_fetches_go_unread(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        store.create_topic("good", partitions=1)
+        store.create_topic("bulk", partitions=1)
+        rng = np.random.default_rng(18)
+        for _ in range(BULK_MESSAGES // 100):
+            store.append("bulk", [(None, rng.bytes(BULK_VALUE_BYTES)) for _ in range(100)], partition=0)
+    with subprocess.Popen([sys.executable, "-m", "ledgerview.kafka", str(data), "--port", "0",
+                           "--queued-max-request-bytes", str(BOUND)], stdout=subprocess.PIPE, text=True) as process:
+        hostile: list[RawClient] = []
+        try:
+            assert process.stdout is not None
+            bootstrap = f"127.0.0.1:{int(process.stdout.readline().rsplit(':', 1)[1])}"
+            idle = _status_kib(process.pid, "VmRSS:")
+            hostile = [_oversized_fetch(bootstrap) for _ in range(HOSTILE)]
+            _good_clients_work(bootstrap)
+            for client in hostile:
+                _check_whole(client)
+            peak = _status_kib(process.pid, "VmHWM:")
+            mapped = BULK_MESSAGES * BULK_VALUE_BYTES  # the bulk topic's segment pages, mapped and read
+            assert peak - idle < BOUND + mapped + FETCH_CACHE_BYTES + MARGIN, (
+                f"peak RSS {peak / MiB:.0f} MiB from {idle / MiB:.0f} MiB idle")
+        finally:
+            for client in hostile:
+                client.close()
+            process.terminate()
