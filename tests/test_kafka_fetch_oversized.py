@@ -1,7 +1,8 @@
 """Oversized fetches must not sink the endpoint: several connections each ask a fetch.max.bytes-sized (55 MiB)
 response and do not read it, while a well-behaved kafka-python producer and consumer still produce and consume;
 the endpoint (a subprocess, so its own peak RSS is read from /proc) stays within its configured bound plus what it
-maps and caches; and each oversized response, read afterwards, is whole and in offset order."""
+maps and caches; each oversized response, read afterwards, is whole and in offset order; and fetched batches wait
+for room in queued.max.request.bytes rather than pass it, and give it back once sent."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
+from ledgerview.kafka import KafkaEndpoint
+from ledgerview.kafka.broker import EndpointOptions
 from ledgerview.kafka.records import BATCH_HEADER
 from storage import Store
 from tests.kafka_support import RawClient, wait_for
@@ -76,8 +79,9 @@ def _good_clients_work(bootstrap: str) -> None:
     assert values == [b"v%d" % i for i in range(20)]
 
 
-def _check_whole(client: RawClient) -> None:
-    """The oversized response: one partition, no error, batches from offset 0 on without gaps, most of 55 MiB."""
+def _check_whole(client: RawClient, expected_bytes: int = FETCH_MAX_BYTES) -> None:
+    """The oversized response: one partition, no error, batches from offset 0 on without gaps, about
+    ``expected_bytes`` of records (fetch.max.bytes, or the whole topic when smaller)."""
     response = FetchResponse.decode(client.read_frame(), version=11, header=True)
     [topic] = response.responses
     [partition] = topic.partitions
@@ -88,18 +92,22 @@ def _check_whole(client: RawClient) -> None:
         assert (base_offset, count) == (next_offset, last_delta + 1)
         next_offset, position = base_offset + count, position + 12 + length
     assert position == len(records)
-    assert FETCH_MAX_BYTES - 2 * BULK_VALUE_BYTES < len(records) <= FETCH_MAX_BYTES
+    assert expected_bytes - 2 * BULK_VALUE_BYTES < len(records) <= expected_bytes + 4096
+
+
+def _store(data: Path, bulk_messages: int) -> None:
+    with Store.open(data) as store:
+        store.create_topic("good", partitions=1)
+        store.create_topic("bulk", partitions=1)
+        rng = np.random.default_rng(18)
+        for _ in range(bulk_messages // 100):
+            store.append("bulk", [(None, rng.bytes(BULK_VALUE_BYTES)) for _ in range(100)], partition=0)
 
 
 @pytest.mark.slow
 def test_good_clients_work_and_memory_stays_bounded_while_oversized_fetches_go_unread(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    with Store.open(data) as store:
-        store.create_topic("good", partitions=1)
-        store.create_topic("bulk", partitions=1)
-        rng = np.random.default_rng(18)
-        for _ in range(BULK_MESSAGES // 100):
-            store.append("bulk", [(None, rng.bytes(BULK_VALUE_BYTES)) for _ in range(100)], partition=0)
+    _store(data, BULK_MESSAGES)
     with subprocess.Popen([sys.executable, "-m", "ledgerview.kafka", str(data), "--port", "0",
                            "--queued-max-request-bytes", str(BOUND)], stdout=subprocess.PIPE, text=True) as process:
         hostile: list[RawClient] = []
@@ -119,3 +127,23 @@ def test_good_clients_work_and_memory_stays_bounded_while_oversized_fetches_go_u
             for client in hostile:
                 client.close()
             process.terminate()
+
+
+@pytest.mark.slow
+def test_unread_responses_hold_at_most_queued_max_request_bytes_and_release_it_once_sent(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _store(data, 200)  # 20 MB: five unread responses would hold five times the bound below
+    bound = 8 * MiB
+    with KafkaEndpoint(data, options=EndpointOptions(port=0, queued_max_request_bytes=bound)) as endpoint:
+        bootstrap = f"127.0.0.1:{endpoint.port}"
+        hostile = [_oversized_fetch(bootstrap) for _ in range(HOSTILE)]
+        try:
+            wait_for(lambda: endpoint._queued.queued_bytes >= bound // 2, "unread responses to hold the pool")
+            _good_clients_work(bootstrap)
+            for client in hostile:
+                _check_whole(client, 200 * BULK_VALUE_BYTES)
+        finally:
+            for client in hostile:
+                client.close()
+        wait_for(lambda: endpoint._queued.queued_bytes == 0, "every reserved byte released")
+        assert endpoint._queued.peak_bytes <= bound
