@@ -17,6 +17,8 @@ import pytest
 from compactor import Compactor
 from storage import Store
 
+pytestmark = pytest.mark.slow  # each test runs processes in a mount namespace of their own
+
 SCRIPT = textwrap.dedent("""
     import sys
     import pyarrow as pa

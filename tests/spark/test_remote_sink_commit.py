@@ -16,6 +16,8 @@ from storage.remote_log import RemoteLog, RemoteLogOwnedError
 from storage.remote_store import RemoteStore
 from streaming.remote_sink import UploadedSegments, abort_uploads, commit_uploads, write_task_segments
 
+pytestmark = pytest.mark.slow  # a moto S3 server and many requests: after the fast suite
+
 ROWS = 3_000
 
 
