@@ -140,6 +140,7 @@ def test_produce_json_lines_with_timestamps_and_tombstones(data_dir: Path) -> No
         (4, "u4", "name4", 1004), (5, "u5", "name5", 1005), (6, "u2", None, 2000)]
 
 
+@pytest.mark.slow  # four CLI processes
 def test_a_malformed_line_stops_produce_after_the_lines_before_it(data_dir: Path) -> None:
     run_cli(data_dir, "topics", "create", "prices")
     result = run_cli(data_dir, "produce", "prices", input="a\t1\n\nb\t2\nno separator here\nc\t3\n", check=False)

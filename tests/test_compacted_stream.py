@@ -108,7 +108,7 @@ class CompactedStreamModel(RuleBasedStateMachine):
 
 
 TestCompactedStreamModel = CompactedStreamModel.TestCase
-TestCompactedStreamModel.settings = settings(max_examples=25, stateful_step_count=30, deadline=None)
+TestCompactedStreamModel.settings = settings(max_examples=15, stateful_step_count=30, deadline=None)
 
 
 def test_from_earliest_the_snapshot_comes_first_then_every_change(tmp_path: Path) -> None:
