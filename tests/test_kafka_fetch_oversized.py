@@ -7,20 +7,17 @@ for room in queued.max.request.bytes rather than pass it, and give it back once 
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from ledgerview.kafka import KafkaEndpoint
 from ledgerview.kafka.broker import EndpointOptions
 from ledgerview.kafka.records import BATCH_HEADER
 from storage import Store
-from tests.kafka_support import RawClient, wait_for
+from tests.kafka_support import RawClient, endpoint_process, good_clients_work, status_bytes, wait_for
 
 logging.getLogger("kafka").setLevel(logging.WARNING)
 
@@ -37,11 +34,6 @@ MARGIN = 48 * MiB
 """Python, Arrow and kafka-python objects of the requests, the good clients' work and allocator slack."""
 
 
-def _status_kib(pid: int, field: str) -> int:
-    line = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith(field))
-    return int(line.split()[1]) * 1024
-
-
 def _oversized_fetch(bootstrap: str) -> RawClient:
     """A connection that asks 2^31-1 bytes of the bulk topic and reads nothing yet."""
     wanted = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0, log_start_offset=-1,
@@ -55,28 +47,6 @@ def _oversized_fetch(bootstrap: str) -> RawClient:
     client.socket.settimeout(60)
     client.send_frame(bytes(request.encode(version=11, header=True, framed=True)))
     return client
-
-
-def _good_clients_work(bootstrap: str) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=60000)
-    futures = [producer.send("good", value=b"v%d" % i) for i in range(20)]
-    producer.flush(timeout=60)
-    assert [future.get(timeout=60).offset for future in futures] == list(range(20))
-    producer.close()
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, fetch_max_wait_ms=100,
-                             request_timeout_ms=60000)
-    target = TopicPartition("good", 0)
-    consumer.assign([target])
-    consumer.seek(target, 0)
-    values: list[bytes] = []
-
-    def consumed_all() -> bool:
-        values.extend(record.value for records in consumer.poll(timeout_ms=200).values() for record in records)
-        return len(values) == 20
-
-    wait_for(consumed_all, "the good consumer's 20 values")
-    consumer.close()
-    assert values == [b"v%d" % i for i in range(20)]
 
 
 def _check_whole(client: RawClient, expected_bytes: int = FETCH_MAX_BYTES) -> None:
@@ -108,25 +78,21 @@ def _store(data: Path, bulk_messages: int) -> None:
 def test_good_clients_work_and_memory_stays_bounded_while_oversized_fetches_go_unread(tmp_path: Path) -> None:
     data = tmp_path / "data"
     _store(data, BULK_MESSAGES)
-    with subprocess.Popen([sys.executable, "-m", "ledgerview.kafka", str(data), "--port", "0",
-                           "--queued-max-request-bytes", str(BOUND)], stdout=subprocess.PIPE, text=True) as process:
+    with endpoint_process(data, "--queued-max-request-bytes", str(BOUND)) as (process, bootstrap):
         hostile: list[RawClient] = []
         try:
-            assert process.stdout is not None
-            bootstrap = f"127.0.0.1:{int(process.stdout.readline().rsplit(':', 1)[1])}"
-            idle = _status_kib(process.pid, "VmRSS:")
+            idle = status_bytes(process.pid, "VmRSS:")
             hostile = [_oversized_fetch(bootstrap) for _ in range(HOSTILE)]
-            _good_clients_work(bootstrap)
+            good_clients_work(bootstrap)
             for client in hostile:
                 _check_whole(client)
-            peak = _status_kib(process.pid, "VmHWM:")
+            peak = status_bytes(process.pid, "VmHWM:")
             mapped = BULK_MESSAGES * BULK_VALUE_BYTES  # the bulk topic's segment pages, mapped and read
             assert peak - idle < BOUND + mapped + FETCH_CACHE_BYTES + MARGIN, (
                 f"peak RSS {peak / MiB:.0f} MiB from {idle / MiB:.0f} MiB idle")
         finally:
             for client in hostile:
                 client.close()
-            process.terminate()
 
 
 @pytest.mark.slow
@@ -139,7 +105,7 @@ def test_unread_responses_hold_at_most_queued_max_request_bytes_and_release_it_o
         hostile = [_oversized_fetch(bootstrap) for _ in range(HOSTILE)]
         try:
             wait_for(lambda: endpoint._queued.queued_bytes >= bound // 2, "unread responses to hold the pool")
-            _good_clients_work(bootstrap)
+            good_clients_work(bootstrap)
             for client in hostile:
                 _check_whole(client, 200 * BULK_VALUE_BYTES)
         finally:

@@ -11,13 +11,12 @@ import struct
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from ledgerview.kafka import KafkaEndpoint
 from ledgerview.kafka.broker import EndpointOptions
 from ledgerview.kafka.request_queue import SMALL_REQUEST_BYTES, QueuedRequestBytes
 from storage import Store
-from tests.kafka_support import RawClient, established_connections_to, wait_for
+from tests.kafka_support import RawClient, established_connections_to, good_clients_work, wait_for
 
 logging.getLogger("kafka").setLevel(logging.WARNING)
 
@@ -44,25 +43,7 @@ def test_a_good_client_produces_and_consumes_while_many_frames_are_half_sent(tmp
         hostile = [_half_sent(bootstrap) for _ in range(HALF_SENT)]
         try:
             wait_for(lambda: endpoint._queued.waits > 0, "half-sent frames to fill the large part of the bound")
-            producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=60000)
-            futures = [producer.send("good", value=b"v%d" % i) for i in range(20)]
-            producer.flush(timeout=60)
-            assert [future.get(timeout=60).offset for future in futures] == list(range(20))
-            producer.close()
-            consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, fetch_max_wait_ms=100,
-                                     request_timeout_ms=60000)
-            target = TopicPartition("good", 0)
-            consumer.assign([target])
-            consumer.seek(target, 0)
-            values: list[bytes] = []
-
-            def consumed_all() -> bool:
-                values.extend(record.value for records in consumer.poll(timeout_ms=200).values() for record in records)
-                return len(values) == 20
-
-            wait_for(consumed_all, "the consumer's 20 values")
-            consumer.close()
-            assert values == [b"v%d" % i for i in range(20)]
+            good_clients_work(bootstrap)
             assert established_connections_to(endpoint.port) >= HALF_SENT  # the half-sent frames are still open
             assert endpoint._queued.queued_bytes > 0
         finally:

@@ -12,18 +12,14 @@ import socket
 import struct
 import subprocess
 import sys
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import crc32c
-import pyarrow as pa
 import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from ledgerview.errors import ServiceConfigError
@@ -31,11 +27,16 @@ from ledgerview.kafka import EndpointOptions, KafkaEndpoint
 from ledgerview.kafka.broker import LIMITS
 from ledgerview.kafka.compression import DecompressedTooLargeError, decompress
 from ledgerview.kafka.protocol import ErrorCode
-from ledgerview.kafka.records import BATCH_HEADER, CRC_START, MAGIC
-from ledgerview.kafka.varints import encode_varint
 from ledgerview.service.config import KafkaSection, parse_service_config
 from storage import Store
-from tests.kafka_support import RawClient, established_connections_to, wait_for
+from tests.kafka_support import (
+    RawClient,
+    established_connections_to,
+    one_record_batch,
+    produce_error,
+    wait_for,
+    zeros_compressed,
+)
 
 BOMB_BYTES = 100 * 1024 * 1024
 MESSAGE_MAX_BYTES = 64 * 1024
@@ -111,54 +112,21 @@ def test_a_fetch_gets_at_most_fetch_max_bytes_whatever_the_client_asks(tmp_path:
             client.close()
 
 
-def _zeros_compressed(codec: int, size: int) -> bytes:
-    """One record (no key, a value of ``size`` zero bytes, no headers), compressed in 1 MiB steps so the test
-    never holds the value whole."""
-    body = b"\x00" + encode_varint(0) + encode_varint(0) + encode_varint(-1) + encode_varint(size)
-    start = encode_varint(len(body) + size + 1) + body
-    pieces = [start, *[bytes(1 << 20)] * (size >> 20), bytes(size % (1 << 20) + 1)]  # + the headers count, 0
-    if codec == 1:
-        gzip = zlib.compressobj(9, wbits=31)
-        return b"".join(gzip.compress(piece) for piece in pieces) + gzip.flush()
-    if codec == 2:  # a raw snappy block declares its uncompressed size first; refused on that alone
-        return bytes(pa.Codec("snappy").compress(b"".join(pieces), asbytes=True))
-    sink = pa.BufferOutputStream()
-    with pa.CompressedOutputStream(sink, {3: "lz4", 4: "zstd"}[codec]) as stream:
-        for piece in pieces:
-            stream.write(piece)
-    return bytes(sink.getvalue().to_pybytes())
-
-
-def _batch(codec: int, records: bytes) -> bytes:
-    """A record batch v2 of one record whose (compressed) records are ``records``, with a valid CRC-32C."""
-    header = BATCH_HEADER.pack(0, BATCH_HEADER.size - 12 + len(records), 0, MAGIC, 0, codec, 0, 1_700_000_000_000,
-                               1_700_000_000_000, -1, -1, -1, 1)
-    unsigned = header + records
-    crc = crc32c.crc32c(unsigned[CRC_START:])
-    return unsigned[:17] + struct.pack(">I", crc) + unsigned[CRC_START:]
-
-
-def _produce(client: RawClient, topic: str, records: bytes) -> int:
-    partition_data = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)
-    request = ProduceRequest(version=7, transactional_id=None, acks=-1, timeout_ms=5000,
-                             topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[partition_data])])
-    return int(client.request(request, ProduceResponse, 7).responses[0].partition_responses[0].error_code)
-
-
 @pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])
 def test_a_compression_bomb_is_refused_without_being_inflated(tmp_path: Path, codec: int) -> None:
     size = BOMB_BYTES if codec != 2 else 4 * 1024 * 1024  # snappy compresses zeros only ~20:1
-    bomb = _zeros_compressed(codec, size)
+    bomb = zeros_compressed(codec, size)
     assert len(bomb) < 1024 * 1024  # small on the wire: within max.message.bytes, as Kafka checks a batch
     with _endpoint(tmp_path, socket_request_max_bytes=1024 * 1024) as (store, bootstrap):
         store.create_topic("t", partitions=1)
         client = RawClient(bootstrap)
         try:
             # Inflating stops at the request bound (1 MiB here), not at the bomb's 100 MiB.
-            assert _produce(client, "t", _batch(codec, bomb)) == ErrorCode.RECORD_LIST_TOO_LARGE
+            assert produce_error(client, "t", one_record_batch(codec, bomb)) == ErrorCode.RECORD_LIST_TOO_LARGE
             assert store.end_offset("t", 0) == 0
-            small = _zeros_compressed(codec, 1000)
-            assert _produce(client, "t", _batch(codec, small)) == ErrorCode.NONE  # the endpoint goes on serving
+            small = zeros_compressed(codec, 1000)
+            # the endpoint goes on serving
+            assert produce_error(client, "t", one_record_batch(codec, small)) == ErrorCode.NONE
             assert store.read("t", 0)["value"].to_pylist() == [bytes(1000)]
         finally:
             client.close()
@@ -180,10 +148,10 @@ def test_a_compressed_batch_of_messages_that_each_fit_is_taken_whatever_it_infla
         client = RawClient(bootstrap)
         try:
             values = [bytes([index % 7]) * 1000 for index in range(200)]  # 200 KB decompressed, 64 KiB allowed
-            assert _produce(client, "t", _kafka_batch(1, values)) == ErrorCode.NONE
+            assert produce_error(client, "t", _kafka_batch(1, values)) == ErrorCode.NONE
             assert store.read("t", 0)["value"].to_pylist() == values
             one_too_large = [bytes(MESSAGE_MAX_BYTES + 1)]  # compresses to almost nothing, but is one message
-            assert _produce(client, "t", _kafka_batch(1, one_too_large)) == ErrorCode.MESSAGE_TOO_LARGE
+            assert produce_error(client, "t", _kafka_batch(1, one_too_large)) == ErrorCode.MESSAGE_TOO_LARGE
             assert store.end_offset("t", 0) == 200
         finally:
             client.close()
@@ -195,7 +163,7 @@ def test_a_batch_larger_on_the_wire_than_max_message_bytes_is_a_message_too_larg
         client = RawClient(bootstrap)
         try:
             incompressible = [os.urandom(1000) for _ in range(100)]
-            assert _produce(client, "t", _kafka_batch(1, incompressible)) == ErrorCode.MESSAGE_TOO_LARGE
+            assert produce_error(client, "t", _kafka_batch(1, incompressible)) == ErrorCode.MESSAGE_TOO_LARGE
             assert store.end_offset("t", 0) == 0
         finally:
             client.close()
@@ -207,7 +175,7 @@ def test_compressed_records_that_do_not_decompress_are_a_corrupt_message(tmp_pat
         store.create_topic("t", partitions=1)
         client = RawClient(bootstrap)
         try:
-            assert _produce(client, "t", _batch(codec, _zeros_compressed(codec, 1000)[:-12])) \
+            assert produce_error(client, "t", one_record_batch(codec, zeros_compressed(codec, 1000)[:-12])) \
                 == ErrorCode.CORRUPT_MESSAGE
             assert store.end_offset("t", 0) == 0
         finally:
@@ -216,19 +184,19 @@ def test_compressed_records_that_do_not_decompress_are_a_corrupt_message(tmp_pat
 
 @pytest.mark.parametrize("codec", [1, 3, 4], ids=["gzip", "lz4", "zstd"])
 def test_streaming_decompression_stops_near_its_limit(codec: int) -> None:
-    bomb = _zeros_compressed(codec, BOMB_BYTES)
+    bomb = zeros_compressed(codec, BOMB_BYTES)
     with pytest.raises(DecompressedTooLargeError, match="more than 65536 bytes"):
         decompress(codec, bomb, limit_bytes=MESSAGE_MAX_BYTES)
-    assert len(decompress(codec, _zeros_compressed(codec, 1 << 20), limit_bytes=2 << 20)) > 1 << 20
+    assert len(decompress(codec, zeros_compressed(codec, 1 << 20), limit_bytes=2 << 20)) > 1 << 20
 
 
 def test_batches_that_together_pass_the_request_bound_are_a_record_list_too_large(tmp_path: Path) -> None:
     with _endpoint(tmp_path, socket_request_max_bytes=1024 * 1024) as (store, bootstrap):
         store.create_topic("t", partitions=1)  # max.message.bytes 1048588: each batch alone is fine
-        batch = _batch(1, _zeros_compressed(1, 600 * 1024))
+        batch = one_record_batch(1, zeros_compressed(1, 600 * 1024))
         client = RawClient(bootstrap)
         try:
-            assert _produce(client, "t", batch + batch) == ErrorCode.RECORD_LIST_TOO_LARGE
+            assert produce_error(client, "t", batch + batch) == ErrorCode.RECORD_LIST_TOO_LARGE
             assert store.end_offset("t", 0) == 0
         finally:
             client.close()

@@ -8,13 +8,19 @@ Every codec decompresses with a limit, so a few compressed kilobytes cannot make
 compression bomb): gzip, lz4 and zstd stream through a decompressor CHUNK_BYTES at a time and stop as soon as the
 output passes the limit; snappy declares each block's uncompressed size first, checked before the block is
 decompressed.
+
+Before producing bytes, each codec calls ``reserve`` with how many it is about to produce (at most CHUNK_BYTES at a
+time for the streams, a block's declared size for snappy), so the caller can count them, or make decompression
+wait, before they exist (ledgerview/kafka/heavy_work.py). The output is written into one growing buffer, never
+joined from pieces nor grown by copying.
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
@@ -23,6 +29,14 @@ CHUNK_BYTES = 1 << 16
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER_BYTES = 16
 _GZIP_OR_ZLIB_WBITS = 47  # 32 + 15: gzip or zlib header, detected
+
+
+Records = bytes | bytearray | memoryview
+"""Uncompressed records: a buffer of bytes."""
+
+
+def no_reserve(size: int) -> None:
+    """Counts nothing."""
 
 
 class UnsupportedCompressionError(ValueError):
@@ -40,26 +54,23 @@ class DecompressedTooLargeError(ValueError):
         super().__init__(f"{CODEC_NAMES.get(codec, codec)} records decompress to more than {limit_bytes} bytes")
 
 
-def decompress(codec: int, data: bytes | memoryview, *, limit_bytes: int) -> bytes:
-    """The uncompressed records of a batch whose attributes name ``codec`` (0 returns ``data`` as bytes); raises
+def decompress(codec: int, data: bytes | memoryview, *, limit_bytes: int,
+               reserve: Callable[[int], None] = no_reserve) -> Records:
+    """The uncompressed records of a batch whose attributes name ``codec`` (0 returns ``data`` itself); raises
     DecompressedTooLargeError, having decompressed at most about ``limit_bytes`` + CHUNK_BYTES, when they would
-    pass ``limit_bytes``."""
+    pass ``limit_bytes``. ``reserve(n)`` is called before ``n`` more bytes are produced."""
     if codec == 0:
         if len(data) > limit_bytes:
             raise DecompressedTooLargeError(codec, limit_bytes)
-        return bytes(data)
+        return data
     if codec == 1:
-        return _gzip(data, limit_bytes)
+        return _bounded(1, _gzip_chunks(data), limit_bytes, reserve)
     if codec == 2:
-        return _snappy(bytes(data), limit_bytes)
+        return _snappy(memoryview(data), limit_bytes, reserve)
     if codec in (3, 4):
         stream = pa.CompressedInputStream(pa.BufferReader(pa.py_buffer(data)), "lz4" if codec == 3 else "zstd")
-        return _bounded(codec, iter(lambda: stream.read(CHUNK_BYTES), b""), limit_bytes)
+        return _bounded(codec, iter(lambda: stream.read(CHUNK_BYTES), b""), limit_bytes, reserve)
     raise UnsupportedCompressionError(codec)
-
-
-def _gzip(data: bytes | memoryview, limit_bytes: int) -> bytes:
-    return _bounded(1, _gzip_chunks(data), limit_bytes)
 
 
 def _gzip_chunks(data: bytes | memoryview) -> Iterator[bytes]:
@@ -72,30 +83,35 @@ def _gzip_chunks(data: bytes | memoryview) -> Iterator[bytes]:
         raise zlib.error("the gzip stream is truncated")
 
 
-def _bounded(codec: int, chunks: Iterator[bytes], limit_bytes: int) -> bytes:
-    """The chunks joined, or DecompressedTooLargeError as soon as they pass ``limit_bytes``."""
-    kept, total = [], 0
-    for chunk in chunks:
-        total += len(chunk)
-        if total > limit_bytes:
+def _bounded(codec: int, chunks: Iterator[bytes], limit_bytes: int, reserve: Callable[[int], None]) -> memoryview:
+    """The chunks (each at most CHUNK_BYTES) in one buffer, or DecompressedTooLargeError as soon as they pass
+    ``limit_bytes``; CHUNK_BYTES are reserved before each chunk is produced. The buffer is an anonymous mapping of
+    ``limit_bytes``: only the pages written take memory, and it never grows by copying."""
+    out = mmap.mmap(-1, max(limit_bytes, 1))
+    size = 0
+    while True:
+        reserve(CHUNK_BYTES)
+        chunk = next(chunks, None)
+        if chunk is None:
+            return memoryview(out)[:size]
+        if size + len(chunk) > limit_bytes:
             raise DecompressedTooLargeError(codec, limit_bytes)
-        kept.append(chunk)
-    return b"".join(kept)
+        out[size : size + len(chunk)] = chunk
+        size += len(chunk)
 
 
-def _snappy(data: bytes, limit_bytes: int) -> bytes:
-    if not data.startswith(_XERIAL_MAGIC):
-        return _snappy_block(data, limit_bytes)
-    chunks, position = [], _XERIAL_HEADER_BYTES
+def _snappy(data: memoryview, limit_bytes: int, reserve: Callable[[int], None]) -> Records:
+    if data[: len(_XERIAL_MAGIC)] != _XERIAL_MAGIC:
+        return memoryview(_snappy_block(data, limit_bytes, reserve))
+    out, position = bytearray(), _XERIAL_HEADER_BYTES
     while position < len(data):
         (length,) = struct.unpack_from(">i", data, position)
-        chunks.append(_snappy_block(data[position + 4 : position + 4 + length], limit_bytes))
-        limit_bytes -= len(chunks[-1])
+        out += _snappy_block(data[position + 4 : position + 4 + length], limit_bytes - len(out), reserve)
         position += 4 + length
-    return b"".join(chunks)
+    return out
 
 
-def _snappy_block(block: bytes, limit_bytes: int) -> bytes:
+def _snappy_block(block: memoryview, limit_bytes: int, reserve: Callable[[int], None]) -> pa.Buffer:
     size = shift = position = 0
     while True:  # a raw snappy block starts with its uncompressed length as an unsigned varint
         byte = block[position]
@@ -106,4 +122,5 @@ def _snappy_block(block: bytes, limit_bytes: int) -> bytes:
         shift += 7
     if size > limit_bytes:
         raise DecompressedTooLargeError(2, limit_bytes)
-    return bytes(pa.Codec("snappy").decompress(block, decompressed_size=size))
+    reserve(size)
+    return pa.Codec("snappy").decompress(block, decompressed_size=size)

@@ -7,7 +7,9 @@ Per partition of a request:
    read-only: INVALID_TOPIC_EXCEPTION) and the partition.
 2. Decode every batch of the records field (magic 2, CRC-32C, contiguous inner offsets, any of the clients'
    codecs), on the endpoint's worker thread when compressed or large (ledgerview/kafka/heavy_work.py), so the
-   event loop keeps serving other connections meanwhile. A batch larger on the wire than the topic's
+   event loop keeps serving other connections meanwhile; the decompressed bytes count in queued.max.request.bytes
+   from before they are produced until the records are appended or refused, and decompression waits while that
+   pool is full (ledgerview/kafka/request_queue.py). A batch larger on the wire than the topic's
    max.message.bytes is MESSAGE_TOO_LARGE, as in Kafka (a compressed batch may hold more once decompressed; each
    message's size is checked when appended). Decompression stops as soon as the partition's batches together pass
    socket.request.max.bytes (RECORD_LIST_TOO_LARGE), so a compression bomb is never inflated past that bound.
@@ -25,6 +27,7 @@ acks=0 gets no response at all, as Kafka clients expect.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -115,13 +118,16 @@ async def _produce_partition(broker: Broker, name: str, partition: int, records:
     if not records:
         return ErrorCode.CORRUPT_MESSAGE, -1
     codec = records[ATTRIBUTES_POSITION + 1] & CODEC_MASK if len(records) >= BATCH_HEADER.size else 0
-    limits = {"batch_bytes_max": broker.store.topic_metadata(view.topic).config.max_message_bytes,
-              "total_bytes_max": broker.options.socket_request_max_bytes}
+    decode = functools.partial(decode_batches, records,
+                               batch_bytes_max=broker.store.topic_metadata(view.topic).config.max_message_bytes,
+                               total_bytes_max=broker.options.socket_request_max_bytes)
+    reserved = 0
     try:
         if codec or len(records) > OFF_LOOP_RECORDS_BYTES:
-            batches = await broker.heavy_work.run(decode_batches, records, **limits)
+            batches, reserved = await broker.heavy_work.run(lambda reserve: decode(reserve=reserve),
+                                                            parked_bytes=broker.request_bytes)
         else:
-            batches = decode_batches(records, **limits)
+            batches = decode()
     except tuple(BATCH_ERRORS) as error:
         return BATCH_ERRORS[type(error)], -1
     try:
@@ -136,6 +142,8 @@ async def _produce_partition(broker: Broker, name: str, partition: int, records:
     except (LedgerviewError, OSError):
         log.exception("appending to %s-%d failed", view.topic, partition)
         return ErrorCode.KAFKA_STORAGE_ERROR, -1
+    finally:
+        broker.heavy_work.release(reserved)  # the decoded records are appended or refused
 
 
 def _append(broker: Broker, partition_log: PartitionLog, batches: list[ProducedBatch], codec: str | None) -> (

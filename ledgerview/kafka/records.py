@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -24,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ledgerview.kafka.compression import DecompressedTooLargeError, decompress
+from ledgerview.kafka.compression import DecompressedTooLargeError, Records, decompress, no_reserve
 from ledgerview.kafka.varints import (
     LONG_VARINT_BYTES_MAX,
     VarintError,
@@ -97,12 +98,15 @@ class ProducedBatch:
 
 
 def decode_batches(data: bytes | memoryview, *, batch_bytes_max: int = MESSAGE_MAX_BYTES_DEFAULT,
-                   total_bytes_max: int = RECORDS_MAX_BYTES_DEFAULT) -> list[ProducedBatch]:
+                   total_bytes_max: int = RECORDS_MAX_BYTES_DEFAULT,
+                   reserve: Callable[[int], None] = no_reserve) -> list[ProducedBatch]:
     """Every batch of a Produce request's records field, checked (magic, length, CRC-32C, offsets). As Kafka does,
     a batch larger on the wire than ``batch_bytes_max`` (the topic's max.message.bytes) raises BatchTooLargeError,
     and each message's own size is checked when it is appended; a compressed batch may hold more than that once
     decompressed. Batches that together decompress to more than ``total_bytes_max`` raise RecordListTooLargeError:
-    decompression stops there, so a compression bomb is never inflated past that bound."""
+    decompression stops there, so a compression bomb is never inflated past that bound. ``reserve(n)`` is called
+    before ``n`` more bytes are decompressed (ledgerview/kafka/compression.py), and with the records' size before
+    they are decoded into columns."""
     view = memoryview(data)
     batches = []
     position = spent = 0
@@ -125,17 +129,18 @@ def decode_batches(data: bytes | memoryview, *, batch_bytes_max: int = MESSAGE_M
         if end - position > batch_bytes_max:
             raise BatchTooLargeError(f"a batch of {end - position} bytes, above max.message.bytes {batch_bytes_max}")
         body = _decompressed(attributes & CODEC_MASK, view[position + BATCH_HEADER_BYTES : end],
-                             total_bytes_max - spent)
+                             total_bytes_max - spent, reserve)
         spent += len(body)
+        reserve(len(body))  # the decoded keys and values: at most the records' size
         batches.append(ProducedBatch(producer_id, producer_epoch, base_sequence,
                                      decode_records(body, count, base_timestamp)))
         position = end
     return batches
 
 
-def _decompressed(codec: int, data: memoryview, remaining_bytes: int) -> bytes:
+def _decompressed(codec: int, data: memoryview, remaining_bytes: int, reserve: Callable[[int], None]) -> Records:
     try:
-        return decompress(codec, data, limit_bytes=remaining_bytes)
+        return decompress(codec, data, limit_bytes=remaining_bytes, reserve=reserve)
     except DecompressedTooLargeError as error:
         raise RecordListTooLargeError(f"the batches decompress to more than {error.limit_bytes} more bytes, "
                                       "past the records a request may bring in") from error
@@ -143,7 +148,7 @@ def _decompressed(codec: int, data: memoryview, remaining_bytes: int) -> bytes:
         raise CorruptBatchError(f"compressed records do not decompress: {error}") from error
 
 
-def decode_records(body: bytes, count: int, base_timestamp: int) -> pa.Table:
+def decode_records(body: Records, count: int, base_timestamp: int) -> pa.Table:
     """The ``count`` uncompressed records of one batch as columns key, value, timestamp, headers."""
     try:
         return _decode_records(body, count, base_timestamp)
@@ -151,7 +156,7 @@ def decode_records(body: bytes, count: int, base_timestamp: int) -> pa.Table:
         raise CorruptBatchError(f"records do not parse: {error}") from error
 
 
-def _decode_records(body: bytes, count: int, base_timestamp: int) -> pa.Table:
+def _decode_records(body: Records, count: int, base_timestamp: int) -> pa.Table:
     data = np.frombuffer(body, dtype=np.uint8)
     starts, ends = _record_bounds(body, count)
     position = starts + 1  # the record's attributes byte, unused
@@ -185,7 +190,7 @@ def _decode_records(body: bytes, count: int, base_timestamp: int) -> pa.Table:
     })
 
 
-def _record_bounds(body: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
+def _record_bounds(body: Records, count: int) -> tuple[np.ndarray, np.ndarray]:
     """Where each record's fields start (after its length varint) and where it ends.
 
     Records of one batch often have the same length for long runs (same-sized values; lengths change only when
@@ -223,7 +228,7 @@ def _record_bounds(body: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
 MIN_RUN_RECORDS = 32
 
 
-def _walk_records(body: bytes, position: int, count: int) -> np.ndarray:
+def _walk_records(body: Records, position: int, count: int) -> np.ndarray:
     """The start of each of ``count`` records from ``position``, one length varint at a time."""
     starts = [0] * count
     for index in range(count):
@@ -252,28 +257,37 @@ def _region_mask(size: int, starts: np.ndarray, lengths: np.ndarray) -> np.ndarr
     return np.repeat(inside, runs)
 
 
+SLICED_GATHER_BYTES = 4096
+"""Records of this many bytes on average are gathered one slice each rather than through a byte mask."""
+
+
 def _gather_binary(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """A binary array of the regions of ``data``; a length of -1 is a null."""
     valid = lengths >= 0
     sizes = np.where(valid, lengths, 0)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
     np.cumsum(sizes, out=offsets[1:])
-    gathered = data[_region_mask(len(data), starts, sizes)]
+    if len(starts) * SLICED_GATHER_BYTES <= len(data):  # large values: no mask the size of the records
+        gathered = np.empty(int(offsets[-1]), np.uint8)
+        for start, size, offset in zip(starts.tolist(), sizes.tolist(), offsets.tolist(), strict=False):
+            gathered[offset : offset + size] = data[start : start + size]
+    else:
+        gathered = data[_region_mask(len(data), starts, sizes)]
     bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
     return pa.Array.from_buffers(pa.binary(), len(lengths), [bitmap, pa.py_buffer(offsets), pa.py_buffer(gathered)],
                                  null_count=int(len(lengths) - valid.sum()))
 
 
-def _decode_headers(body: bytes, positions: np.ndarray, ends: np.ndarray, counts: np.ndarray) -> pa.Array:
+def _decode_headers(body: Records, positions: np.ndarray, ends: np.ndarray, counts: np.ndarray) -> pa.Array:
     rows: list[list[dict[str, object]] | None] = []
     for position, end, count in zip(positions.tolist(), ends.tolist(), counts.tolist(), strict=True):
         pairs: list[dict[str, object]] = []
         for _ in range(count):
             key_length, position = read_varint(body, position)
-            key = body[position : position + key_length].decode()
+            key = str(body[position : position + key_length], "utf-8")
             position += key_length
             value_length, position = read_varint(body, position)
-            value = None if value_length < 0 else body[position : position + value_length]
+            value = None if value_length < 0 else bytes(body[position : position + value_length])
             position += max(value_length, 0)
             pairs.append({"key": key, "value": value})
         if position != end:

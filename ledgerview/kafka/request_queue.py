@@ -11,7 +11,11 @@ SMALL_REQUEST_BYTES may fill the bound only up to its last 1/SMALL_REQUEST_SHARE
 A frame whose bytes stop arriving is closed after frame.stall.timeout.ms (ledgerview/kafka/server.py).
 
 The batches of Fetch responses are counted here too, each from before it is encoded until it is sent
-(ledgerview/kafka/response_sender.py), under the same rules (a batch is a request's size here).
+(ledgerview/kafka/response_sender.py), under the same rules (a batch is a request's size here), and so are the
+bytes the worker thread decompresses from produced batches, each grant reserved before it is produced and kept until
+the decoded records are appended or refused (ledgerview/kafka/heavy_work.py). The frames of requests waiting for the
+worker are parked: they cannot be freed before the step running there ends, so that step's grants pass once
+nothing but parked frames and its own grants are queued, and one request always progresses.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ class QueuedRequestBytes:
         """The most bytes queued at once so far."""
         self.waits = 0
         """How many requests (or fetched batches) had to wait for room so far."""
+        self.parked_bytes = 0
+        """Bytes of request frames waiting for (or at) the worker thread."""
         self._freed = asyncio.Event()
 
     def fits(self, size: int) -> bool:
@@ -52,8 +58,29 @@ class QueuedRequestBytes:
         self.queued_bytes += size
         self.peak_bytes = max(self.peak_bytes, self.queued_bytes)
 
+    async def reserve_produced(self, size: int, held: int) -> None:
+        """Wait until ``size`` more bytes of the worker's step fit, or until nothing but parked frames and the
+        ``held`` bytes the step already reserved is queued; then count them."""
+        def fits() -> bool:
+            return self.fits(size) or self.queued_bytes - self.parked_bytes - held <= 0
+
+        if not fits():
+            self.waits += 1
+        while not fits():
+            await self._freed.wait()
+        self.queued_bytes += size
+        self.peak_bytes = max(self.peak_bytes, self.queued_bytes)
+
+    def park(self, size: int) -> None:
+        """A request frame of ``size`` bytes waits for the worker thread (negative: its step ended)."""
+        self.parked_bytes += size
+        self._wake()
+
     def release(self, size: int) -> None:
         """A request of ``size`` bytes was answered (or dropped): wake the connections waiting for room."""
         self.queued_bytes -= size
+        self._wake()
+
+    def _wake(self) -> None:
         self._freed.set()
         self._freed = asyncio.Event()

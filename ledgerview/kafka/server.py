@@ -56,6 +56,7 @@ from ledgerview.kafka.group_admin import (
 )
 from ledgerview.kafka.group_offsets import handle_offset_commit, handle_offset_fetch
 from ledgerview.kafka.groups import handle_heartbeat, handle_join_group, handle_leave_group, handle_sync_group
+from ledgerview.kafka.heavy_work import HeavyWork
 from ledgerview.kafka.metadata import (
     api_versions_response,
     handle_api_versions,
@@ -275,7 +276,8 @@ class KafkaEndpoint:
             store = Store.open(self.store_path)
             security = self.options.security
             authorizer = Authorizer(Path(self.store_path), security) if security.authorizer_class_name else None
-            broker = Broker(store, self.options, self.options.port, authorizer=authorizer)
+            broker = Broker(store, self.options, self.options.port, heavy_work=HeavyWork(self._queued),
+                            authorizer=authorizer)
             for listener in self.options.bound_listeners:
                 servers.append(await self._listen(broker, listener))
         except (OSError, LedgerviewError) as error:
@@ -352,6 +354,7 @@ class KafkaEndpoint:
             broker = shared.for_connection(Session(principal, address), listener.host, port)
             while True:
                 frame = await read_frame(reader, self.options, queue=self._queued)
+                broker.request_bytes = len(frame)
                 try:
                     response = await dispatch(broker, frame)
                 finally:

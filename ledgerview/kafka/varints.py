@@ -72,7 +72,7 @@ def write_varints(out: np.ndarray, positions: np.ndarray, zigzagged: np.ndarray,
         remaining >>= np.uint64(7)
 
 
-def read_varint(data: bytes | memoryview, position: int) -> tuple[int, int]:
+def read_varint(data: bytes | bytearray | memoryview, position: int) -> tuple[int, int]:
     """One signed varint at ``position``: (value, position after it)."""
     shift = result = 0
     while True:
