@@ -44,6 +44,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from compactor import CompactionResult
 from storage.codec import BatchHeader, encode_batch
 from storage.errors import LedgerviewError
 from storage.files import KEY_INDEX_SUFFIX, LEDGER_SUFFIX
@@ -75,21 +76,12 @@ class CompactionConflictError(LedgerviewError):
 
 
 @dataclass(frozen=True)
-class DistributedCompactionResult:
-    partition: int
-    ledger_id: int | None
-    horizon: int
-    messages_read: int
-    messages_kept: int
-    ledger_bytes: int
-    ledger_pieces: int
-    key_index_pieces: int
-    skipped: bool
+class DistributedCompactionResult(CompactionResult):
+    """What the Spark job did to one partition (``passes``: 1, Spark's aggregation spills instead of splitting)."""
 
-    @property
-    def messages_removed(self) -> int:
-        """Messages this run left out (as compactor.CompactionResult counts them)."""
-        return 0 if self.skipped else self.messages_read - self.messages_kept
+    ledger_pieces: int = 0
+    """Objects the ledger was written in, one per phase-two task that had offsets of the partition."""
+    key_index_pieces: int = 0
 
 
 class LedgerBatch(NamedTuple):
@@ -140,7 +132,7 @@ def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes:
             results.append(DistributedCompactionResult(partition, view.ledger_id if view else None,
                                                        view.horizon if view else -1, 0,
                                                        view.messages_kept if view else 0,
-                                                       view.ledger_bytes if view else 0, 0, 0, skipped=True))
+                                                       view.ledger_bytes if view else 0, 0, skipped=True))
         else:
             plans.append(plan)
     if not plans:
@@ -392,4 +384,5 @@ def _publish(store: RemoteStore, topic: str, plan: _Plan, ledger_rows: list[Any]
     change_unowned(log, with_view, wall_clock_ms)
     log.remove_unreferenced(now_ms=wall_clock_ms(), grace_ms=grace_ms)
     return DistributedCompactionResult(plan.partition, view.ledger_id, view.horizon, view.messages_read, kept,
-                                       view.ledger_bytes, len(ledger_rows), len(key_rows), skipped=False)
+                                       view.ledger_bytes, 1, skipped=False, ledger_pieces=len(ledger_rows),
+                                       key_index_pieces=len(key_rows))

@@ -6,7 +6,6 @@ import argparse
 import datetime
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from compactor import CompactionResult, CompactionState, Compactor
 from ledgerview.commands.common import (
@@ -24,9 +23,6 @@ from ledgerview.exit_codes import ExitCode
 from ledgerview.progress import progress
 from storage import Store
 from storage.object_store import RemoteStorageError
-
-if TYPE_CHECKING:
-    from streaming.compaction import DistributedCompactionResult
 
 COMPACT_DESCRIPTION = """Run two-phase compaction of a topic now, partition by partition, and wait for it.
 
@@ -102,7 +98,7 @@ def _compact_with_spark(args: argparse.Namespace) -> int:
     return _report(args, results)
 
 
-def _report(args: argparse.Namespace, results: Sequence[CompactionResult | DistributedCompactionResult]) -> int:
+def _report(args: argparse.Namespace, results: Sequence[CompactionResult]) -> int:
     if args.json:
         for result in results:
             print_json({**vars(result), "messages_removed": result.messages_removed})
