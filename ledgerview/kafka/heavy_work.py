@@ -6,7 +6,8 @@ threads (storage/periodic.py).
 
 The bytes a step produces count in the endpoint's queued.max.request.bytes pool (request_queue.py): the step calls
 ``reserve(n)`` before producing ``n`` bytes, which takes room from the pool GRANT_BYTES at a time and blocks the
-worker (back-pressure) while the pool is full. The caller releases what the step reserved once it is done with the
+worker (back-pressure) while the pool is full (past the bound, in the case where the step must progress, the pool
+counts only what fits). The caller releases what the step reserved once it is done with the
 step's result. While a request waits for the worker or its step runs, its frame is parked in the pool, so a step
 never waits for frames queued behind it.
 """
@@ -37,7 +38,7 @@ class HeavyWork:
         self._pool = pool
         self._lock = threading.Lock()
         self._closing = False
-        self._waiting: concurrent.futures.Future[None] | None = None
+        self._waiting: concurrent.futures.Future[int] | None = None
 
     async def run(self, step: Callable[[Reserve], T], *, parked_bytes: int) -> tuple[T, int]:
         """``step(reserve)`` on the worker thread, once the steps queued before it are done, with the request's
@@ -71,23 +72,25 @@ class HeavyWork:
                 self._waiting.cancel()
         self._executor.shutdown(wait=True, cancel_futures=True)
 
-    def _reserve(self, loop: asyncio.AbstractEventLoop, size: int, held: int) -> None:
-        """On the worker thread: wait until the pool counts ``size`` more bytes of a step holding ``held``."""
+    def _reserve(self, loop: asyncio.AbstractEventLoop, size: int, held: int) -> int:
+        """On the worker thread: wait until the pool takes ``size`` more bytes of a step counting ``held``; how
+        many it counts (request_queue.py)."""
         if self._pool is None:
-            return
+            return 0
         with self._lock:
             if self._closing:
                 raise concurrent.futures.CancelledError("the endpoint is stopping")
-            self._waiting = asyncio.run_coroutine_threadsafe(self._pool.reserve_produced(size, held), loop)
+            waiting = asyncio.run_coroutine_threadsafe(self._pool.reserve_produced(size, held), loop)
+            self._waiting = waiting
         try:
-            self._waiting.result()
+            return waiting.result()
         finally:
             with self._lock:
                 self._waiting = None
 
 
 class _Grants:
-    """One step's room in the pool: what it reserved, and what of that it has not produced yet."""
+    """One step's room in the pool: what the pool counts for it, and what of its grants it has not produced yet."""
 
     def __init__(self, work: HeavyWork, loop: asyncio.AbstractEventLoop) -> None:
         self._work = work
@@ -98,7 +101,6 @@ class _Grants:
     def take(self, size: int) -> None:
         if size > self._unused:
             grant = max(size - self._unused, GRANT_BYTES)
-            self._work._reserve(self._loop, grant, self.reserved)
-            self.reserved += grant
+            self.reserved += self._work._reserve(self._loop, grant, self.reserved)
             self._unused += grant
         self._unused -= size

@@ -15,7 +15,8 @@ The batches of Fetch responses are counted here too, each from before it is enco
 bytes the worker thread decompresses from produced batches, each grant reserved before it is produced and kept until
 the decoded records are appended or refused (ledgerview/kafka/heavy_work.py). The frames of requests waiting for the
 worker are parked: they cannot be freed before the step running there ends, so that step's grants pass once
-nothing but parked frames and its own grants are queued, and one request always progresses.
+nothing but parked frames and its own grants are queued, and one request always progresses; what such a step
+produces past the bound for large requests is not counted, so small requests keep their share.
 """
 
 from __future__ import annotations
@@ -58,9 +59,11 @@ class QueuedRequestBytes:
         self.queued_bytes += size
         self.peak_bytes = max(self.peak_bytes, self.queued_bytes)
 
-    async def reserve_produced(self, size: int, held: int) -> None:
+    async def reserve_produced(self, size: int, held: int) -> int:
         """Wait until ``size`` more bytes of the worker's step fit, or until nothing but parked frames and the
-        ``held`` bytes the step already reserved is queued; then count them."""
+        ``held`` bytes the step already counts is queued; then count them and return how many were counted. Past
+        the bound for large requests (the progress case) only what fits under it is counted, so the step never
+        takes the share kept for small requests: those bytes exist but are left out of the count."""
         def fits() -> bool:
             return self.fits(size) or self.queued_bytes - self.parked_bytes - held <= 0
 
@@ -68,8 +71,10 @@ class QueuedRequestBytes:
             self.waits += 1
         while not fits():
             await self._freed.wait()
-        self.queued_bytes += size
+        counted = size if self.fits(size) else max(0, min(size, self.large_limit_bytes - self.queued_bytes))
+        self.queued_bytes += counted
         self.peak_bytes = max(self.peak_bytes, self.queued_bytes)
+        return counted
 
     def park(self, size: int) -> None:
         """A request frame of ``size`` bytes waits for the worker thread (negative: its step ended)."""
