@@ -137,3 +137,25 @@ def test_a_step_that_fails_gives_its_reservations_back() -> None:
             work.close()
 
     asyncio.run(scenario())
+
+
+def test_closing_stops_a_step_waiting_for_room() -> None:
+    """The endpoint stops (HeavyWork.close on the event loop) while a step waits for room: the wait ends, so closing
+    does not hang on a worker that needs the blocked event loop."""
+
+    async def scenario() -> None:
+        pool = QueuedRequestBytes(4 * MiB)
+        work = HeavyWork(pool)
+        await pool.reserve(4 * MiB)  # another connection holds the whole pool
+
+        def step(reserve: Reserve) -> None:
+            reserve(MiB)
+
+        running = asyncio.ensure_future(work.run(step, parked_bytes=0))
+        while not pool.waits:
+            await asyncio.sleep(0.01)
+        work.close()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
