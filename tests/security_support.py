@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -25,7 +26,7 @@ from ledgerview.kafka.scram import HASHES, new_credential
 from ledgerview.kafka.security_options import SecurityProtocol
 from storage import Store
 from storage.security_records import credentials_record
-from tests.kafka_support import RawClient
+from tests.kafka_support import RawClient, wait_for
 
 PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "admin": "admin-secret"}
 CLIENT_SUBJECT = "CN=carol,OU=payments,O=Example Corp,C=GB"
@@ -177,3 +178,20 @@ def tls_handshake_fails(port: int, pki: Pki, certificate: Path | None, key: Path
             return connection.recv(4) == b""
     except (ssl.SSLError, ConnectionError):
         return True
+
+
+def consume_values(config: dict[str, object], topic: str, count: int) -> list[bytes]:
+    """The first ``count`` values a confluent-kafka consumer with ``config`` reads from ``topic``, from the start."""
+    consumer = Consumer({**config, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    try:
+        def read() -> bool:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+            return len(values) >= count
+        wait_for(read, f"{count} messages of {topic}")
+    finally:
+        consumer.close()
+    return values

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -31,8 +31,8 @@ from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
 from ledgerview.cli import main
 from ledgerview.kafka.security_options import SecurityProtocol
 from storage.security_records import acls_record
-from tests.kafka_support import RawClient, wait_for
-from tests.security_support import CLIENT_SUBJECT, PASSWORDS, Secured, pki, secured
+from tests.kafka_support import RawClient
+from tests.security_support import CLIENT_SUBJECT, PASSWORDS, Secured, consume_values, pki, secured
 
 __all__ = ["pki", "secured"]
 
@@ -57,22 +57,6 @@ def _scram(secured: Secured, user: str, mechanism: str = "SCRAM-SHA-256") -> dic
             "sasl.password": PASSWORDS[user]}
 
 
-def _consume(config: dict[str, object], topic: str, count: int) -> list[bytes]:
-    consumer = Consumer({**config, "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    try:
-        def read() -> bool:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                values.append(message.value())
-            return len(values) >= count
-        wait_for(read, f"{count} messages of {topic}")
-    finally:
-        consumer.close()
-    return values
-
-
 @pytest.mark.slow
 def test_confluent_kafka_produces_and_consumes_over_mutual_tls_as_the_certificate_subject(secured: Secured) -> None:
     secured.store.create_topic("payments")
@@ -84,7 +68,7 @@ def test_confluent_kafka_produces_and_consumes_over_mutual_tls_as_the_certificat
         producer.produce("payments", key=b"k%d" % i, value=b"p%d" % i)
     assert producer.flush(30) == 0
     assert secured.store.end_offset("payments", 0) == 20
-    assert _consume({**_mutual_tls(secured), "group.id": "settlement"}, "payments", 20) == [
+    assert consume_values({**_mutual_tls(secured), "group.id": "settlement"}, "payments", 20) == [
         b"p%d" % i for i in range(20)]
 
     failures: list[KafkaError] = []

@@ -25,7 +25,7 @@ from ledgerview.cli import main
 from ledgerview.kafka.protocol import ErrorCode
 from ledgerview.kafka.security_options import SecurityProtocol
 from tests.kafka_support import RawClient, wait_for
-from tests.security_support import PASSWORDS, Secured, pki, secured
+from tests.security_support import PASSWORDS, Secured, consume_values, pki, secured
 
 __all__ = ["pki", "secured"]
 
@@ -56,19 +56,7 @@ def test_confluent_kafka_produces_and_consumes_over_sasl_ssl(secured: Secured, m
         producer.produce("orders", key=b"k%d" % i, value=b"v%d" % i)
     assert producer.flush(30) == 0
     assert secured.store.end_offset("orders", 0) == 10
-    consumer = Consumer({**config, "group.id": "billing", "auto.offset.reset": "earliest"})
-    consumer.subscribe(["orders"])
-    values: list[bytes] = []
-    try:
-        def read() -> bool:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                values.append(message.value())
-            return len(values) == 10
-        wait_for(read, "confluent-kafka to consume 10 messages over SASL_SSL")
-    finally:
-        consumer.close()
-    assert values == [b"v%d" % i for i in range(10)]
+    assert consume_values({**config, "group.id": "billing"}, "orders", 10) == [b"v%d" % i for i in range(10)]
 
 
 @pytest.mark.slow
