@@ -25,6 +25,7 @@ an unknown key or version closes the connection. A handler failure is logged and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
@@ -214,6 +215,9 @@ async def drain(writer: asyncio.StreamWriter, options: EndpointOptions) -> None:
         raise _Close(f"responses unread for connections.max.idle.ms={options.connections_max_idle_ms}") from None
 
 
+CLOSE_WAIT_S = 1.0
+"""How long a closing connection waits for its transport to finish closing (a TLS close needs the peer)."""
+
 class KafkaEndpoint:
     """Serves the data folder at ``store_path`` to Kafka clients until ``stop``; ``start`` returns once it
     listens (``port`` then holds the real port when 0 was asked for)."""
@@ -232,6 +236,8 @@ class KafkaEndpoint:
         self._failure: BaseException | None = None
         self._open: Counter[str] = Counter()
         """Open connections per client address (touched only on the event loop)."""
+        self._handlers: set[asyncio.Task[None]] = set()
+        """The task serving each open connection, ended and awaited when the endpoint stops."""
         limit = self.options.queued_max_request_bytes
         self._queued = QueuedRequestBytes(limit if limit > 0 else sys.maxsize)
         """Bytes of requests read and not answered (queued.max.request.bytes), on the event loop only."""
@@ -294,6 +300,10 @@ class KafkaEndpoint:
         finally:
             timer.cancel()
             retention.cancel()
+            for handler in self._handlers:
+                handler.cancel()
+            # Each handler closes its connection and waits for the close, so no transport outlives the loop.
+            await asyncio.gather(*self._handlers, return_exceptions=True)
             await self._close(servers, store, broker)
 
     async def _listen(self, broker: Broker, listener: Listener) -> asyncio.Server:
@@ -346,6 +356,9 @@ class KafkaEndpoint:
             writer.close()
             return
         self._open[address] += 1
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
         sender = ResponseSender(writer, self._queued, lambda: drain(writer, self.options))
         try:
             principal = await self._authenticate(listener, address, reader, writer)
@@ -373,8 +386,11 @@ class KafkaEndpoint:
             log.exception("a Kafka request failed; closing its connection")
         finally:
             self._open[address] -= 1
+            self._handlers.discard(handler)
             sender.close()
             writer.close()
+            with contextlib.suppress(Exception):  # a peer that never finishes TLS's close must not hold a stop
+                await asyncio.wait_for(writer.wait_closed(), CLOSE_WAIT_S)
 
 
     async def _authenticate(self, listener: Listener, address: str, reader: asyncio.StreamReader,
