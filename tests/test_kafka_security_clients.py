@@ -57,12 +57,16 @@ def _scram(secured: Secured, user: str, mechanism: str = "SCRAM-SHA-256") -> dic
             "sasl.password": PASSWORDS[user]}
 
 
+def _topic_for_carol(secured: Secured, topic: str, group: str) -> None:
+    """A new topic that the client certificate's subject (carol) may read and write, and a group it may use."""
+    secured.store.create_topic(topic)
+    _acl(secured.data, "--allow-principal", CAROL, "--operation", "Read", "--operation", "Write", "--topic", topic)
+    _acl(secured.data, "--allow-principal", CAROL, "--operation", "Read", "--group", group)
+
+
 @pytest.mark.slow
 def test_confluent_kafka_produces_and_consumes_over_mutual_tls_as_the_certificate_subject(secured: Secured) -> None:
-    secured.store.create_topic("payments")
-    _acl(secured.data, "--allow-principal", CAROL, "--operation", "Read", "--operation", "Write", "--topic",
-         "payments")
-    _acl(secured.data, "--allow-principal", CAROL, "--operation", "Read", "--group", "settlement")
+    _topic_for_carol(secured, "payments", "settlement")
     producer = Producer({**_mutual_tls(secured), "enable.idempotence": True})
     for i in range(20):
         producer.produce("payments", key=b"k%d" % i, value=b"p%d" % i)
@@ -81,10 +85,7 @@ def test_confluent_kafka_produces_and_consumes_over_mutual_tls_as_the_certificat
 
 @pytest.mark.slow
 def test_kafka_python_produces_and_consumes_over_mutual_tls_as_the_certificate_subject(secured: Secured) -> None:
-    secured.store.create_topic("receipts")
-    _acl(secured.data, "--allow-principal", CAROL, "--operation", "Read", "--operation", "Write", "--topic",
-         "receipts")
-    _acl(secured.data, "--allow-principal", CAROL, "--operation", "Read", "--group", "ledger")
+    _topic_for_carol(secured, "receipts", "ledger")
     tls = {"bootstrap_servers": secured.bootstrap(SecurityProtocol.SSL), "security_protocol": "SSL",
            "ssl_cafile": str(secured.pki.ca), "ssl_certfile": str(secured.pki.client),
            "ssl_keyfile": str(secured.pki.client_key)}

@@ -19,6 +19,18 @@ def files(folder: Path) -> dict[str, int]:
             if path.is_file()}
 
 
+def torn_after(data_dir: Path, partitions: int, messages: int) -> Path:
+    """A topic ``t`` whose partition 0 holds ``messages`` messages and then the torn bytes a writer killed
+    mid-append leaves (its next open, not a reader, cuts them); the active segment's path."""
+    with Store.open(data_dir) as writer:
+        writer.create_topic("t", partitions, CONFIG)
+        writer.append("t", [(f"k{i}", f"v{i}") for i in range(messages)], partition=0)
+        active = writer.partition_log("t", 0).active.log_path
+    with open(active, "ab") as torn:
+        torn.write(b"\x00" * 30)
+    return active
+
+
 def test_a_read_only_open_creates_nothing_and_refuses_every_change(data_dir: Path) -> None:
     with pytest.raises(LedgerviewError, match="No ledgerview data folder"):
         Store.open(data_dir, read_only=True)
@@ -38,12 +50,7 @@ def test_a_read_only_open_creates_nothing_and_refuses_every_change(data_dir: Pat
 
 
 def test_a_read_only_store_leaves_a_torn_tail_to_the_writer_and_follows_its_appends(data_dir: Path) -> None:
-    with Store.open(data_dir) as writer:
-        writer.create_topic("t", 1, CONFIG)
-        writer.append("t", [(f"k{i}", f"v{i}") for i in range(50)], partition=0)
-        active = writer.partition_log("t", 0).active.log_path
-    with open(active, "ab") as torn:
-        torn.write(b"\x00" * 30)  # what a writer killed mid-append leaves
+    active = torn_after(data_dir, 1, 50)
     size = active.stat().st_size
     with Store.open(data_dir, read_only=True) as reader:
         assert reader.read("t", 0, 0).num_rows == 50  # up to the last complete batch
@@ -54,12 +61,7 @@ def test_a_read_only_store_leaves_a_torn_tail_to_the_writer_and_follows_its_appe
 
 
 def test_a_spark_read_recovers_nothing_and_leaves_no_file_behind(data_dir: Path) -> None:
-    with Store.open(data_dir) as writer:
-        writer.create_topic("t", 2, CONFIG)
-        writer.append("t", [(f"k{i}", f"v{i}") for i in range(200)], partition=0)
-        active = writer.partition_log("t", 0).active.log_path
-    with open(active, "ab") as torn:
-        torn.write(b"\x00" * 30)  # a writer killed mid-append; its next open, not a reader, cuts this
+    torn_after(data_dir, 2, 200)
     before = files(data_dir)
     scan = TopicScan(ScanOptions.parse({"path": str(data_dir), "topic": "t", "view": "raw",
                                         "maxPartitionBytes": "4096"}))
