@@ -199,7 +199,7 @@ class KeyIndex:
     Damage is an error, never a missing key: RocksDB checks the checksum of every block it reads (SST files carry
     one per block) and fails the read, and opening checks that RocksDB's manifest names exactly the SST files
     the folder holds, at their sizes (a damaged manifest record is otherwise read as a torn tail and dropped,
-    with the keys of its file). An index that cannot be opened raises its CorruptKeyIndexError on every read, so
+    with the keys of its file). An index that cannot be opened raises its KeyIndexError on every read, so
     that its ledger stays readable. RocksDB's OPTIONS file is not read: the options are given."""
 
     def __init__(self, path: Path) -> None:

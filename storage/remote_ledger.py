@@ -41,7 +41,7 @@ class RemoteCompactedView:
     messages_kept: int
     ledger_keys: tuple[str, ...]
     """Keys of the ledger's objects, relative to the remote URI, in offset order: one for a ledger compacted in
-    one process, one per phase-two task for a ledger Spark wrote (compactor/distributed.py)."""
+    one process, one per phase-two task for a ledger Spark wrote (streaming/compaction.py)."""
     ledger_bytes: int
     key_indexes: tuple[KeyIndexPiece, ...]
     """The key index's objects in key order; their key ranges do not overlap."""

@@ -3,10 +3,10 @@
 It sees what the remote tier holds: each tiered partition's raw log up to the last uploaded segment, and the
 compacted view its manifest names (whose horizon lies below that end, so the view is whole). It has the reading
 methods of Store (``ReadableStore``), so Reader and TableView take ``"s3://bucket/prefix"`` where they take a
-folder. It writes only when asked to create a topic that lives on the tier alone (``create_topic``, for the Spark
-sink with an object-store path). Each partition's manifest is read again when it is older than
-``manifest_max_age_ms``, so a point lookup after warm-up costs the reads of one key-index group and one ledger
-batch.
+folder. It writes itself only to create a topic that lives on the tier alone (``create_topic``); the writers of
+such topics (streaming/remote_sink.py, streaming/compaction.py) upload and publish through its ``objects``. Each
+partition's manifest is read again when it is older than ``manifest_max_age_ms``, so a point lookup after warm-up
+costs the reads of one key-index group and one ledger batch.
 """
 
 from __future__ import annotations

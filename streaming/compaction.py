@@ -48,6 +48,7 @@ from compactor import CompactionResult
 from storage.codec import BatchHeader, encode_batch
 from storage.errors import LedgerviewError
 from storage.files import KEY_INDEX_SUFFIX, LEDGER_SUFFIX
+from storage.ledger import BATCH_BYTES, bounded_slices
 from storage.remote_key_index import sorted_run_entries, write_flat_key_index
 from storage.remote_ledger import KeyIndexPiece, RemoteCompactedView, RemoteLedger
 from storage.remote_log import RemoteLog, RemoteLogManifest, change_unowned
@@ -55,15 +56,12 @@ from storage.remote_segment import RemoteSegments
 from storage.remote_store import RemoteStore, wall_clock_ms
 from storage.segment import batches_of_segments
 from streaming.scan import MIN_PIECE_BYTES, segment_runs
-from streaming.store_cache import cached_readable_store
+from streaming.store_cache import cached_remote_store
 
 INPUT_SCHEMA = "partition int, version long, start long, end long"
 MESSAGES_SCHEMA = "partition int, key binary, number long"
 LEDGER_PIECE_SCHEMA = "partition int, object string, first_offset long, rows long, bytes long, batches string"
 KEY_PIECE_SCHEMA = "partition int, object string, first_key binary, bytes long"
-OUTPUT_BATCH_MESSAGES = 1 << 16
-OUTPUT_BATCH_BYTES = 4 << 20
-"""A ledger batch is cut at this many messages or bytes, whichever comes first: damage then costs one batch."""
 
 
 class CompactionConflictError(LedgerviewError):
@@ -219,8 +217,7 @@ def _view_batches(store: RemoteStore, manifest: RemoteLogManifest, start: int, e
 
 
 def _pinned(uri: str, topic: str, partition: int, version: int) -> tuple[RemoteStore, RemoteLogManifest]:
-    store = cached_readable_store(uri)
-    assert isinstance(store, RemoteStore)
+    store = cached_remote_store(uri)
     manifest = RemoteLog(store.objects, topic, partition).read_version(version)
     if manifest is None:
         raise LedgerviewError(f"Version {version} of the remote log of {topic}-{partition}, which this compaction "
@@ -302,17 +299,19 @@ def _write_piece(path: Path, batches: Iterator[pa.RecordBatch], kept: np.ndarray
     their header fields, positions in the file."""
     headers: list[list[int]] = []
     pending: list[pa.RecordBatch] = []
-    held_rows = held_bytes = position = 0
+    held_bytes = position = 0
     with open(path, "wb") as file:
 
         def flush() -> None:
-            nonlocal pending, held_rows, held_bytes, position
-            encoded = encode_batch(pa.concat_batches(pending), compression=compression)
-            for piece in encoded.pieces:
-                file.write(piece)
-            headers.append(list(astuple(replace(encoded.header, position=position))))
-            position += encoded.header.batch_length
-            pending, held_rows, held_bytes = [], 0, 0
+            """Write what is pending in batches as the local ledger writer cuts them (storage/ledger.py)."""
+            nonlocal pending, held_bytes, position
+            for part in bounded_slices(pa.concat_batches(pending), BATCH_BYTES):
+                encoded = encode_batch(part, compression=compression)
+                for piece in encoded.pieces:
+                    file.write(piece)
+                headers.append(list(astuple(replace(encoded.header, position=position))))
+                position += encoded.header.batch_length
+            pending, held_bytes = [], 0
 
         for batch in batches:
             offsets = batch.column(0).to_numpy()
@@ -323,9 +322,8 @@ def _write_piece(path: Path, batches: Iterator[pa.RecordBatch], kept: np.ndarray
             rows = np.searchsorted(offsets, wanted)
             taken = batch if len(rows) == batch.num_rows else batch.take(pa.array(rows))
             pending.append(taken)
-            held_rows += taken.num_rows
             held_bytes += taken.get_total_buffer_size()
-            if held_rows >= OUTPUT_BATCH_MESSAGES or held_bytes >= OUTPUT_BATCH_BYTES:
+            if held_bytes >= BATCH_BYTES:
                 flush()
         if pending:
             flush()
@@ -343,8 +341,7 @@ def _key_piece_writer(uri: str, topic: str, versions: dict[int, tuple[int, int]]
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for partition, run in _partition_runs(batches):
-            store = cached_readable_store(uri)
-            assert isinstance(store, RemoteStore)
+            store = cached_remote_store(uri)
             keys = run.column("key").combine_chunks()
             key = _object_stem(topic, partition, versions[partition][1]) + KEY_INDEX_SUFFIX
             with tempfile.TemporaryDirectory(prefix="ledgerview-piece-") as folder:

@@ -37,7 +37,7 @@ from storage.remote_log import RemoteLog, RemoteLogManifest, change_unowned
 from storage.remote_segment import RemoteSegmentInfo
 from storage.remote_store import RemoteStore, wall_clock_ms
 from streaming.sink_commit import crash_jvm_at
-from streaming.store_cache import cached_readable_store
+from streaming.store_cache import cached_remote_store
 
 SCRATCH_DROPPED_CONFIG = ("remote.storage.enable",)
 """Topic config the scratch store must not take: it has no remote tier of its own."""
@@ -54,19 +54,12 @@ class UploadedSegments(WriterCommitMessage):
     segments: dict[int, list[RemoteSegmentInfo]]
 
 
-def remote_store(uri: str) -> RemoteStore:
-    """This worker's RemoteStore of the tier at ``uri``."""
-    store = cached_readable_store(uri)
-    assert isinstance(store, RemoteStore)
-    return store
-
-
 def write_task_segments(uri: str, topic: str, sink_id: str | None, batch_id: int,
                         batches: Iterator[pa.RecordBatch]) -> UploadedSegments:
     """Validate, route and write one task's rows as segments, upload them, and name them in the commit message."""
     context = TaskContext.get()
     task = context.partitionId() if context else 0
-    remote = remote_store(uri)
+    remote = cached_remote_store(uri)
     metadata = remote.topic_metadata(topic)
     keyless_partition = (batch_id + task) % metadata.partitions
     with tempfile.TemporaryDirectory(prefix="ledgerview-sink-") as folder, Store.open(folder) as scratch:
@@ -97,7 +90,7 @@ def commit_uploads(uri: str, topic: str, messages: Sequence[WriterCommitMessage 
     """Append the batch's uploaded segments to each partition's remote log, in task order, exactly once per
     partition for a streaming sink (see the module's docstring); then delete the uploads no manifest took."""
     uploads = [message for message in messages if isinstance(message, UploadedSegments)]
-    remote = remote_store(uri)
+    remote = cached_remote_store(uri)
     sink_id = uploads[0].sink_id if uploads else None
     crash_jvm_at("sink.remote.commit.begin")
     for partition in sorted({partition for upload in uploads for partition in upload.segments}):
@@ -142,5 +135,5 @@ def remove_unpublished(remote: RemoteStore, topic: str, uploads: list[UploadedSe
 def abort_uploads(uri: str, topic: str, messages: Sequence[WriterCommitMessage | None]) -> None:
     """Spark gave up the batch: delete what its tasks uploaded and no remote log names. A failed task sent no
     message; its objects are swept after the grace period."""
-    remove_unpublished(remote_store(uri), topic,
+    remove_unpublished(cached_remote_store(uri), topic,
                        [message for message in messages if isinstance(message, UploadedSegments)])

@@ -18,9 +18,15 @@ def cached_readable_store(location: str) -> ReadableStore:
     (``s3://bucket/prefix``: no data folder on this machine)."""
     if not is_remote_location(location):
         return cached_store(location, read_only=True)
-    store = _REMOTE_STORES.get(location)
+    return cached_remote_store(location)
+
+
+def cached_remote_store(uri: str) -> RemoteStore:
+    """One RemoteStore per remote tier per Python worker: what reads of the tier alone use, and the object handle
+    its writers (the Spark sink with an object-store path, distributed compaction) upload and publish through."""
+    store = _REMOTE_STORES.get(uri)
     if store is None:
-        store = _REMOTE_STORES[location] = RemoteStore.open(location)
+        store = _REMOTE_STORES[uri] = RemoteStore.open(uri)
     return store
 
 

@@ -166,17 +166,17 @@ class KafkaSection:
     compacted_suffix: str = ".compacted"
     advertised_host: str = ""
     """The host clients are told to connect to; empty: ``host``."""
-    fetch_cache_bytes: int = 64 * 1024 * 1024
-    socket_request_max_bytes: int = 104857600
+    fetch_cache_bytes: int = EndpointOptions.fetch_cache_bytes
+    socket_request_max_bytes: int = EndpointOptions.socket_request_max_bytes
     """Kafka's socket.request.max.bytes: a larger request closes its connection unread."""
-    fetch_max_bytes: int = 57671680
+    fetch_max_bytes: int = EndpointOptions.fetch_max_bytes
     """Kafka's fetch.max.bytes: the most one Fetch response carries, whatever the client asks."""
-    connections_max_idle_ms: int = 600000
+    connections_max_idle_ms: int = EndpointOptions.connections_max_idle_ms
     """Kafka's connections.max.idle.ms: an idle connection, a frame incomplete this long or responses unread this
     long close the connection."""
-    max_connections: int = 2147483647
+    max_connections: int = EndpointOptions.max_connections
     """Kafka's max.connections: connections beyond it are closed as they arrive."""
-    max_connections_per_ip: int = 2147483647
+    max_connections_per_ip: int = EndpointOptions.max_connections_per_ip
     """Kafka's max.connections.per.ip: connections from one address beyond it are closed as they arrive."""
     queued_max_request_bytes: int = EndpointOptions.queued_max_request_bytes
     """Kafka's queued.max.request.bytes: the most bytes of requests read and not answered, across connections (-1:
