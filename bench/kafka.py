@@ -1,14 +1,22 @@
 """The Kafka endpoint's workloads: produce and consume throughput through ``python -m ledgerview.kafka`` with
-kafka-python and confluent-kafka, one partition, the dataset's messages (keys and 100-byte values by default).
+kafka-python, confluent-kafka and kcat (librdkafka's command-line client, native code, so the endpoint and not the
+client sets the pace), one partition, the dataset's messages (keys and 100-byte values by default).
 
 Each job starts the endpoint as a process of its own on a loopback port (untimed, as is building the client's
 input), then times the client: producing every message and waiting for every acknowledgement (acks=all), or
 consuming every message from offset 0. The endpoint and the client run in separate processes, as they would in
-use; on this machine they share its two cores.
+use; on this machine they share its two cores. Before the timed part, every job warms the endpoint up untimed
+(WARM_UP_MESSAGES produced to and consumed from a topic of their own, with confluent-kafka), as a running broker
+is: first calls import what they need (pyarrow's pandas import alone takes a few hundred milliseconds).
+
+kcat reads its messages as lines ``key<TAB>value``; the dataset's random value bytes are mapped to printable ones
+(``byte % 94 + 33``: same length, no tab or newline), so its messages have the dataset's sizes.
 """
 
 from __future__ import annotations
 
+import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -16,6 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from bench.compaction import Outcome, ledgerview_store
@@ -25,6 +34,12 @@ from ledgerview.changelog import ChangelogSpec
 from storage import Store
 
 MESSAGES_FILE = "messages.arrow"
+KCAT_LINES_FILE = "messages.kcat"
+WARM_UP_TOPIC = "warm-up"
+WARM_UP_MESSAGES = 20_000
+KCAT_PRODUCER = {"linger.ms": 20, "batch.size": 1_000_000, "queue.buffering.max.messages": 2_000_000,
+                 "queue.buffering.max.kbytes": 4_000_000}
+"""The same producer settings as CONFLUENT_PRODUCER (both are librdkafka)."""
 Pair = tuple[bytes | None, bytes | None]
 CHUNK_MESSAGES = 10_000
 """Messages per produce_batch call (confluent-kafka) and per check of the consumed count."""
@@ -43,6 +58,41 @@ def produce_input(table: pa.Table, spec: ChangelogSpec, target: Path) -> None:
 
 consume_input = ledgerview_store()
 """The dataset appended to a 1-partition topic, as in the append workload."""
+
+
+def kcat_produce_input(table: pa.Table, spec: ChangelogSpec, target: Path) -> None:
+    """An empty 1-partition topic, and the messages as kcat's input lines beside the store."""
+    produce_input(table, spec, target)
+    (target / KCAT_LINES_FILE).write_bytes(kcat_lines(table))
+
+
+def kcat_lines(table: pa.Table) -> bytes:
+    """``key<TAB>value<LF>`` per message, each value byte mapped into 33..126 (kcat splits on tab and newline).
+    Keyless messages and tombstones have no line form that kcat keeps apart from empty bytes: refused."""
+    keys, values = (table[name].combine_chunks() for name in ("key", "value"))
+    if keys.null_count or values.null_count:
+        raise ValueError("kcat's line input has no null keys or values: use a dataset without tombstones")
+    key_offsets, value_offsets = (np.frombuffer(array.buffers()[1], np.int32, len(array) + 1, array.offset)
+                                  for array in (keys, values))
+    key_bytes, value_bytes = (np.frombuffer(array.buffers()[2], np.uint8) for array in (keys, values))
+    key_lengths, value_lengths = np.diff(key_offsets), np.diff(value_offsets)
+    line_ends = np.cumsum(key_lengths + value_lengths + 2)
+    out = np.empty(int(line_ends[-1]) if len(line_ends) else 0, np.uint8)
+    line_starts = line_ends - key_lengths - value_lengths - 2
+    _scatter(out, line_starts, key_bytes, key_offsets)
+    tabs = line_starts + key_lengths
+    out[tabs] = ord("\t")
+    printable = value_bytes[value_offsets[0] : value_offsets[-1]] % 94 + 33
+    _scatter(out, tabs + 1, printable, value_offsets - value_offsets[0])
+    out[line_ends - 1] = ord("\n")
+    return out.tobytes()
+
+
+def _scatter(out: np.ndarray, starts: np.ndarray, data: np.ndarray, offsets: np.ndarray) -> None:
+    """Copy region i of ``data`` (offsets[i]..offsets[i + 1]) to ``out`` at starts[i], in one indexed copy."""
+    lengths = np.diff(offsets)
+    within = np.arange(int(lengths.sum())) - np.repeat(offsets[:-1] - offsets[0], lengths)
+    out[np.repeat(starts, lengths) + within] = data[int(offsets[0]) : int(offsets[-1])]
 
 
 @contextmanager
@@ -70,16 +120,89 @@ def _messages(target: Path) -> list[Pair]:
 
 
 def _timed(target: Path, run: Callable[[str], int]) -> Outcome:
-    """Time ``run``; the notes give the CPU seconds the endpoint and the client spent, which say what each side
-    would sustain on a core of its own when the machine is shared."""
+    """Time ``run`` on a warmed-up endpoint; the notes give the CPU seconds the endpoint and the client (this
+    process and the client processes it ran) spent, which say what each side would sustain on a core of its own
+    when the machine is shared."""
+    with Store.open(target) as store:
+        if WARM_UP_TOPIC not in store.list_topics():
+            store.create_topic(WARM_UP_TOPIC, partitions=1)
     with endpoint(target) as (bootstrap, pid):
-        endpoint_cpu, client_cpu, start = cpu_seconds(pid), time.process_time(), time.perf_counter()
+        _warm_up(bootstrap)
+        endpoint_cpu, client_cpu, start = cpu_seconds(pid), _client_cpu_seconds(), time.perf_counter()
         messages = run(bootstrap)
         seconds = time.perf_counter() - start
-        endpoint_cpu, client_cpu = cpu_seconds(pid) - endpoint_cpu, time.process_time() - client_cpu
+        endpoint_cpu, client_cpu = cpu_seconds(pid) - endpoint_cpu, _client_cpu_seconds() - client_cpu
         notes = (f"CPU: endpoint {endpoint_cpu:.2f} s ({endpoint_cpu / messages * 1e6:.1f} us/message), "
                  f"client {client_cpu:.2f} s")
         return Outcome(messages, seconds=seconds, notes=notes)
+
+
+def _client_cpu_seconds() -> float:
+    """CPU seconds of this process and of its children waited for (kcat; the endpoint is waited for later)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def _warm_up(bootstrap: str) -> None:
+    """WARM_UP_MESSAGES produced to and consumed from WARM_UP_TOPIC, untimed."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    producer = Producer({"bootstrap.servers": bootstrap, **CONFLUENT_PRODUCER})
+    messages = [{"key": b"warm-up", "value": bytes(100)}] * WARM_UP_MESSAGES
+    producer.produce_batch(WARM_UP_TOPIC, messages, partition=0)
+    if producer.flush(60) != 0:
+        raise RuntimeError("the warm-up messages were not delivered")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "warm-up", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(WARM_UP_TOPIC, 0, 0)])
+    seen = 0
+    while seen < WARM_UP_MESSAGES:
+        seen += sum(1 for message in consumer.consume(CHUNK_MESSAGES, timeout=10) if message.error() is None)
+    consumer.close()
+
+
+def kcat_produce(target: Path, output: Path) -> Outcome:
+    """kcat -P of every line of the input file to partition 0 (acks=all), until it has every acknowledgement."""
+    lines = target / KCAT_LINES_FILE
+    expected = lines.read_bytes().count(b"\n")
+
+    def run(bootstrap: str) -> int:
+        settings = [argument for name, value in KCAT_PRODUCER.items() for argument in ("-X", f"{name}={value}")]
+        subprocess.run([_kcat(), "-P", "-b", bootstrap, "-t", TOPIC, "-p", "0", "-K", "\t", "-q", *settings,
+                        "-l", str(lines)], check=True)
+        return expected
+
+    before = _stored_messages(target)
+    outcome = _timed(target, run)
+    if _stored_messages(target) - before != expected:
+        raise RuntimeError(f"kcat produced {_stored_messages(target) - before} messages, not {expected}")
+    return outcome
+
+
+def kcat_consume(target: Path, output: Path) -> Outcome:
+    """kcat -C of partition 0 from offset 0 until every message is read, writing each offset to a file (which
+    shows every message arrived, in order) instead of its value."""
+    expected = _stored_messages(target)
+    offsets_file = output.with_suffix(".offsets")
+
+    def run(bootstrap: str) -> int:
+        with offsets_file.open("wb") as sink:
+            subprocess.run([_kcat(), "-C", "-b", bootstrap, "-t", TOPIC, "-p", "0", "-o", "beginning", "-e", "-q",
+                            "-c", str(expected), "-f", "%o\n"], stdout=sink, check=True)
+        return expected
+
+    outcome = _timed(target, run)
+    offsets = np.loadtxt(offsets_file, dtype=np.int64, ndmin=1)
+    offsets_file.unlink()
+    if not np.array_equal(offsets, np.arange(expected)):
+        raise RuntimeError(f"kcat read {len(offsets)} messages, not offsets 0 to {expected - 1} in order")
+    return outcome
+
+
+def _kcat() -> str:
+    path = shutil.which("kcat")
+    if path is None:
+        raise RuntimeError("kcat is not installed (Debian's kcat package; make test installs it)")
+    return path
 
 
 def confluent_chunks(messages: list[Pair]) -> list[list[dict[str, bytes | None]]]:

@@ -315,6 +315,8 @@ WORKLOADS: dict[str, Workload] = {
                      note="Producer.produce_batch of 10k messages, linger.ms 20, batch.size 1 MB, then flush"),
                 Case("kafka-python", preparer=kafka.produce_input, job=kafka.kafka_python_produce,
                      note="KafkaProducer.send per message (idempotent), linger_ms 20, batch_size 1 MB, then flush"),
+                Case("kcat", preparer=kafka.kcat_produce_input, job=kafka.kcat_produce,
+                     note="kcat -P -l of key<TAB>value lines (native librdkafka), linger.ms 20, batch.size 1 MB"),
             ),
         ),
         Workload(
@@ -325,6 +327,8 @@ WORKLOADS: dict[str, Workload] = {
                      note="Consumer.assign at offset 0, consume(10k) until every message; default fetch sizes"),
                 Case("kafka-python", preparer=kafka.consume_input, job=kafka.kafka_python_consume,
                      note="KafkaConsumer.assign + seek 0, poll(max_records=10k) until every message"),
+                Case("kcat", preparer=kafka.consume_input, job=kafka.kcat_consume,
+                     note="kcat -C -o beginning -c N -f '%o\\n' (native librdkafka); default fetch sizes"),
             ),
         ),
     )
