@@ -94,6 +94,9 @@ COMPACT_CASES = (
     Case("duckdb qualify", preparer=compaction.ipc_input, job=compaction.duckdb_job(compaction.DUCKDB_QUALIFY),
          note="QUALIFY row_number() OVER (PARTITION BY key ORDER BY offset DESC) = 1, then value NOT NULL, "
               "ORDER BY offset"),
+    Case("duckdb arg_max", preparer=compaction.ipc_input, job=compaction.duckdb_job(compaction.DUCKDB_ARG_MAX),
+         note="GROUP BY key: max(offset), arg_max_null(value, offset), arg_max(timestamp, offset); value NOT NULL, "
+              "ORDER BY offset"),
     Case("polars", preparer=compaction.ipc_input, job=compaction.polars_job,
          note="scan_ipc.unique(key, keep=last, maintain_order).filter(value not null).sink_ipc"),
     Case("pyarrow", preparer=compaction.ipc_input, job=compaction.pyarrow_job,

@@ -31,7 +31,7 @@ import crc32c
 import numpy as np
 import pyarrow as pa
 
-from storage.schema import STORED_SCHEMA
+from storage.schema import STORED_SCHEMA, null_headers
 
 HEADER = struct.Struct("<qiIBBhiiqqi")
 HEADER_BYTES: Final = HEADER.size
@@ -111,6 +111,8 @@ def _ipc_schema_prefix_bytes(compression: str | None) -> int:
 _SCHEMA_PREFIX = {name: _ipc_schema_prefix_bytes(name) for name in COMPRESSION_CODES}
 _WRITE_OPTIONS = {name: pa.ipc.IpcWriteOptions(compression=name) for name in COMPRESSION_CODES}
 
+_HEADERS_COLUMN: Final = STORED_SCHEMA.get_field_index("headers")
+
 Piece: TypeAlias = pa.Buffer | bytes
 """Part of a payload: a zero-copy slice of a column's buffer, or bytes Arrow made (metadata, padding)."""
 
@@ -169,6 +171,9 @@ class _PayloadCollector:
 
 def _payload(batch: pa.RecordBatch, compression: str | None) -> tuple[tuple[Piece, ...], int]:
     """The batch's Arrow IPC record-batch message as pieces, and its size."""
+    headers = batch.column(_HEADERS_COLUMN)
+    if 0 < headers.null_count == batch.num_rows:  # children of pa.nulls hold rows + 1 offsets each, all stored
+        batch = batch.set_column(_HEADERS_COLUMN, STORED_SCHEMA.field(_HEADERS_COLUMN), null_headers(batch.num_rows))
     collector = _PayloadCollector(_SCHEMA_PREFIX[compression])
     writer = pa.ipc.new_stream(pa.PythonFile(collector, mode="w"), STORED_SCHEMA,
                                options=_WRITE_OPTIONS[compression])

@@ -43,9 +43,10 @@ class UnknownConfigError(ConfigError):
 
 
 class InvalidConfigError(ConfigError):
-    def __init__(self, key: str, value: object, allowed: str) -> None:
-        self.key, self.value, self.allowed = key, value, allowed
-        super().__init__(f"Invalid value {str(value)!r} for topic config {key!r}: expected {allowed}.")
+    def __init__(self, key: str, value: object, allowed: str, reason: str = "") -> None:
+        self.key, self.value, self.allowed, self.reason = key, value, allowed, reason
+        super().__init__(f"Invalid value {str(value)!r} for topic config {key!r}: expected {allowed}."
+                         + (f" {reason}" if reason else ""))
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class ConfigKey:
     """Largest accepted number, for numeric kinds; None means the largest value of the kind."""
     choices: tuple[str, ...] = ()
     """Accepted values, for ``string`` and ``list`` kinds."""
+    refused: tuple[tuple[str, str], ...] = ()
+    """Values Kafka accepts for this key that ledgerview refuses, each with why and what to use instead."""
 
     @property
     def attribute(self) -> str:
@@ -106,7 +109,8 @@ class ConfigKey:
         elif text is not None:
             value = text
         if value is None or not self.accepts(value):
-            raise InvalidConfigError(self.name, raw, self.allowed)
+            reason = dict(self.refused).get(text.lower(), "") if text is not None else ""
+            raise InvalidConfigError(self.name, raw, self.allowed, reason)
         return value
 
     def accepts(self, value: Value) -> bool:
@@ -147,9 +151,13 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("compaction.threshold.bytes", "long", 0,
               "Uncompacted backlog in bytes that triggers two-phase compaction; 0 = only when asked."),
     ConfigKey("compression.type", "string", "producer",
-              "Codec of stored batches: producer keeps the append's (uncompressed if it names none). "
-              "Kafka's gzip and snappy are not supported.",
-              choices=("producer", "uncompressed", "lz4", "zstd")),
+              "Codec of stored batches (Arrow IPC buffer compression): producer keeps each append's own "
+              "(Store.append's compression, a Kafka producer's lz4 or zstd; uncompressed when it names none or "
+              "gzip or snappy). Kafka's gzip and snappy are refused: Arrow IPC has no such codec.",
+              choices=("producer", "uncompressed", "lz4", "zstd"), refused=tuple(
+                  (codec, f"Kafka's {codec} has no Arrow IPC buffer codec, so ledgerview cannot store it; zstd "
+                          f"compresses better than gzip and lz4 is faster than snappy.")
+                  for codec in ("gzip", "snappy"))),
     ConfigKey("delete.retention.ms", "long", 86400000,
               "How long tombstones survive compaction, so readers can see that a key was deleted."),
     ConfigKey("file.delete.delay.ms", "long", 60000,

@@ -430,8 +430,8 @@ def estimated_message_bytes(table: pa.Table) -> np.ndarray:
     sizes = np.full(table.num_rows, MESSAGE_OVERHEAD_BYTES, dtype=np.int64)
     for name in ("key", "value"):
         sizes += _binary_lengths(table.column(name))
-    headers = table.column("headers").combine_chunks()
-    if headers.null_count < len(headers):
+    if table.column("headers").null_count < table.num_rows:
+        headers = table.column("headers").combine_chunks()
         flat = headers.flatten()
         pair_bytes = (pa.compute.binary_length(flat.field("key")).fill_null(0).to_numpy()
                       + pa.compute.binary_length(flat.field("value")).fill_null(0).to_numpy() + 8)
