@@ -31,7 +31,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=None,
                         help=f"default: each workload's own ({DEFAULT_MESSAGES:,}; remote-*: {REMOTE_MESSAGES:,})")
     parser.add_argument("--keys", type=int, default=1_000_000)
-    parser.add_argument("--distribution", choices=["uniform", "zipf"], default="uniform")
+    parser.add_argument("--distribution", choices=["uniform", "zipf", "zipf-scattered"], default="uniform")
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--tombstones", type=float, default=0.0, help="share of tombstones, 0 to 1")
     parser.add_argument("--repeat", type=int, default=1, help="timed repetitions per case; the best is reported")

@@ -188,7 +188,7 @@ def run_job(case: Case, dataset: Path, workdir: Path, repeat: int, profiler: cPr
     rss_before = current_rss_bytes()
     seconds = []
     outcome = compaction.Outcome(None)
-    kept = output_bytes = None
+    kept = output_bytes = digest = None
     with AnonSampler() as anon:
         for repetition in range(repeat):
             if repetition and state is not None:
@@ -203,6 +203,8 @@ def run_job(case: Case, dataset: Path, workdir: Path, repeat: int, profiler: cPr
             if profiler is not None:
                 profiler.disable()
             seconds.append(elapsed if outcome.seconds is None else outcome.seconds)
+            if repetition == repeat - 1:
+                digest = compaction.view_digest(target, output)
             if output.exists():
                 kept, output_bytes = compaction.output_figures(output)
                 compaction.remove(output)
@@ -211,7 +213,7 @@ def run_job(case: Case, dataset: Path, workdir: Path, repeat: int, profiler: cPr
         seconds, messages, rss_before, peak_rss_bytes(), anon.peak_bytes, children_peak_rss_bytes(),
         kept=outcome.kept if outcome.kept is not None else kept, passes=outcome.passes,
         output_bytes=outcome.output_bytes if outcome.output_bytes is not None else output_bytes,
-        index_bytes=outcome.index_bytes, notes=outcome.notes,
+        index_bytes=outcome.index_bytes, digest=digest, notes=outcome.notes,
     )
 
 

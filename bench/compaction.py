@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import hashlib
 import importlib
 import mmap
 import os
@@ -43,6 +44,7 @@ from compactor import Compactor
 from ledgerview import changelog
 from ledgerview.changelog import ChangelogSpec
 from storage import Store
+from storage.binary_arrays import value_offsets
 from storage.compacted import CompactedLedgers
 from storage.files import LOG_SUFFIX, key_index_folder, ledgers_folder, parse_segment_file, partition_folder
 from storage.ledger import Ledger
@@ -283,6 +285,15 @@ SELECT * FROM (
 ORDER BY "offset"
 """
 
+DUCKDB_ARG_MAX = """
+SELECT * FROM (
+    SELECT max("offset") AS "offset", key, arg_max_null(value, "offset") AS value,
+           arg_max(timestamp, "offset") AS timestamp
+    FROM src GROUP BY key
+) WHERE value IS NOT NULL
+ORDER BY "offset"
+"""
+
 
 def duckdb_job(query: str) -> Job:
     """DuckDB (default settings: all cores) over the IPC file as a pyarrow dataset, its result streamed to an
@@ -376,6 +387,51 @@ def output_figures(output: Path) -> tuple[int, int]:
         reader = pa.ipc.open_file(source)
         rows = sum(reader.get_record_batch(i).num_rows for i in range(reader.num_record_batches))
     return rows, output.stat().st_size
+
+
+VIEW_COLUMNS = ("offset", "key", "value", "timestamp")
+
+
+def view_digest(target: Path, output: Path) -> str | None:
+    """The first 16 hex digits of a SHA-256 over a job's result in offset order: offsets, keys, values and
+    timestamps (as int64), so that rows of different systems show at a glance whether they kept the same view.
+    None when the job left no result (the mmap scan)."""
+    if output.is_dir():
+        table = pa.concat_tables(pq.read_table(path, columns=list(VIEW_COLUMNS)) for path in output.rglob("*.parquet"))
+    elif output.exists():
+        with pa.memory_map(str(output)) as source:
+            table = pa.ipc.open_file(source).read_all().select(list(VIEW_COLUMNS))
+    else:
+        folder = _partition_folder(target)
+        current = CompactedLedgers(folder).open_current() if folder.is_dir() else None
+        if current is None:
+            return None
+        _, ledger = current
+        try:
+            table = pa.Table.from_batches(list(ledger.read_batches())).select(list(VIEW_COLUMNS))
+        finally:
+            ledger.close()
+    table = pa.table({name: _plain(table.column(name)) for name in VIEW_COLUMNS}).sort_by("offset")
+    digest = hashlib.sha256()
+    for name in VIEW_COLUMNS:
+        column = table.column(name).combine_chunks()
+        if pa.types.is_binary(column.type):
+            offsets = value_offsets(column)
+            digest.update(np.diff(offsets).astype(np.int64).tobytes())
+            data = column.buffers()[2]
+            if data is not None:
+                digest.update(memoryview(data)[int(offsets[0]) : int(offsets[-1])])
+        else:
+            digest.update(column.to_numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _plain(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Bytes as ``binary`` (Polars writes ``binary_view``), numbers as int64."""
+    kind = column.type
+    if pa.types.is_binary_view(kind) or pa.types.is_large_binary(kind) or pa.types.is_string(kind):
+        return column.cast(pa.binary())
+    return column if pa.types.is_binary(kind) else column.cast(pa.int64())
 
 
 def remove(path: Path) -> None:

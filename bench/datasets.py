@@ -31,7 +31,7 @@ SPEC_KEY = b"ledgerview.bench.spec"
 def describe(spec: ChangelogSpec) -> str:
     """One line for humans, as in RESULTS.md headings."""
     text = (f"{spec.messages:,} messages, {spec.keys:,} keys, {spec.distribution}"
-            f"{f' (exponent {spec.zipf_exponent:g})' if spec.distribution == 'zipf' else ''}, "
+            f"{f' (exponent {spec.zipf_exponent:g})' if spec.distribution.startswith('zipf') else ''}, "
             f"{spec.value_bytes}-byte values, {spec.tombstone_share:.1%} tombstones, seed {spec.seed}")
     return text
 

@@ -30,6 +30,8 @@ class Measurement:
     """Bytes of a job's result on disk (ledgerview: the ledger file)."""
     index_bytes: int | None = None
     """Bytes of ledgerview's key index beside the ledger."""
+    digest: str | None = None
+    """compaction.view_digest of a job's result."""
     notes: str = ""
     """What the case's process adds to the row's notes."""
 

@@ -51,6 +51,7 @@ class Row:
     passes: int | None = None
     output_bytes: int | None = None
     index_bytes: int | None = None
+    digest: str | None = None
     notes_only: bool = False
     """A row that only carries notes, no figures: a warning, or how a workload's goal came out."""
 
@@ -75,12 +76,17 @@ def make_rows(workload: Workload, results: list[tuple[str, str, Measurement]], p
         mb = payload * (1 if workload.whole_dataset else 0) / best / 1e6
         rows.append(Row(workload.name, system, m.messages, best, rate, mb, rate / baseline,
                         m.peak_rss_bytes + m.children_peak_rss_bytes, m.rss_before_bytes, "; ".join(notes),
-                        m.peak_anon_bytes, m.kept, m.passes, m.output_bytes, m.index_bytes))
+                        m.peak_anon_bytes, m.kept, m.passes, m.output_bytes, m.index_bytes, m.digest))
     kept = {row.system: row.kept for row in rows if row.kept is not None}
     if workload.same_result and len(set(kept.values())) > 1:
         listed = ", ".join(f"{system} {count:,}" for system, count in kept.items())
         rows.append(Row(workload.name, "WARNING", 0, 0.0, 0.0, 0.0, 0.0, 0, 0,
                         f"the systems kept different numbers of messages: {listed}", notes_only=True))
+    digests = {row.system: row.digest for row in rows if row.digest is not None}
+    if workload.same_result and len(set(digests.values())) > 1:
+        listed = ", ".join(f"{system} {digest}" for system, digest in digests.items())
+        rows.append(Row(workload.name, "WARNING", 0, 0.0, 0.0, 0.0, 0.0, 0, 0,
+                        f"the systems' results differ (view digests): {listed}", notes_only=True))
     return rows + [_goal_row(workload.name, goal, rows) for goal in workload.goals
                    if {goal.system, *goal.parts} <= {row.system for row in rows}]
 
@@ -130,7 +136,7 @@ def table(rows: list[Row]) -> str:
 
 
 OUTPUT_COLUMNS = ("workload", "system", "messages read", "kept", "passes", "result bytes", "key index bytes",
-                  "bytes per kept message", "peak anon RSS", "peak RSS")
+                  "bytes per kept message", "view digest", "peak anon RSS", "peak RSS")
 
 
 def _mb(size: int | None) -> str:
@@ -144,7 +150,7 @@ def output_table(rows: list[Row]) -> str:
         (r.workload, r.system, f"{r.messages:,}", f"{r.kept:,}", "" if r.passes is None else str(r.passes),
          _mb(r.output_bytes), _mb(r.index_bytes),
          f"{((r.output_bytes or 0) + (r.index_bytes or 0)) / r.kept:,.1f}" if r.kept else "",
-         _gib(r.peak_anon_bytes), _gib(r.peak_rss_bytes))
+         r.digest or "", _gib(r.peak_anon_bytes), _gib(r.peak_rss_bytes))
         for r in rows if r.kept is not None and not r.notes_only
     ])
 

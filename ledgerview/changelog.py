@@ -1,6 +1,7 @@
 """Deterministic synthetic changelogs, built columnar: the demo's price ticks and the benchmark datasets.
 
-A changelog here is N messages over K distinct keys, keys drawn uniformly or by a Zipf law, fixed-size values,
+A changelog here is N messages over K distinct keys, keys drawn uniformly or by a Zipf law (hot keys clustered
+at the low key ids, or scattered over them), fixed-size values,
 and a share of tombstones (null values). The same seed gives the same bytes on every machine.
 """
 
@@ -19,7 +20,8 @@ class ChangelogSpec:
     keys: int
     value_bytes: int = 100
     distribution: str = "uniform"
-    """"uniform" or "zipf" (exponent ``zipf_exponent``, key 0 the hottest)."""
+    """"uniform", "zipf" (exponent ``zipf_exponent``, key 0 the hottest) or "zipf-scattered" (the same law, each
+    rank mapped to a random key id, so the hot keys are spread over the key space and its sort order)."""
     tombstone_share: float = 0.0
     zipf_exponent: float = 1.1
     seed: int = 7
@@ -35,15 +37,31 @@ def key_names(count: int, prefix: str = "key") -> pa.Array:
 def key_indices(spec: ChangelogSpec, rng: np.random.Generator) -> np.ndarray:
     if spec.distribution == "uniform":
         return rng.integers(0, spec.keys, spec.messages, dtype=np.int64)
-    if spec.distribution == "zipf":
+    if spec.distribution in ("zipf", "zipf-scattered"):
         ranks = np.arange(1, spec.keys + 1, dtype=np.float64)
         weights = ranks ** -spec.zipf_exponent
         cumulative = np.cumsum(weights / weights.sum())
-        return np.minimum(np.searchsorted(cumulative, rng.random(spec.messages)), spec.keys - 1)
-    raise ValueError(f"distribution {spec.distribution!r}; allowed: uniform, zipf")
+        indices = np.minimum(np.searchsorted(cumulative, rng.random(spec.messages)), spec.keys - 1)
+        return rng.permutation(spec.keys)[indices] if spec.distribution == "zipf-scattered" else indices
+    raise ValueError(f"distribution {spec.distribution!r}; allowed: uniform, zipf, zipf-scattered")
 
 
-def random_values(count: int, value_bytes: int, rng: np.random.Generator, null_mask: np.ndarray | None) -> pa.Array:
+VALUE_CHUNK_BYTES = 1 << 30
+"""Values are made in arrays of at most this many bytes: a binary array's 32-bit offsets stop at 2 GiB."""
+
+
+def random_values(count: int, value_bytes: int, rng: np.random.Generator,
+                  null_mask: np.ndarray | None) -> pa.ChunkedArray:
+    rows = max(1, VALUE_CHUNK_BYTES // max(1, value_bytes))
+    return pa.chunked_array([
+        _random_value_array(min(rows, count - start), value_bytes, rng,
+                            None if null_mask is None else null_mask[start : start + rows])
+        for start in range(0, count, rows)
+    ], pa.binary())
+
+
+def _random_value_array(count: int, value_bytes: int, rng: np.random.Generator,
+                        null_mask: np.ndarray | None) -> pa.Array:
     data = rng.integers(0, 256, count * value_bytes, dtype=np.uint8)
     offsets = np.arange(0, (count + 1) * value_bytes, value_bytes, dtype=np.int32)
     validity = None

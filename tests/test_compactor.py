@@ -124,7 +124,7 @@ def test_a_key_stays_compacted_when_every_version_is_tombstoned_then_rewritten(s
     assert [(row["offset"], row["value"]) for row in ledger_rows(store, "t")] == [(2, b"2")]
 
 
-@pytest.mark.parametrize("distribution", ["uniform", "zipf"])
+@pytest.mark.parametrize("distribution", ["uniform", "zipf", "zipf-scattered"])
 def test_a_small_memory_budget_splits_phase_one_and_gives_the_same_ledger(data_dir: Path, distribution: str) -> None:
     spec = ChangelogSpec(messages=30_000, keys=20_000, value_bytes=8, distribution=distribution, tombstone_share=0.05)
     data = generate(spec)
