@@ -116,7 +116,7 @@ COLUMNS = ("workload", "system", "messages", "seconds", "messages/s", "MB/s", "x
            "RSS before", "notes")
 
 
-def _markdown(header: tuple[str, ...], body: list[tuple[str, ...]]) -> str:
+def markdown(header: tuple[str, ...], body: list[tuple[str, ...]]) -> str:
     cells = [header, *body]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     lines = ["| " + " | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) + " |"
@@ -126,7 +126,7 @@ def _markdown(header: tuple[str, ...], body: list[tuple[str, ...]]) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    return _markdown(COLUMNS, [
+    return markdown(COLUMNS, [
         (r.workload, r.system, *[""] * (len(COLUMNS) - 3), r.notes) if r.notes_only else
         (r.workload, r.system, f"{r.messages:,}", f"{r.seconds:.3f}", _rate(r.messages_per_s),
          f"{r.mb_per_s:,.0f}" if r.mb_per_s else "", f"{r.ratio:.2f}", _gib(r.peak_rss_bytes),
@@ -146,7 +146,7 @@ def _mb(size: int | None) -> str:
 def output_table(rows: list[Row]) -> str:
     """The results of the rows that produced one (compaction jobs): what was kept, its size, and memory without
     the file pages of memory maps (peak anon RSS)."""
-    return _markdown(OUTPUT_COLUMNS, [
+    return markdown(OUTPUT_COLUMNS, [
         (r.workload, r.system, f"{r.messages:,}", f"{r.kept:,}", "" if r.passes is None else str(r.passes),
          _mb(r.output_bytes), _mb(r.index_bytes),
          f"{((r.output_bytes or 0) + (r.index_bytes or 0)) / r.kept:,.1f}" if r.kept else "",
