@@ -27,10 +27,11 @@ every POLL_INTERVAL_SECONDS for appends made by other processes, until max_wait_
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -190,8 +191,10 @@ def _encoding(broker: Broker, view: TopicView, partition: int, batch: pa.RecordB
     offsets = batch.column("offset")
     last = offsets[-1].as_py() if last_offset is None else last_offset
     key = (view.topic, view.compacted, partition, offsets[0].as_py(), last, batch.num_rows)
-    return Piece(encoded_batch_bytes(batch),
-                 lambda: broker.fetch_cache.get_or_encode(key, lambda: encode_batch(batch, last_offset=last)))
+    # The encoding is a bytearray (written in place, no copy into a bytes object); the cache only measures and
+    # hands back what it holds, so it is typed as the bytes it stands for.
+    encode = cast(Callable[[], bytes], functools.partial(encode_batch, batch, last_offset=last))
+    return Piece(encoded_batch_bytes(batch), lambda: broker.fetch_cache.get_or_encode(key, encode))
 
 
 def _message_bytes(batch: pa.RecordBatch) -> np.ndarray:

@@ -14,6 +14,7 @@ numpy and scatters keys and values into one buffer. Headers, rare in practice, t
 
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
 from collections.abc import Callable
@@ -27,6 +28,7 @@ import pyarrow.compute as pc
 
 from ledgerview.kafka.compression import DecompressedTooLargeError, Records, decompress, no_reserve
 from ledgerview.kafka.varints import (
+    INT_VARINT_BYTES_MAX,
     LONG_VARINT_BYTES_MAX,
     VarintError,
     encode_varint,
@@ -152,12 +154,15 @@ def decode_records(body: Records, count: int, base_timestamp: int) -> pa.Table:
     """The ``count`` uncompressed records of one batch as columns key, value, timestamp, headers."""
     try:
         return _decode_records(body, count, base_timestamp)
-    except (VarintError, IndexError) as error:
+    except (VarintError, IndexError, UnicodeDecodeError) as error:  # a header key must be UTF-8
         raise CorruptBatchError(f"records do not parse: {error}") from error
 
 
 def _decode_records(body: Records, count: int, base_timestamp: int) -> pa.Table:
     data = np.frombuffer(body, dtype=np.uint8)
+    runs = _uniform_runs(body, data, count)
+    if runs is not None:
+        return _decode_runs(data, runs, count, base_timestamp)
     starts, ends = _record_bounds(body, count)
     position = starts + 1  # the record's attributes byte, unused
     timestamp_deltas, sizes = read_varints(data, position, LONG_VARINT_BYTES_MAX)
@@ -185,9 +190,174 @@ def _decode_records(body: Records, count: int, base_timestamp: int) -> pa.Table:
     return pa.table({
         "key": _gather_binary(data, key_starts, key_lengths),
         "value": _gather_binary(data, value_starts, value_lengths),
-        "timestamp": pa.array(timestamp_deltas + base_timestamp, pa.int64()),
+        "timestamp": _int64_array(timestamp_deltas + base_timestamp),
         "headers": headers,
     })
+
+
+def _int64_array(values: np.ndarray) -> pa.Array:
+    """An Arrow int64 array over ``values`` (pa.array of an ndarray would import pandas on its first call)."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+# ------------------------------------------------------------------------------------------ decode, uniform runs
+@dataclass(frozen=True)
+class _UniformRun:
+    """``records`` consecutive records from byte ``start``, each laid out as ``shape`` says: the same length, key
+    length and value length, no headers, and timestamp and offset deltas of the same varint sizes (their values
+    differ)."""
+
+    start: int
+    records: int
+    shape: _RecordShape
+
+
+UNIFORM_RUNS_MAX = 8
+"""More runs than this (values of many sizes, headers): the general path decodes the batch."""
+
+
+def _uniform_runs(body: Records, data: np.ndarray, count: int) -> list[_UniformRun] | None:
+    """The records as a few uniform runs, or None when they are not (then the general path decodes them, and
+    raises the error a bad batch deserves).
+
+    Producers send records of one size in long runs (same-sized keys and values; a run ends where a delta's
+    varint grows a byte, e.g. the offset delta at 64 and 8192). Each run is taken as a 2-D array of records, so
+    checking that every record has the first one's layout, and reading its fields, are a few column operations
+    instead of varint reads per record. A record whose layout differs (or a run shorter than MIN_RUN_RECORDS
+    before the last) ends the attempt: at most UNIFORM_RUNS_MAX column passes over the batch are spent on it."""
+    runs: list[_UniformRun] = []
+    position = done = 0
+    while done < count:
+        run = _uniform_run(body, data, position, count - done)
+        if run is None or len(runs) == UNIFORM_RUNS_MAX or (run.records < MIN_RUN_RECORDS
+                                                           and done + run.records < count):
+            return None
+        runs.append(run)
+        position += run.records * run.shape.stride
+        done += run.records
+    return runs if position == len(data) else None
+
+
+def _uniform_run(body: Records, data: np.ndarray, start: int, count_max: int) -> _UniformRun | None:
+    """The longest run of records from ``start`` (at most ``count_max``) laid out as the first one."""
+    first = _record_shape(body, start)
+    if first is None:
+        return None
+    records = min(count_max, (len(data) - start) // first.stride)
+    if records == 0:
+        return None
+    table = data[start : start + records * first.stride].reshape(records, first.stride)
+    same = np.ones(records, np.bool_)
+    for column in first.fixed_columns:  # the length, key length, value length and header count bytes
+        same &= table[:, column] == table[0, column]
+    for at, size in ((first.timestamp_at, first.timestamp_bytes), (first.offset_at, first.offset_bytes)):
+        for column in range(at, at + size):  # a varint of the same size: "more follow" on all bytes but its last
+            same &= (table[:, column] >= 0x80) == (column < at + size - 1)
+    records = records if same.all() else int(same.argmin())
+    return _UniformRun(start, records, first)
+
+
+@dataclass(frozen=True)
+class _RecordShape:
+    """Where one record's fields are, counted from its first byte."""
+
+    stride: int
+    timestamp_at: int
+    timestamp_bytes: int
+    offset_at: int
+    offset_bytes: int
+    key_at: int
+    key_length: int
+    value_at: int
+    value_length: int
+    fixed_columns: tuple[int, ...]
+    """Bytes every record of a uniform run has equal to this one's."""
+
+
+def _record_shape(body: Records, start: int) -> _RecordShape | None:
+    """The layout of the record at ``start``; None when it is not one a uniform run can have (headers, varints
+    longer than the general path reads, fields that do not fill the record, bytes past the end)."""
+    try:
+        length, timestamp_at = read_varint(body, start)
+        timestamp_at += 1  # the attributes byte
+        _, offset_at = read_varint(body, timestamp_at)
+        _, key_length_at = read_varint(body, offset_at)
+        key_length, key_at = read_varint(body, key_length_at)
+        value_length_at = key_at + max(key_length, 0)
+        value_length, value_at = read_varint(body, value_length_at)
+        header_count_at = value_at + max(value_length, 0)
+        header_count, end = read_varint(body, header_count_at)
+    except (VarintError, IndexError):
+        return None
+    length_bytes = timestamp_at - 1 - start
+    sizes = (length_bytes, offset_at - timestamp_at, key_length_at - offset_at, key_at - key_length_at,
+             value_at - value_length_at)
+    if (header_count != 0 or key_length < -1 or value_length < -1 or end != start + length_bytes + length
+            or end > len(body) or max(sizes[0], *sizes[2:]) > INT_VARINT_BYTES_MAX
+            or sizes[1] > LONG_VARINT_BYTES_MAX):
+        return None
+    fixed = (*range(length_bytes), *range(key_length_at - start, key_at - start),
+             *range(value_length_at - start, value_at - start), *range(header_count_at - start, end - start))
+    return _RecordShape(end - start, timestamp_at - start, offset_at - timestamp_at, offset_at - start,
+                        key_length_at - offset_at, key_at - start, key_length, value_at - start, value_length,
+                        fixed)
+
+
+def _decode_runs(data: np.ndarray, runs: list[_UniformRun], count: int, base_timestamp: int) -> pa.Table:
+    """The records of uniform runs as columns: each field read as columns of the run's 2-D array of records, keys
+    and values copied as one 2-D slice each."""
+    timestamps = np.empty(count, np.int64)
+    key_lengths = np.repeat([run.shape.key_length for run in runs], [run.records for run in runs])
+    value_lengths = np.repeat([run.shape.value_length for run in runs], [run.records for run in runs])
+    key_offsets, value_offsets = _binary_offsets(key_lengths), _binary_offsets(value_lengths)
+    keys = np.empty(int(key_offsets[-1]), np.uint8)
+    values = np.empty(int(value_offsets[-1]), np.uint8)
+    done = 0
+    for run in runs:
+        shape = run.shape
+        table = data[run.start : run.start + run.records * shape.stride].reshape(run.records, shape.stride)
+        offset_deltas = _column_varints(table, shape.offset_at, shape.offset_bytes)
+        if not np.array_equal(offset_deltas, np.arange(done, done + run.records)):
+            raise InvalidRecordsError("inner offset deltas are not 0, 1, 2, ...")
+        timestamps[done : done + run.records] = _column_varints(table, shape.timestamp_at, shape.timestamp_bytes)
+        for out, offsets, at, length in ((keys, key_offsets, shape.key_at, shape.key_length),
+                                         (values, value_offsets, shape.value_at, shape.value_length)):
+            if length > 0:
+                first = int(offsets[done])
+                out[first : first + run.records * length].reshape(run.records, length)[:] = table[:, at : at + length]
+        done += run.records
+    timestamps += base_timestamp
+    return pa.table({
+        "key": _binary_array(key_lengths, key_offsets, keys),
+        "value": _binary_array(value_lengths, value_offsets, values),
+        "timestamp": _int64_array(timestamps),
+        "headers": pa.nulls(count, HEADER_TYPE),
+    })
+
+
+def _column_varints(table: np.ndarray, at: int, size: int) -> np.ndarray:
+    """The signed varints of ``size`` bytes in columns ``at``... of every row, as read_varints reads them."""
+    zigzagged = (table[:, at] & 0x7F).astype(np.uint64)
+    for byte_index in range(1, size):
+        zigzagged |= (table[:, at + byte_index] & 0x7F).astype(np.uint64) << np.uint64(7 * byte_index)
+    return (zigzagged >> np.uint64(1)).astype(np.int64) ^ -(zigzagged & np.uint64(1)).astype(np.int64)
+
+
+def _binary_offsets(lengths: np.ndarray) -> np.ndarray:
+    """Arrow binary offsets (int32) of values of ``lengths`` (-1: null, no bytes)."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(np.maximum(lengths, 0), out=offsets[1:])
+    return offsets
+
+
+def _binary_array(lengths: np.ndarray, offsets: np.ndarray, data: np.ndarray) -> pa.Array:
+    """A binary array of ``data`` cut at ``offsets``; a length of -1 is a null."""
+    valid = lengths >= 0
+    nulls = int(len(lengths) - np.count_nonzero(valid))
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(pa.binary(), len(lengths), [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count=nulls)
 
 
 def _record_bounds(body: Records, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -263,19 +433,15 @@ SLICED_GATHER_BYTES = 4096
 
 def _gather_binary(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """A binary array of the regions of ``data``; a length of -1 is a null."""
-    valid = lengths >= 0
-    sizes = np.where(valid, lengths, 0)
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-    np.cumsum(sizes, out=offsets[1:])
+    sizes = np.maximum(lengths, 0)
+    offsets = _binary_offsets(lengths)
     if len(starts) * SLICED_GATHER_BYTES <= len(data):  # large values: no mask the size of the records
         gathered = np.empty(int(offsets[-1]), np.uint8)
         for start, size, offset in zip(starts.tolist(), sizes.tolist(), offsets.tolist(), strict=False):
             gathered[offset : offset + size] = data[start : start + size]
     else:
         gathered = data[_region_mask(len(data), starts, sizes)]
-    bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(pa.binary(), len(lengths), [bitmap, pa.py_buffer(offsets), pa.py_buffer(gathered)],
-                                 null_count=int(len(lengths) - valid.sum()))
+    return _binary_array(lengths, offsets, gathered)
 
 
 def _decode_headers(body: Records, positions: np.ndarray, ends: np.ndarray, counts: np.ndarray) -> pa.Array:
@@ -336,14 +502,98 @@ def encoded_batch_bytes(batch: pa.RecordBatch) -> int:
     return BATCH_HEADER_BYTES + _layout(batch).records_bytes
 
 
-def encode_batch(batch: pa.RecordBatch, *, last_offset: int | None = None) -> bytes:
+def encode_batch(batch: pa.RecordBatch, *, last_offset: int | None = None) -> bytearray:
     """One uncompressed RecordBatch v2 of the messages of ``batch`` (columns offset, timestamp, key, value,
     headers; offsets increasing, gaps allowed). ``last_offset``: the batch's last offset when it must reach past
-    its last message (a compacted view's removed tail); default the last message's offset."""
+    its last message (a compacted view's removed tail); default the last message's offset. The records are
+    written in place after the header (one buffer, no copy)."""
     offsets = batch.column("offset").to_numpy()
     timestamps = batch.column("timestamp").to_numpy()
     layout = _layout(batch)
-    out = np.zeros(layout.records_bytes, dtype=np.uint8)  # zeros: every attributes byte, and headerCount 0
+    frame = bytearray(BATCH_HEADER_BYTES + layout.records_bytes)
+    out = np.frombuffer(frame, np.uint8)[BATCH_HEADER_BYTES:]
+    runs = _same_shape_runs(layout)
+    if runs is not None:
+        for start, stop in runs:
+            _write_run(out, batch, layout, start, stop)
+    else:
+        _write_records(out, batch, layout)
+    last = int(offsets[-1]) if last_offset is None else last_offset
+    base_offset = int(offsets[0])
+    _write_header(frame, base_offset, last - base_offset, int(timestamps.min()), int(timestamps.max()),
+                  batch.num_rows)
+    return frame
+
+
+ENCODE_RUNS_MAX = 16
+"""More runs of same-shaped records than this: the records are written field by field (_write_records)."""
+
+
+def _same_shape_runs(layout: _RecordLayout) -> list[tuple[int, int]] | None:
+    """The records as a few runs [start, stop) of records laid out alike (same key and value lengths, same varint
+    sizes, no headers), or None."""
+    if layout.headers is not None or not len(layout.starts):
+        return None
+    changes = ((np.diff(layout.key_lengths) != 0) | (np.diff(layout.value_lengths) != 0)
+               | (np.diff(layout.sizes[0]) != 0) | (np.diff(layout.sizes[1]) != 0))
+    cuts = np.flatnonzero(changes) + 1
+    if len(cuts) >= ENCODE_RUNS_MAX:
+        return None
+    bounds = [0, *cuts.tolist(), len(layout.starts)]
+    return list(itertools.pairwise(bounds))
+
+
+def _write_run(out: np.ndarray, batch: pa.RecordBatch, layout: _RecordLayout, start: int, stop: int) -> None:
+    """Records ``start`` to ``stop`` (laid out alike) written as columns of a 2-D view of their bytes: every byte
+    of them is written (``out`` may be uninitialised). The varints before the key are assembled in a small
+    contiguous array first, so the records' bytes are swept three times (head, key, value with what follows)."""
+    records = stop - start
+    first = int(layout.starts[start])
+    end = int(layout.starts[stop]) if stop < len(layout.starts) else layout.records_bytes
+    stride = (end - first) // records
+    table = out[first:end].reshape(records, stride)
+    sizes = [int(layout.length_sizes[start]), 1, *(int(size[start]) for size in layout.sizes[:3])]
+    head = np.empty((records, sum(sizes)), np.uint8)
+    column = _write_column_varints(head, 0, layout.length_field[start : start + 1], sizes[0])
+    head[:, column] = 0  # attributes
+    column += 1
+    for field, size in zip(layout.fields[:3], sizes[2:], strict=True):
+        sliced = field[start : start + 1] if field is layout.fields[2] else field[start:stop]
+        column = _write_column_varints(head, column, sliced, size)
+    table[:, :column] = head
+    key_length, value_length = int(layout.key_lengths[start]), int(layout.value_lengths[start])
+    column = _write_binary_column(table, column, batch.column("key"), start, stop, key_length)
+    value_length_bytes = int(layout.sizes[3][start])
+    _write_column_varints(table, column, layout.fields[3][start : start + 1], value_length_bytes)
+    column = _write_binary_column(table, column + value_length_bytes, batch.column("value"), start, stop,
+                                  value_length)
+    table[:, column] = 0  # headerCount
+    if column + 1 != stride:
+        raise AssertionError(f"a record of {stride} bytes written as {column + 1}")
+
+
+def _write_binary_column(table: np.ndarray, column: int, array: pa.Array, start: int, stop: int, length: int) -> int:
+    """Values ``start`` to ``stop`` of ``array``, each ``length`` bytes (-1: null, none), from ``column``."""
+    if length <= 0:
+        return column
+    offsets = value_offsets(array)
+    data = np.frombuffer(array.buffers()[2], np.uint8)[int(offsets[start]) : int(offsets[stop])]
+    table[:, column : column + length] = data.reshape(stop - start, length)
+    return column + length
+
+
+def _write_column_varints(table: np.ndarray, column: int, zigzagged: np.ndarray, size: int) -> int:
+    """Each row's value (or the one value, for all rows) as a varint of ``size`` bytes from ``column``; returns
+    the column after it."""
+    for byte_index in range(size):
+        digits = (zigzagged >> np.uint64(7 * byte_index)) & np.uint64(0x7F)
+        table[:, column + byte_index] = digits.astype(np.uint8) | (0x80 if byte_index < size - 1 else 0)
+    return column + size
+
+
+def _write_records(out: np.ndarray, batch: pa.RecordBatch, layout: _RecordLayout) -> None:
+    """The records written field by field over all records at once (any layout, headers too); ``out`` is zeros
+    (every attributes byte, and headerCount 0)."""
     write_varints(out, layout.starts, layout.length_field, layout.length_sizes)
     position = layout.starts + layout.length_sizes + 1
     for field, size in zip(layout.fields[:3], layout.sizes[:3], strict=True):
@@ -356,23 +606,22 @@ def encode_batch(batch: pa.RecordBatch, *, last_offset: int | None = None) -> by
     _scatter_binary(out, position, batch.column("value"), layout.value_lengths)
     if layout.headers is not None:
         _scatter_binary(out, position + np.maximum(layout.value_lengths, 0), layout.headers, layout.header_bytes)
-    last = int(offsets[-1]) if last_offset is None else last_offset
-    base_offset = int(offsets[0])
-    return _frame(out, base_offset, last - base_offset, int(timestamps.min()), int(timestamps.max()),
-                  batch.num_rows)
 
 
 def encode_empty_batch(base_offset: int, last_offset: int) -> bytes:
     """A batch with no records spanning [base_offset, last_offset]: moves a consumer past removed offsets."""
-    return _frame(np.empty(0, np.uint8), base_offset, last_offset - base_offset, -1, -1, 0)
+    frame = bytearray(BATCH_HEADER_BYTES)
+    _write_header(frame, base_offset, last_offset - base_offset, -1, -1, 0)
+    return bytes(frame)
 
 
-def _frame(records: np.ndarray, base_offset: int, last_delta: int, base_timestamp: int, max_timestamp: int,
-           count: int) -> bytes:
-    after_crc = _AFTER_CRC.pack(0, last_delta, base_timestamp, max_timestamp, NO_PRODUCER_ID, -1, -1, count)
-    crc = crc32c.crc32c(records.data, crc32c.crc32c(after_crc))
-    length = BATCH_HEADER_BYTES - LENGTH_FIELD_END + len(records)
-    return b"".join((_BEFORE_CRC.pack(base_offset, length, 0, MAGIC, crc), after_crc, records.data))
+def _write_header(frame: bytearray, base_offset: int, last_delta: int, base_timestamp: int, max_timestamp: int,
+                  count: int) -> None:
+    """The batch header at the front of ``frame``, whose records follow it; the CRC-32C covers them."""
+    _AFTER_CRC.pack_into(frame, CRC_START, 0, last_delta, base_timestamp, max_timestamp, NO_PRODUCER_ID, -1, -1,
+                         count)
+    crc = crc32c.crc32c(memoryview(frame)[CRC_START:])
+    _BEFORE_CRC.pack_into(frame, 0, base_offset, len(frame) - LENGTH_FIELD_END, 0, MAGIC, crc)
 
 
 def _binary_lengths(array: pa.Array) -> np.ndarray:
