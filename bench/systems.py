@@ -35,11 +35,31 @@ def fsync_path(path: Path) -> None:
 
 def ledgerview_write(table: pa.Table, target: Path) -> None:
     """A fresh store, one topic of one partition with the default config, appends of APPEND_ROWS rows, flush."""
+    write_topic(table, target, {})
+
+
+def ledgerview_writer(compression_type: str) -> Writer:
+    """``ledgerview_write`` into a topic whose compression.type is ``compression_type``."""
+
+    def write(table: pa.Table, target: Path) -> None:
+        write_topic(table, target, {"compression.type": compression_type})
+
+    return write
+
+
+def write_topic(table: pa.Table, target: Path, config: dict[str, str]) -> None:
     with Store.open(target) as store:
-        store.create_topic(TOPIC, partitions=1)
+        store.create_topic(TOPIC, partitions=1, config=config)
         for start in range(0, table.num_rows, APPEND_ROWS):
             store.append(TOPIC, table.slice(start, APPEND_ROWS), partition=0)
         store.flush()
+
+
+def bytes_on_disk(target: Path) -> int:
+    """Bytes of a file, or of every file under a folder (a store: segments, indexes, checkpoints, metadata)."""
+    if target.is_file():
+        return target.stat().st_size
+    return sum(path.stat().st_size for path in target.rglob("*") if path.is_file())
 
 
 def ipc_write(table: pa.Table, target: Path) -> None:

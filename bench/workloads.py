@@ -23,6 +23,8 @@ MEMORY_BUDGET_BYTES = 64 * compaction.MiB
 BUDGET_CONFIG = {"compaction.memory.bytes": MEMORY_BUDGET_BYTES}
 BUDGET = f"{MEMORY_BUDGET_BYTES // compaction.MiB} MiB"
 SYSTEM_ALLOCATOR = (("ARROW_DEFAULT_MEMORY_POOL", "system"),)
+CODECS = ("lz4", "zstd")
+"""The compression.type values the append and read workloads measure beside the default (producer: uncompressed)."""
 SEALED = remote.sealed_store()
 """The remote workloads' input: the dataset in sealed segments of remote.SEGMENT_BYTES."""
 SEALED_COMPACTED = remote.sealed_store(compacted_head=True)
@@ -115,6 +117,8 @@ WORKLOADS: dict[str, Workload] = {
             "append in 10k-message slices to a fresh 1-partition topic, then flush (fsync)",
             (
                 Case("ledgerview", systems.ledgerview_write, note="store.append x 10k rows, store.flush()"),
+                *(Case(f"ledgerview {codec}", systems.ledgerview_writer(codec),
+                       note=f"the same into a topic with compression.type={codec}") for codec in CODECS),
                 Case("arrow ipc file", systems.ipc_write, note="RecordBatchFileWriter, 10k-row batches, fsync"),
                 Case("parquet", systems.parquet_write, note="ParquetWriter, 1M-row groups, snappy, fsync"),
             ),
@@ -128,6 +132,8 @@ WORKLOADS: dict[str, Workload] = {
                      note="Store.open(verify_reads=False), store.read(topic, 0): no CRC-32C check"),
                 Case("ledgerview batches", systems.ledgerview_write, systems.ledgerview_read_batches,
                      note="sum of num_rows over store.read_batches"),
+                *(Case(f"ledgerview {codec}", systems.ledgerview_writer(codec), systems.ledgerview_read,
+                       note=f"store.read(topic, 0) of a topic with compression.type={codec}") for codec in CODECS),
                 Case("arrow ipc file", systems.ipc_write, systems.ipc_read,
                      note="open_file(memory_map).read_all()"),
                 Case("parquet", systems.parquet_write, systems.parquet_read, note="pq.read_table"),
