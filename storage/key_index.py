@@ -108,6 +108,7 @@ class KeyIndexWriter:
         for first_key, group in packed_groups(keys, offsets):
             writer[prefix + first_key] = group
         writer.finish()
+        fsync_file(Path(path))  # here, on the writer's thread, rather than all at the end in ``finish``
         self._runs.append(path)
 
     def finish(self) -> None:

@@ -11,6 +11,7 @@ import bisect
 import logging
 import os
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,12 @@ def bounded_slices(batch: pa.RecordBatch, limit_bytes: int) -> Iterator[pa.Recor
         start = stop
 
 
+WRITE_BEHIND_BYTES = 16 << 20
+"""Each time this much more has been written, the writer starts an fdatasync of the ledger on a thread of its own:
+the disk writes back while the compactor goes on, and ``finish``'s fsync waits only for the tail (on a 76 MB
+ledger its wait fell from 0.113 s to 0.035 s, bench/compaction_phases.py)."""
+
+
 class LedgerWriter:
     """Writes one ledger: batches in offset order, and its key index (``keys``), fed with sorted runs of the
     ledger's keys by whoever knows them (the compactor's phase one) while the batches are written."""
@@ -58,6 +65,9 @@ class LedgerWriter:
         self.size_bytes = 0
         self.messages = 0
         self._last_offset = -1
+        self._write_behind = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledgerview-ledger-sync")
+        self._syncing: Future[None] | None = None
+        self._synced_bytes = 0
 
     def append(self, batch: pa.RecordBatch) -> None:
         """Append a record batch of STORED_SCHEMA whose offsets are above every offset written so far, as ledger
@@ -73,15 +83,31 @@ class LedgerWriter:
             self.size_bytes += encoded.header.batch_length
         self.messages += batch.num_rows
         self._last_offset = int(offsets[-1].as_py())
+        if self.size_bytes - self._synced_bytes >= WRITE_BEHIND_BYTES and (
+                self._syncing is None or self._syncing.done()):
+            self._wait_for_write_behind()
+            self._syncing = self._write_behind.submit(os.fdatasync, self._fd)
+            self._synced_bytes = self.size_bytes
+
+    def _wait_for_write_behind(self) -> None:
+        """Wait for the started fdatasync, if any, and raise its error (a failed write-back fails the ledger)."""
+        if self._syncing is not None:
+            syncing, self._syncing = self._syncing, None
+            syncing.result()
 
     def finish(self) -> None:
         """Make the ledger and its index durable; only then may a cursor record name it."""
+        try:
+            self._wait_for_write_behind()
+        finally:
+            self._write_behind.shutdown(wait=True)
         os.fsync(self._fd)
         os.close(self._fd)
         self.keys.finish()
         fsync_folder(self.path.parent)
 
     def abort(self) -> None:
+        self._write_behind.shutdown(wait=True)  # no fdatasync may still use the descriptor once it is closed
         os.close(self._fd)
         self.path.unlink(missing_ok=True)
         self.keys.abort()
