@@ -25,12 +25,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage.binary_arrays import value_offsets
-from storage.partitioner import murmur2
+from storage.fingerprint import fingerprint_rows, fingerprints
 
 MAX_CODED_KEY_BYTES: Final = 64
 WORD_BYTES: Final = 8
-_MIX: Final = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53))
-_SHIFT: Final = np.uint64(33)
 U64 = npt.NDArray[np.uint64]
 
 
@@ -147,24 +145,12 @@ class KeyCoding:
         return order
 
     def hashes(self, codes: pa.Array) -> U64:
-        """A well-mixed 64-bit hash of every key (equal keys, equal hashes), for estimating and partitioning."""
+        """A well-mixed 64-bit hash of every key (equal keys, equal hashes), for estimating and partitioning: the
+        engine's key fingerprint (storage/fingerprint.py) of the keys, or of the codes' bytes for word codes (a
+        key's word is its suffix, the same for equal keys)."""
         if not self.width:
-            return _mix(murmur2(codes).view(np.uint32).astype(np.uint64))
-        if self.prefix is not None:
-            return _mix(codes.to_numpy())
-        matrix = code_matrix(codes)
-        if self.width < 8:
-            padded = np.zeros((len(matrix), 8), np.uint8)
-            padded[:, : self.width] = matrix
-            matrix = padded
-        width = matrix.shape[1]
-        result = np.full(len(matrix), np.uint64(width), np.uint64)
-        starts = list(range(0, width - 7, 8)) + ([width - 8] if width % 8 else [])  # the last may overlap
-        for start in starts:
-            result ^= np.ndarray((len(matrix),), "<u8", matrix, offset=start, strides=(matrix.strides[0],))
-            result *= _MIX[0]
-            result ^= result >> _SHIFT
-        return _mix(result)
+            return fingerprints(codes)
+        return fingerprint_rows(code_matrix(codes))
 
 
 def code_matrix(codes: pa.Array) -> npt.NDArray[np.uint8]:
@@ -194,14 +180,3 @@ def _key_matrix(keys: pa.Array, width: int) -> npt.NDArray[np.uint8]:
     if data is None or len(keys) == 0:
         return np.zeros((0, width), np.uint8)
     return np.frombuffer(data, np.uint8, len(keys) * width, int(value_offsets(keys)[0])).reshape(len(keys), width)
-
-
-def _mix(values: U64) -> U64:
-    """murmur3's 64-bit finaliser after a multiply: every input bit affects every output bit."""
-    values = values * _MIX[0]
-    values ^= values >> _SHIFT
-    values *= _MIX[1]
-    values ^= values >> _SHIFT
-    values *= _MIX[2]
-    values ^= values >> _SHIFT
-    return values

@@ -1,5 +1,6 @@
-"""64-bit fingerprints of binary keys, for the cleaner's key map: a fixed 8 bytes per key whatever its length, as
-Kafka's cleaner keeps a fixed 16-byte MD5 per key.
+"""64-bit fingerprints of binary keys, the engine's one key hash: the cleaner's key map keeps them (a fixed 8 bytes
+per key whatever its length, as Kafka's cleaner keeps a fixed 16-byte MD5 per key) and the compactor splits its
+phase one by them (compactor/key_codes.py).
 
 Computed for a whole ``pa.binary()`` array at once, without a loop per key: keys are taken by length class (one
 class when keys have a fixed width, the common case), each class as a 2-D byte array zero-padded to whole 64-bit
@@ -45,13 +46,19 @@ def fingerprints(keys: pa.Array) -> U64:
             else np.zeros(0, dtype=np.uint8))
     shortest, longest = int(lengths.min()), int(lengths.max())
     if shortest == longest:
-        return _finalise(_hash_fixed_width(data.reshape(count, longest), longest))
+        return fingerprint_rows(data.reshape(count, longest))
     state = np.empty(count, dtype=np.uint64)
     for length in np.unique(lengths).tolist():
         rows = np.flatnonzero(lengths == length)
         rows_bytes = data[starts[rows, None] + np.arange(length)] if length else np.zeros((len(rows), 0), np.uint8)
         state[rows] = _hash_fixed_width(rows_bytes, length)
     return _finalise(state)
+
+
+def fingerprint_rows(rows_bytes: npt.NDArray[np.uint8]) -> U64:
+    """The fingerprints of keys given as the rows of a (keys, length) byte matrix: equal to ``fingerprints`` of the
+    same keys as a binary array."""
+    return _finalise(_hash_fixed_width(rows_bytes, rows_bytes.shape[1]))
 
 
 def _hash_fixed_width(rows_bytes: npt.NDArray[np.uint8], length: int) -> U64:
