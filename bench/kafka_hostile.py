@@ -13,14 +13,16 @@ Recorded: the good producer's acknowledgement latency and the good consumer's en
 both phases, the endpoint's idle and peak VmRSS (/proc; sampled, and VmHWM), and the configured
 queued.max.request.bytes.
 
-Usage: python -m bench.kafka_hostile [--seconds S] [--idle-ms MS]
-Prints a markdown section for bench/RESULTS.md.
+Usage: python -m bench.kafka_hostile [--seconds S] [--idle-ms MS] [--only NAME ...] [--probe FILE]
+Prints a markdown section for bench/RESULTS.md. With --probe the endpoint runs under bench/kafka_memory_probe.py,
+which writes where its memory is to FILE every 20 ms, and the breakdown at idle and at peak RSS is printed too.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import socket
 import struct
 import subprocess
@@ -187,6 +189,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--idle-ms", type=int, default=5000, help="the endpoint's connections.max.idle.ms")
     parser.add_argument("--only", choices=HOSTILE, action="append", help="run only these hostile clients")
+    parser.add_argument("--probe", type=Path, metavar="FILE", help="sample the endpoint's memory parts into FILE")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         data = Path(folder) / "data"
@@ -195,7 +198,9 @@ def main() -> None:
                 store.create_topic(topic, partitions=1)
             for _ in range(BULK_MESSAGES // 100):
                 store.append("bulk", [(None, np.random.bytes(100_000)) for _ in range(100)], partition=0)
-        process = subprocess.Popen([sys.executable, "-m", "ledgerview.kafka", str(data), "--port", "0",
+        endpoint = (["-m", "ledgerview.kafka"] if args.probe is None
+                    else ["-m", "bench.kafka_memory_probe", str(args.probe)])
+        process = subprocess.Popen([sys.executable, *endpoint, str(data), "--port", "0",
                                     "--connections-max-idle-ms", str(args.idle_ms)], stdout=subprocess.PIPE, text=True)
         try:
             assert process.stdout is not None
@@ -203,6 +208,7 @@ def main() -> None:
             good = GoodClients(f"127.0.0.1:{port}")
             good.run(2.0)  # warm-up: connections, producer id, first fetches
             idle_rss = _rss_bytes(process.pid)
+            idle_at = time.monotonic()
             unloaded = good.run(args.seconds)
             peak = [idle_rss]
             sampling = threading.Event()
@@ -237,6 +243,23 @@ def main() -> None:
           f"(VmHWM {high_water / 2**20:.0f} MiB); "
           f"queued.max.request.bytes {bound / 2**20:.0f} MiB; goal: peak under 2 x idle + bound = "
           f"{(2 * idle_rss + bound) / 2**20:.0f} MiB")
+    if args.probe is not None:
+        print(_breakdown(args.probe, idle_at))
+
+
+PROBED = ("rss", "anon", "shmem", "file", "arrow", "malloc", "malloc_free", "pool", "parked", "cache")
+
+
+def _breakdown(path: Path, idle_at: float) -> str:
+    """The probe's samples at idle, at peak RSS and each part's own peak, in MiB."""
+    samples = [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+    idle = min(samples, key=lambda sample: abs(sample["t"] - idle_at))
+    peak = max(samples, key=lambda sample: sample["rss"])
+    rows = [("idle", idle), ("at peak RSS", peak), ("each part's peak", {name: max(sample[name] for sample in samples)
+                                                                       for name in PROBED})]
+    head = "| sample | " + " | ".join(PROBED) + " |\n|---|" + "---|" * len(PROBED) + "\n"
+    return head + "\n".join(f"| {label} | " + " | ".join(f"{row[name] / 2**20:.0f}" for name in PROBED) + " |"
+                             for label, row in rows)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ BULK_MESSAGES, BULK_VALUE_BYTES = 600, 100_000
 FETCH_MAX_BYTES = 57671680
 HOSTILE = 5
 FETCH_CACHE_BYTES = 64 * MiB
-"""EndpointOptions.fetch_cache_bytes' default: encoded batches the endpoint keeps, outside the bound."""
+"""EndpointOptions.fetch_cache_bytes' default (the cache now lives inside the bound; kept here as slack)."""
 MARGIN = 48 * MiB
 """Python, Arrow and kafka-python objects of the requests, the good clients' work and allocator slack."""
 

@@ -50,7 +50,8 @@ class EndpointOptions:
     advertised_host: str | None = None
     """Host clients are told to connect to (Metadata, FindCoordinator); default ``host``."""
     fetch_cache_bytes: int = 64 * 1024 * 1024
-    """Memory for encoded fetch batches, so consumers reading the same offsets share one encoding."""
+    """Memory for encoded fetch batches, so consumers reading the same offsets share one encoding; held only in
+    room queued.max.request.bytes leaves free, evicted first when requests need it (batch_cache.py)."""
     socket_request_max_bytes: int = 104857600
     """Kafka's ``socket.request.max.bytes``: a request frame declaring more (or a negative size) closes its
     connection before any of its body is read; also the most one partition's produced records may decompress to

@@ -17,11 +17,18 @@ the decoded records are appended or refused (ledgerview/kafka/heavy_work.py). Th
 worker are parked: they cannot be freed before the step running there ends, so that step's grants pass once
 nothing but parked frames and its own grants are queued, and one request always progresses; what such a step
 produces past the bound for large requests is not counted, so small requests keep their share.
+
+The fetch cache's encoded batches (batch_cache.py) live in the same bound, in the room nothing else uses: the cache
+takes room only while requests and responses leave it free (never the small requests' share, never by waiting),
+and whenever a request, a fetched batch or a worker step needs room its least recently used entries are evicted
+first. So requests, responses and the cache together stay under queued.max.request.bytes (Kafka keeps no such
+cache: it leaves reuse to the OS page cache, outside its heap).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 SMALL_REQUEST_BYTES = 64 * 1024
 """A request frame of at most this many bytes is small."""
@@ -43,12 +50,41 @@ class QueuedRequestBytes:
         """How many requests (or fetched batches) had to wait for room so far."""
         self.parked_bytes = 0
         """Bytes of request frames waiting for (or at) the worker thread."""
+        self.cached_bytes = 0
+        """Bytes the fetch cache holds in the bound (not in queued_bytes); evicted whenever room is needed."""
+        self._evict: Callable[[int], None] | None = None
         self._freed = asyncio.Event()
 
+    def share_with_cache(self, evict: Callable[[int], None]) -> None:
+        """Let a cache hold room (take_cached); ``evict(n)`` must drop at least ``n`` of its bytes (or all it has)
+        and give them back with release_cached."""
+        self._evict = evict
+
     def fits(self, size: int) -> bool:
-        """Whether a request of ``size`` bytes may be read now."""
+        """Whether a request of ``size`` bytes may be read now, evicting cached batches to make room."""
         limit = self.limit_bytes if size <= SMALL_REQUEST_BYTES else self.large_limit_bytes
-        return not self.queued_bytes or self.queued_bytes + size <= limit
+        over = self.queued_bytes + self.cached_bytes + size - limit
+        if over > 0 and self.cached_bytes and self._evict is not None:
+            self._evict(over)
+        return not self.queued_bytes or self.queued_bytes + self.cached_bytes + size <= limit
+
+    @property
+    def cache_room(self) -> int:
+        """Bytes a cache may still take: what is free under the bound for large requests (the small requests' share
+        is never cached into); negative when the cache holds more than is free."""
+        return self.large_limit_bytes - self.queued_bytes - self.cached_bytes
+
+    def take_cached(self, size: int) -> bool:
+        """Count ``size`` bytes a cache keeps, if they fit in cache_room now; False, counting nothing, if not."""
+        if size > self.cache_room:
+            return False
+        self.cached_bytes += size
+        return True
+
+    def release_cached(self, size: int) -> None:
+        """A cache dropped ``size`` bytes it had taken."""
+        self.cached_bytes -= size
+        self._wake()
 
     async def reserve(self, size: int) -> None:
         """Wait until a request of ``size`` bytes fits (or nothing is queued), then count it."""
@@ -71,7 +107,8 @@ class QueuedRequestBytes:
             self.waits += 1
         while not fits():
             await self._freed.wait()
-        counted = size if self.fits(size) else max(0, min(size, self.large_limit_bytes - self.queued_bytes))
+        counted = size if self.fits(size) else max(0, min(size, self.large_limit_bytes - self.queued_bytes
+                                                            - self.cached_bytes))
         self.queued_bytes += counted
         self.peak_bytes = max(self.peak_bytes, self.queued_bytes)
         return counted

@@ -9,7 +9,9 @@ or its frame's bytes stop arriving for frame.stall.timeout.ms, or when it reads 
 open, or max.connections.per.ip from its address, is closed at once. A request body is read only once the bytes
 of requests read and not answered yet, across all connections, leave room for it under queued.max.request.bytes
 (ledgerview/kafka/request_queue.py): until then that socket is not read. A Fetch response is written piece by
-piece, each batch encoded when its turn comes and counted in that same pool until sent (response_sender.py).
+piece, each batch encoded when its turn comes and counted in that same pool until sent (response_sender.py); the
+fetch cache holds only room that pool leaves free (batch_cache.py). Freed large buffers go back to the system
+(large_buffers.py), and segment pages fetches read are dropped from the process as they are encoded (mapped_pages.py).
 Connections run concurrently on one event loop, which owns the store: no locks.
 
 Every listener (EndpointOptions.bound_listeners) is a server on that loop. On SSL and SASL_SSL listeners the
@@ -58,6 +60,8 @@ from ledgerview.kafka.group_admin import (
 from ledgerview.kafka.group_offsets import handle_offset_commit, handle_offset_fetch
 from ledgerview.kafka.groups import handle_heartbeat, handle_join_group, handle_leave_group, handle_sync_group
 from ledgerview.kafka.heavy_work import HeavyWork
+from ledgerview.kafka.large_buffers import return_large_buffers
+from ledgerview.kafka.mapped_pages import MappedPages
 from ledgerview.kafka.metadata import (
     api_versions_response,
     handle_api_versions,
@@ -241,6 +245,8 @@ class KafkaEndpoint:
         limit = self.options.queued_max_request_bytes
         self._queued = QueuedRequestBytes(limit if limit > 0 else sys.maxsize)
         """Bytes of requests read and not answered (queued.max.request.bytes), on the event loop only."""
+        self._mapped_pages = MappedPages(store_path)
+        """Drops the pages of segments that fetches read from the process's RSS (mapped_pages.py)."""
 
     def start(self) -> KafkaEndpoint:
         self._thread = threading.Thread(target=self._run, name="kafka-endpoint", daemon=True)
@@ -274,6 +280,7 @@ class KafkaEndpoint:
 
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
+        return_large_buffers()  # freed frames and batches leave RSS (ledgerview/kafka/large_buffers.py)
         self._stopping = asyncio.Event()
         servers: list[asyncio.Server] = []
         store: Store | None = None
@@ -284,6 +291,7 @@ class KafkaEndpoint:
             authorizer = Authorizer(Path(self.store_path), security) if security.authorizer_class_name else None
             broker = Broker(store, self.options, self.options.port, heavy_work=HeavyWork(self._queued),
                             authorizer=authorizer)
+            broker.fetch_cache.count_in(self._queued)
             for listener in self.options.bound_listeners:
                 servers.append(await self._listen(broker, listener))
         except (OSError, LedgerviewError) as error:
@@ -373,7 +381,7 @@ class KafkaEndpoint:
                 finally:
                     self._queued.release(len(frame))
                 if isinstance(response, FramedResponse):
-                    await sender.send(response)
+                    await sender.send(self._mapped_pages.watching(response))
                 elif response:
                     writer.write(response)
                     if writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_MAX:
