@@ -70,17 +70,23 @@ def test_uniform_and_general_paths_decode_the_same_messages(batch_runs: list[Run
 
 
 def test_same_sized_records_take_the_uniform_path_across_varint_growth(monkeypatch: pytest.MonkeyPatch) -> None:
-    taken = []
+    taken: list[int] = []
     decode_runs = records._decode_runs
-    monkeypatch.setattr(records, "_decode_runs", lambda *args: taken.append(len(args[1])) or decode_runs(*args))
-    [batch] = decode_batches(_built([(9000, 9, 100)], step=1), batch_bytes_max=2 << 20)  # offset and timestamp deltas grow at 64 and 8192
+
+    def counted(data: object, runs: list[object], count: int, base_timestamp: int) -> object:
+        taken.append(len(runs))
+        return decode_runs(data, runs, count, base_timestamp)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(records, "_decode_runs", counted)
+    # offset and timestamp deltas grow a byte at 64 and 8192: three runs
+    [batch] = decode_batches(_built([(9000, 9, 100)], step=1), batch_bytes_max=2 << 20)
     assert taken == [3]
     assert batch.records.num_rows == 9000
     assert batch.records["value"][8999].as_py() == bytes([(8999 * 7) % 253]) * 100
 
 
 def test_irregular_records_take_the_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    taken = []
+    taken: list[object] = []
     monkeypatch.setattr(records, "_decode_runs", lambda *args: taken.append(args))
     many_sizes = _built([(40, 3, length) for length in range(12)], step=1)
     with_headers = _built([(100, 3, 10)], step=1, headers_at=50)

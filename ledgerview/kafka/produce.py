@@ -101,7 +101,7 @@ async def handle_produce(broker: Broker, request: Any, version: int) -> Any | No
     return ProduceResponse(version=version, responses=responses, throttle_time_ms=0)
 
 
-async def _produce_partition(broker: Broker, name: str, partition: int, records: bytes | None
+async def _produce_partition(broker: Broker, name: str, partition: int, records: memoryview | None
                              ) -> tuple[ErrorCode, int]:
     if not broker.allowed_topic(Operation.WRITE, name):
         return ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1

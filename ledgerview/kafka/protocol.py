@@ -4,7 +4,8 @@ Only pre-flexible versions are advertised: every client still implements them, a
 docs/kafka.md). Produce is advertised from version 0 although only 3 and up are handled, because librdkafka
 before 2.11.1 (Debian's kcat) turns compression off when the range does not contain 0 (KAFKA-18659); older
 requests are refused by closing the connection, as Kafka 4 does. The requests and responses themselves are
-kafka-python's ``kafka.protocol`` classes.
+kafka-python's ``kafka.protocol`` classes, except Produce requests, read without copying their records
+(produce_request.py).
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from kafka.protocol.consumer import (
     SyncGroupRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
-from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.producer import InitProducerIdRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+from ledgerview.kafka.produce_request import ProduceRequest
 
 
 class ApiKey(enum.IntEnum):

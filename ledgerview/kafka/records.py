@@ -311,8 +311,8 @@ def _decode_runs(data: np.ndarray, runs: list[_UniformRun], count: int, base_tim
     key_lengths = np.repeat([run.shape.key_length for run in runs], [run.records for run in runs])
     value_lengths = np.repeat([run.shape.value_length for run in runs], [run.records for run in runs])
     key_offsets, value_offsets = _binary_offsets(key_lengths), _binary_offsets(value_lengths)
-    keys = np.empty(int(key_offsets[-1]), np.uint8)
-    values = np.empty(int(value_offsets[-1]), np.uint8)
+    keys, key_buffer = _pool_bytes(int(key_offsets[-1]))
+    values, value_buffer = _pool_bytes(int(value_offsets[-1]))
     done = 0
     for run in runs:
         shape = run.shape
@@ -329,8 +329,8 @@ def _decode_runs(data: np.ndarray, runs: list[_UniformRun], count: int, base_tim
         done += run.records
     timestamps += base_timestamp
     return pa.table({
-        "key": _binary_array(key_lengths, key_offsets, keys),
-        "value": _binary_array(value_lengths, value_offsets, values),
+        "key": _binary_array(key_lengths, key_offsets, key_buffer),
+        "value": _binary_array(value_lengths, value_offsets, value_buffer),
         "timestamp": _int64_array(timestamps),
         "headers": pa.nulls(count, HEADER_TYPE),
     })
@@ -351,13 +351,23 @@ def _binary_offsets(lengths: np.ndarray) -> np.ndarray:
     return offsets
 
 
-def _binary_array(lengths: np.ndarray, offsets: np.ndarray, data: np.ndarray) -> pa.Array:
+def _binary_array(lengths: np.ndarray, offsets: np.ndarray, data: np.ndarray | pa.Buffer) -> pa.Array:
     """A binary array of ``data`` cut at ``offsets``; a length of -1 is a null."""
     valid = lengths >= 0
     nulls = int(len(lengths) - np.count_nonzero(valid))
     bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
-    return pa.Array.from_buffers(pa.binary(), len(lengths), [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
+    values = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
+    return pa.Array.from_buffers(pa.binary(), len(lengths), [bitmap, pa.py_buffer(offsets), values],
                                  null_count=nulls)
+
+
+def _pool_bytes(size: int) -> tuple[np.ndarray, pa.Buffer]:
+    """``size`` writable bytes from Arrow's memory pool: a numpy view of them and the buffer that owns them. For
+    decoded keys and values, which the store's append reads once and lets go: the pool reuses freed memory, where
+    glibc hands blocks of 128 KiB or more back to the kernel (ledgerview/kafka/large_buffers.py) and each new one
+    is faulted in again, a page at a time (about a fifth of the endpoint's page faults on produce, measured)."""
+    buffer = pa.allocate_buffer(size)
+    return np.frombuffer(buffer, np.uint8), buffer
 
 
 def _record_bounds(body: Records, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -506,7 +516,8 @@ def encode_batch(batch: pa.RecordBatch, *, last_offset: int | None = None) -> by
     """One uncompressed RecordBatch v2 of the messages of ``batch`` (columns offset, timestamp, key, value,
     headers; offsets increasing, gaps allowed). ``last_offset``: the batch's last offset when it must reach past
     its last message (a compacted view's removed tail); default the last message's offset. The records are
-    written in place after the header (one buffer, no copy)."""
+    written in place after the header (one buffer, no copy); a bytearray, not Arrow's pool, so the memory leaves
+    the process once the batch is sent (ledgerview/kafka/large_buffers.py)."""
     offsets = batch.column("offset").to_numpy()
     timestamps = batch.column("timestamp").to_numpy()
     layout = _layout(batch)
