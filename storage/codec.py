@@ -101,15 +101,11 @@ class BatchHeader:
         return None if self.attributes & DELETE_HORIZON_FLAG else self.first_timestamp
 
 
-_END_OF_STREAM_BYTES: Final = 8
-"""An IPC stream ends with a continuation marker and a zero length."""
-
-
 def _ipc_schema_prefix_bytes(compression: str | None) -> int:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, STORED_SCHEMA, options=pa.ipc.IpcWriteOptions(compression=compression)):
         pass
-    return int(sink.getvalue().size) - _END_OF_STREAM_BYTES
+    return int(sink.getvalue().size) - 8  # the stream ends with an 8-byte end-of-stream marker
 
 
 _SCHEMA_PREFIX = {name: _ipc_schema_prefix_bytes(name) for name in COMPRESSION_CODES}
@@ -118,7 +114,7 @@ _WRITE_OPTIONS = {name: pa.ipc.IpcWriteOptions(compression=name) for name in COM
 _HEADERS_COLUMN: Final = STORED_SCHEMA.get_field_index("headers")
 
 Piece: TypeAlias = pa.Buffer | bytes
-"""Part of a payload: the message Arrow assembled, or a slice of a file's bytes (a batch the cleaner copies)."""
+"""Part of a payload: a zero-copy slice of a column's buffer, or bytes Arrow made (metadata, padding)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,27 +131,56 @@ class EncodedBatch:
         return [self.header_bytes, *self.payload]
 
 
-def _payload(batch: pa.RecordBatch, compression: str | None) -> tuple[tuple[Piece, ...], int]:
-    """The batch's Arrow IPC record-batch message, and its size.
+class _PayloadCollector:
+    """The file Arrow's IPC stream writer writes one record batch to.
 
-    Arrow assembles it in C++ without calling back into Python (``RecordBatch.serialize``, or a stream writer on an
-    in-memory sink when compressing, whose schema message and end-of-stream marker are cut off): one copy of the
-    batch, but no Python write per buffer, each of which would wait for the GIL whenever another thread holds it
-    (the service, the Kafka endpoint and the bench's memory sampler all run threads beside appends).
+    It keeps the pieces instead of copying them (column buffers arrive as zero-copy ``pa.Buffer`` slices) and drops
+    the schema message every stream starts with: an appended batch is never assembled in memory, only checksummed
+    and written with one ``writev``, as the Arrow IPC file writer writes it.
     """
+
+    closed = False
+
+    def __init__(self, skip_bytes: int) -> None:
+        self.skip_bytes = skip_bytes
+        self.position = 0
+        self.pieces: list[Piece] = []
+
+    def write(self, data: Piece) -> int:
+        size = len(data) if isinstance(data, bytes) else data.size
+        start = self.position
+        self.position += size
+        if self.position > self.skip_bytes:
+            if start < self.skip_bytes:
+                data = data[self.skip_bytes - start :]
+            self.pieces.append(data)
+        return size
+
+    def tell(self) -> int:
+        return self.position
+
+    def writable(self) -> bool:
+        return True
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _payload(batch: pa.RecordBatch, compression: str | None) -> tuple[tuple[Piece, ...], int]:
+    """The batch's Arrow IPC record-batch message as pieces, and its size."""
     headers = batch.column(_HEADERS_COLUMN)
     if 0 < headers.null_count == batch.num_rows:  # children of pa.nulls hold rows + 1 offsets each, all stored
         batch = batch.set_column(_HEADERS_COLUMN, STORED_SCHEMA.field(_HEADERS_COLUMN), null_headers(batch.num_rows))
-    if compression is None:
-        message = batch.serialize()
-        return (message,), message.size
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, STORED_SCHEMA, options=_WRITE_OPTIONS[compression]) as writer:
-        writer.write_batch(batch)
-    stream = sink.getvalue()
-    prefix = _SCHEMA_PREFIX[compression]
-    message = stream.slice(prefix, stream.size - prefix - _END_OF_STREAM_BYTES)
-    return (message,), message.size
+    collector = _PayloadCollector(_SCHEMA_PREFIX[compression])
+    writer = pa.ipc.new_stream(pa.PythonFile(collector, mode="w"), STORED_SCHEMA,
+                               options=_WRITE_OPTIONS[compression])
+    writer.write_batch(batch)
+    pieces, size = tuple(collector.pieces), collector.position - collector.skip_bytes
+    writer.close()  # its end-of-stream marker lands after the pieces taken above
+    return pieces, size
 
 
 def encode_batch(
