@@ -2,9 +2,9 @@
 its steps timed from outside (the compactor is not changed to be measured).
 
 Each step is a function of the compactor or of storage wrapped for the run: its wall time, and the CPU time of
-the thread that ran it. Phase one overlaps its steps on two threads (reading, keys and key coding on one, Arrow's
-aggregation on the other), the key index is written on a third while phase two runs, so the steps' wall times
-add up to more than the run's; CPU seconds show what each step costs.
+the thread that ran it. Phase one reads on one thread while workers (one per core) make and aggregate the
+bucketed pairs, and the key index is written on a thread of its own while phase two runs, so the steps' wall
+times add up to more than the run's; CPU seconds show what each step costs. Nested steps count in both.
 
     .venv/bin/python -m bench.compaction_phases --messages 10000000 --keys 1000000 --distribution zipf-scattered
 """
@@ -26,9 +26,8 @@ from typing import Any
 
 import pyarrow as pa
 
-import compactor.index_runs
+import compactor.buckets
 import compactor.latest_offsets
-import compactor.passes
 import compactor.run
 import storage.key_index
 import storage.ledger
@@ -115,9 +114,12 @@ def instrument(steps: Steps) -> None:
     steps.phase_of(compactor.run, "_write_ledger", "2: write the ledger")
     steps.generator(storage.partition_log.PartitionLog, "read_batches", "read raw batches (CRC-32C once per process)")
     steps.generator(storage.ledger.Ledger, "read_batches", "read the previous ledger's batches")
-    steps.function(compactor.passes, "keyed_numbers", "keys and 2*offset+live numbers")
-    steps.function(KeyCoding, "encode", "key coding")
-    steps.function(compactor.latest_offsets, "_latest_live", "aggregation (waits on the reading thread)")
+    steps.function(compactor.buckets, "keyed_numbers", "keys and 2*offset+live numbers (workers)")
+    steps.function(KeyCoding, "encode", "key coding (workers)")
+    steps.function(KeyCoding, "hashes", "key fingerprints for the buckets (workers)")
+    steps.function(compactor.latest_offsets, "bucketed", "pairs cut into buckets, all of it (workers)")
+    steps.function(compactor.buckets, "latest_per_key", "aggregation while reading: reductions (workers)")
+    steps.function(compactor.latest_offsets, "latest_per_key", "aggregation of each bucket at the end (workers)")
     steps.function(compactor.run, "_take", "take the surviving rows")
     steps.function(storage.ledger.LedgerWriter, "append", "encode, checksum and write ledger batches")
     steps.function(storage.ledger.LedgerWriter, "finish", "fsync the ledger", phase="3: finish")

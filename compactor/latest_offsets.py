@@ -1,92 +1,86 @@
 """Phase one: which message of each key is the latest, within a memory budget, reading only keys, offsets and
-whether the value is null.
-
-Steps:
+whether the value is null. A hash-partitioned (Grace) aggregation in one read of the input:
 
 1. The key coding (compactor/key_codes.py: exact fixed-width codes, uint64 words where they fit, when all keys
    have one length; never a lossy hash) is chosen from the first keyed batch; a later batch it refuses widens it
-   and phase one starts again (this can only happen before any pass has finished: the first pass or the hashing
-   reads it all).
-2. A pass streams, batch by batch, (code, 2 * offset + (1 if the value is not null)) of its keyed messages into
-   Arrow's hash aggregation, which keeps the largest number per key. Offsets only grow, so that number belongs to
-   the key's latest message, and its low bit says whether that message is a tombstone. The aggregation's memory
-   grows with the distinct keys it has seen (GROUP_BYTES_PER_KEY beyond the code, measured; once per thread
-   when threaded), not with the messages. A pass reads its input (CRC checks included) and cuts it into the
-   aggregation's pieces on another thread (compactor/prefetch.py), so that work overlaps the grouping.
-3. If even one distinct key per message would fit the budget, one threaded pass over everything. Otherwise
-   one single-threaded pass, *watched*: before each batch it reads how much Arrow's memory pool holds, and past
-   WATCHED_SHARE of the budget (the hash table may grow once more) it stops. Most inputs repeat their keys
-   enough to finish here.
-4. A stopped pass is split by key hash (hash mod m = r becomes hash mod m * k = r + m * j for j < k, so passes
-   already done stay valid). The hashes (and fixed-width codes) are spilled once to memory-mapped files
-   (compactor/spill.py), which later passes read instead of the input; k comes from an estimate
-   of the distinct keys made from them (the first split), or from the distinct keys the pass would have held had
-   its growth gone on as it went (a pass that still overflows). Every key falls in exactly one finished pass.
-5. The survivors of a pass are the latest messages that are not tombstones. Their keys and offsets go to
-   ``on_pass`` (the key index is built from them); their offsets, sorted, are kept, and spilled to a
-   memory-mapped file when there are several passes, so memory holds one pass at a time.
-6. Keyless messages survive only when ``compaction.retain.null.key`` is set (they have no key to be replaced by).
+   and phase one starts again.
+2. The input is read on this thread a group of batches at a time (CRC checks included); worker threads turn each
+   group into (code, number) pairs cut into buckets by key hash (compactor/buckets.py). The number is
+   2 * offset + (1 if the value is not null), so a key's largest number is its latest message.
+3. The pairs are held by bucket. When they pass HELD_SHARE of the budget, each bucket is reduced to one pair per
+   key (its largest number; Arrow's hash aggregation, a bucket per worker at a time). When reducing no longer
+   frees enough (more distinct keys than the budget holds), the reduced buckets are spilled to a memory-mapped
+   file (compactor/spill.py) and memory starts empty again.
+4. At the end each bucket is finished alone (its spills and what is held, aggregated): its latest messages that
+   are not tombstones survive. Buckets are gathered into *runs* of at most HELD_SHARE of the budget; each run's
+   keys and offsets go to ``on_pass`` (the key index is written from them, one sorted run each) and its offsets,
+   sorted, are kept (spilled to a memory-mapped file when there are several runs). Every key is in exactly one
+   bucket, so runs hold disjoint keys.
+5. Keyless messages survive only when ``compaction.retain.null.key`` is set (they have no key to be replaced by).
 
 The result is a set of sorted offset arrays; phase two walks the input again and keeps exactly those offsets.
-The passes change how much memory and time phase one takes, never its result.
+The budget changes how much memory and time phase one takes, never its result.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
 import tempfile
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.acero as acero
 
+from compactor.buckets import HeldBuckets, Pairs, bucketed, keyed_numbers, latest_per_key
 from compactor.key_codes import KeyCoding, KeysRefused
-from compactor.passes import Part, Piece, Pieces, Scan, cut_pieces, from_batches, keyed_numbers
-from compactor.prefetch import prefetched
-from compactor.spill import Spill, distinct_keys, from_spill, write_spill
+from compactor.spill import SpilledBuckets
+from storage.batch_groups import grouped
 
 InputBatches = Callable[[], Iterable[pa.RecordBatch]]
-MAX_PASSES: Final = 4096
-"""A budget too small for even this many passes is not honoured: each pass reads the whole input again."""
+T = TypeVar("T")
+R = TypeVar("R")
+
+HELD_SHARE: Final = 0.5
+"""Pairs held, and a run's survivors, may take this share of the budget; the rest is for the aggregation of one
+bucket per worker, the pairs being made ahead, and a run's key-index sort."""
+SPILL_SHARE: Final = 0.5
+"""After a reduction, pairs still over this share of what may be held are spilled: reducing again soon would
+free little."""
+MAX_BUCKET_BITS: Final = 12
+CACHE_BUCKET_MESSAGES: Final = 1 << 17
+"""Messages per bucket, about, that keep a bucket's hash table in the CPU's caches (on 30M messages over 3M keys,
+256 buckets of 117k messages spent 0.56 s of CPU in the aggregation where one table spent 3.3 s)."""
 GROUP_BYTES_PER_KEY: Final = 100
-"""Peak bytes of Arrow's hash aggregation per distinct key beyond the key's code: hash table, group state, the
-largest number, the output (measured on 1M and 6M distinct 10-byte keys: 108 and 98 bytes at the peak)."""
-WATCHED_SHARE: Final = 0.6
-"""A watched pass stops when the memory pool has grown past this share of the budget: the hash table may still
-grow once more (measured: the peak is at most 1.6 times the last reading)."""
-SPLIT_MARGIN: Final = 1.25
-AGGREGATE_BATCH_MESSAGES: Final = 1 << 17
-"""Keyed messages handed to the aggregation at a time. With fixed_size_binary keys, grouping 10M messages cost
-0.59 s in pieces of 32k and 0.41 s in pieces of 128k; with uint64 words the aggregation alone barely cares (0.43 to
-0.47 s from 16k to 128k), but fewer hand-overs between phase one's threads still help a little (whole Zipf
-compactions: 0.96 to 1.24 s with 32k pieces, 0.92 to 1.07 s with 128k, three runs each).
-A watched pass uses smaller ones with a small budget and once the pool nears its limit."""
-MIN_WATCHED_BATCH_MESSAGES: Final = 256
-NEAR_LIMIT_BATCH_MESSAGES: Final = 1 << 15
-"""Piece size of a watched pass past a quarter of its limit (10M distinct keys at 256 MiB peaked at 0.62 GiB
-anonymous memory in pieces of 128k throughout, 0.52 GiB switching at half the limit, 0.39 GiB at a quarter)."""
-PREFETCH_PIECES: Final = 4
-"""Pieces made ahead of the aggregation (each 1.5 times AGGREGATE_BATCH_MESSAGES codes and numbers at most)."""
-_CODE_TYPE: Final = pa.int64()
+"""Peak bytes of Arrow's hash aggregation per distinct key beyond the pair (measured on 1M and 6M distinct 10-byte
+keys: 108 and 98 bytes at the peak)."""
+RUN_BYTES_PER_KEY: Final = 3
+"""A run's survivor takes its pair's bytes this many times while the key index sorts and decodes the run."""
+MIN_GROUP_MESSAGES: Final = 1 << 12
+MAX_GROUP_MESSAGES: Final = 1 << 20
+"""Input messages turned into pairs at a time: few enough that the groups being made fit a quarter of the budget,
+many enough that the Python work per bucket and group stays small (about 2**bits slices per group)."""
+GROUP_BYTES_PER_MESSAGE_PAIR: Final = 6
+"""A group being made holds about this many times its pairs' bytes (keys, numbers, codes, hashes, bucket order,
+the sorted copies)."""
+SPILL_FOLDER_PREFIX: Final = "ledgerview-compaction-"
 
 
 @dataclass(frozen=True)
 class LiveKeys:
-    """The survivors of one pass: their key codes and offsets, in no particular order."""
+    """The survivors of one run (a set of buckets): their key codes and offsets, in no particular order."""
 
     coding: KeyCoding
     codes: pa.Array
     offsets: npt.NDArray[np.int64]
     last: bool = True
-    """No pass follows this one (when one does, its aggregation and this pass's index run should not both hold
-    memory at once)."""
+    """No run follows this one (when one does, this run's key-index sort should not hold memory while the next
+    run's buckets are aggregated)."""
 
     def sorted_by_key(self) -> tuple[pa.Array, npt.NDArray[np.int64]]:
         """The keys (binary) in bytewise order, and their offsets in the same order."""
@@ -96,11 +90,11 @@ class LiveKeys:
 
 @dataclass
 class Survivors:
-    """Offsets of the messages that stay, as sorted arrays (one per pass), and what phase one counted."""
+    """Offsets of the messages that stay, as sorted arrays (one per run), and what phase one counted."""
 
     arrays: list[np.ndarray] = field(default_factory=list)
     messages_read: int = 0
-    passes: int = 0
+    runs: int = 0
     spill_folder: tempfile.TemporaryDirectory[str] | None = None
 
     @property
@@ -125,14 +119,6 @@ class Survivors:
             self.spill_folder.cleanup()
 
 
-class _Overflow(Exception):
-    """A watched pass stopped: its hash table would outgrow the budget."""
-
-    def __init__(self, scanned: int) -> None:
-        super().__init__(f"stopped after {scanned} keyed messages")
-        self.scanned = scanned
-
-
 def find_survivors(input_batches: InputBatches, *, messages_bound: int, memory_budget_bytes: int,
                    retain_null_key: bool, on_pass: Callable[[LiveKeys], None] | None = None) -> Survivors:
     """``messages_bound``: at least the number of messages ``input_batches`` yields."""
@@ -150,52 +136,37 @@ def find_survivors(input_batches: InputBatches, *, messages_bound: int, memory_b
 def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, *, messages_bound: int,
           memory_budget_bytes: int, retain_null_key: bool, on_pass: Callable[[LiveKeys], None] | None) -> Survivors:
     mean_key_bytes = first_keys.nbytes / max(1, len(first_keys))
-    per_key = math.ceil(coding.bytes_per_key(mean_key_bytes)) + GROUP_BYTES_PER_KEY
-    threaded = messages_bound * per_key * max(1, pa.cpu_count()) <= memory_budget_bytes
-    limit = None if threaded else int(memory_budget_bytes * WATCHED_SHARE)
+    pair_bytes = math.ceil(coding.bytes_per_key(mean_key_bytes)) + 8
+    held_limit = max(1, int(memory_budget_bytes * HELD_SHARE))
+    bits = _bucket_bits(messages_bound, pair_bytes, memory_budget_bytes)
+    workers = max(1, pa.cpu_count())
+    group_messages = min(MAX_GROUP_MESSAGES, max(MIN_GROUP_MESSAGES, memory_budget_bytes // (
+        4 * (workers + 1) * pair_bytes * GROUP_BYTES_PER_MESSAGE_PAIR)))
     survivors = Survivors()
-    spill: Spill | None = None
-    distinct = 0
-    todo = [Part(1, 0)]
+    held = HeldBuckets(1 << bits, coding.arrow_type, pair_bytes)
+    spilled: SpilledBuckets | None = None
     try:
-        while todo:
-            part = todo.pop()
-            watched = limit if part.modulus < MAX_PASSES else None
-            rows = _chunk_rows(watched, per_key)
-            try:
-                if spill is not None and spill.codes is not None:
-                    read = functools.partial(from_spill, spill, coding, part, rows)
-                else:
-                    hashes = spill.hashes if spill is not None else None
-                    read = functools.partial(from_batches, input_batches(), coding, part, hashes)
-                live, survivors.messages_read = _latest_live(read, coding, limit=watched, chunk_rows=rows,
-                                                             threaded=threaded)
-            except _Overflow as overflow:
-                assert watched is not None  # only a watched pass overflows
-                if survivors.spill_folder is None:
-                    survivors.spill_folder = tempfile.TemporaryDirectory(prefix="ledgerview-compaction-")
-                if spill is None:
-                    spill = write_spill(input_batches(), coding, Path(survivors.spill_folder.name))
-                    distinct = distinct_keys(spill.hashes)
-                if part.modulus == 1:
-                    # The estimate of distinct keys is sharper than the growth so far, which lags: the aggregation
-                    # reads pieces ahead of the readings, so a late reading would choose too few ways.
-                    ways = math.ceil(SPLIT_MARGIN * distinct * per_key / watched)
-                else:
-                    ways = math.ceil(SPLIT_MARGIN * len(spill.hashes) / max(1, overflow.scanned))
-                todo.extend(part.split(min(max(2, ways), max(2, MAX_PASSES // part.modulus))))
-                continue
-            offsets = np.sort(live.offsets)
-            if on_pass is not None:
-                on_pass(dataclasses.replace(live, last=not todo))
-            del live
-            if survivors.spill_folder is not None:
-                path = Path(survivors.spill_folder.name) / f"pass-{survivors.passes}.npy"
-                np.save(path, offsets)
-                del offsets
-                offsets = np.load(path, mmap_mode="r")
-            survivors.arrays.append(offsets)
-            survivors.passes += 1
+        with ThreadPoolExecutor(workers, thread_name_prefix="ledgerview-compaction") as pool:
+            def in_order(work: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+                return ordered_map(pool, work, items, ahead=workers + 1)
+
+            def counted(groups: Iterable[list[pa.RecordBatch]]) -> Iterator[list[pa.RecordBatch]]:
+                for group in groups:
+                    survivors.messages_read += sum(batch.num_rows for batch in group)
+                    yield group
+
+            groups = counted(grouped(_sliced(input_batches(), group_messages), group_messages))
+            for pairs in in_order(lambda group: bucketed(group, coding, bits), groups):
+                held.add(pairs)
+                if held.bytes > held_limit:
+                    held.reduce(in_order)
+                    if held.bytes > held_limit * SPILL_SHARE:
+                        if spilled is None:
+                            spilled = SpilledBuckets(_spill_folder(survivors), coding.arrow_type)
+                        spilled.write(held)
+                        held.clear()
+            _finish(in_order, held, spilled, coding, survivors, run_limit=held_limit // RUN_BYTES_PER_KEY,
+                    pair_bytes=pair_bytes, on_pass=on_pass)
     except BaseException:
         survivors.close()
         raise
@@ -206,64 +177,92 @@ def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, 
     return survivors
 
 
-def _chunk_rows(limit: int | None, per_key: int) -> int:
-    """Messages handed to the aggregation at a time; watched, few enough for the readings between batches to
-    catch the growth."""
-    if limit is None:
-        return AGGREGATE_BATCH_MESSAGES
-    return min(AGGREGATE_BATCH_MESSAGES, max(MIN_WATCHED_BATCH_MESSAGES, limit // (4 * per_key)))
+def _sliced(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
+    """``batches`` with the larger ones cut into slices of ``rows`` (zero-copy)."""
+    for batch in batches:
+        for start in range(0, batch.num_rows, rows):
+            yield batch if batch.num_rows <= rows else batch.slice(start, rows)
 
 
-def _latest_live(read: Callable[[Scan], Pieces], coding: KeyCoding, *, limit: int | None, chunk_rows: int,
-                 threaded: bool) -> tuple[LiveKeys, int]:
-    """Steps 2 to 5 for one pass over what ``read(scan)`` yields, and the messages read; raises _Overflow when
-    watched (``limit``) and the pool outgrows the limit."""
-    schema = pa.schema([("key", coding.arrow_type), ("code", _CODE_TYPE)])
-    pool = pa.default_memory_pool()
-    start_bytes = pool.bytes_allocated()
-    scan = Scan()
-
-    def piece_rows() -> int:
-        """Past a quarter of the limit, smaller pieces: the readings between them must catch the growth in time,
-        yet the aggregation reads ahead of them and its hash table doubles within a piece."""
-        if limit is not None and pool.bytes_allocated() - start_bytes > limit // 4:
-            return min(chunk_rows, NEAR_LIMIT_BATCH_MESSAGES)
-        return chunk_rows
-
-    def prepared() -> Iterator[tuple[pa.RecordBatch, int]]:
-        """Pieces for the aggregation, each with how many keyed messages the scan had read when it was made."""
-        for parts in cut_pieces(read(scan), piece_rows):
-            yield _piece(parts, schema), scan.keyed
-
-    def pieces() -> Iterator[pa.RecordBatch]:
-        # Reading, checking and cutting the input into pieces runs on another core than the aggregation: with
-        # one thread, Acero would wait for each piece to be made before it groups it.
-        ready = prefetched(prepared(), depth=PREFETCH_PIECES)
-        try:
-            for piece, keyed in ready:
-                if limit is not None and pool.bytes_allocated() - start_bytes > limit:
-                    raise _Overflow(keyed)
-                yield piece
-        finally:
-            ready.close()
-
-    source = acero.Declaration("record_batch_reader_source", acero.RecordBatchReaderSourceNodeOptions(
-        pa.RecordBatchReader.from_batches(schema, pieces())))
-    aggregate = acero.Declaration("aggregate", acero.AggregateNodeOptions(
-        [("code", "hash_max", None, "latest")], keys=["key"]))
-    latest_table = acero.Declaration.from_sequence([source, aggregate]).to_table(use_threads=threaded)
-    latest = latest_table.column("latest").to_numpy()
-    live = (latest & 1) == 1
-    codes = latest_table.column("key").combine_chunks().filter(pa.array(live))
-    return LiveKeys(coding, codes, latest[live] >> 1), scan.messages
+def _bucket_bits(messages_bound: int, pair_bytes: int, memory_budget_bytes: int) -> int:
+    """Enough buckets for each to keep its hash table in the CPU's caches and, were every message a distinct key,
+    for one bucket's aggregation to fit beside what is held."""
+    for_caches = messages_bound / CACHE_BUCKET_MESSAGES
+    for_budget = messages_bound * (pair_bytes + GROUP_BYTES_PER_KEY) / max(1, memory_budget_bytes * (1 - HELD_SHARE))
+    wanted = max(for_caches, for_budget * max(1, pa.cpu_count()))  # a bucket per worker aggregates at once
+    return min(MAX_BUCKET_BITS, max(0, math.ceil(math.log2(wanted)))) if wanted > 1 else 0
 
 
-def _piece(parts: list[Piece], schema: pa.Schema) -> pa.RecordBatch:
-    if len(parts) == 1:
-        codes, numbers = parts[0]
-        return pa.record_batch([codes, pa.array(numbers, _CODE_TYPE)], schema=schema)
-    return pa.record_batch([pa.concat_arrays([codes for codes, _ in parts]),
-                            pa.array(np.concatenate([numbers for _, numbers in parts]), _CODE_TYPE)], schema=schema)
+def _finish(in_order: Callable[[Callable[[tuple[list[Pairs], bool]], Pairs], Iterable[tuple[list[Pairs], bool]]],
+                               Iterator[Pairs]],
+            held: HeldBuckets, spilled: SpilledBuckets | None, coding: KeyCoding, survivors: Survivors, *,
+            run_limit: int, pair_bytes: int, on_pass: Callable[[LiveKeys], None] | None) -> None:
+    """Step 4: each bucket's latest live messages, gathered into runs of at most ``run_limit`` bytes."""
+
+    def bucket_parts() -> Iterator[tuple[list[Pairs], bool]]:
+        """Each bucket's pairs (spilled, then held), and whether they are one per key already; taken here, on the
+        calling thread, as the workers get to each bucket."""
+        for bucket in range(held.buckets):
+            parts, reduced = held.pop(bucket)
+            from_disk = spilled.parts(bucket) if spilled is not None else []
+            yield from_disk + parts, reduced and not from_disk
+
+    def latest(bucket: tuple[list[Pairs], bool]) -> Pairs:
+        parts, one_per_key = bucket
+        if not parts:
+            return pa.array([], coding.arrow_type), np.empty(0, np.int64)
+        return parts[0] if one_per_key else latest_per_key(parts, coding.arrow_type)
+
+    run: list[Pairs] = []
+    run_bytes = 0
+    for codes, numbers in in_order(latest, bucket_parts()):
+        live = (numbers & 1) == 1
+        if live.any():
+            run.append((codes.filter(pa.array(live)), numbers[live] >> 1))
+            run_bytes += int(live.sum()) * pair_bytes
+        if run_bytes > run_limit:
+            _end_run(run, coding, survivors, last=False, on_pass=on_pass)
+            run, run_bytes = [], 0
+    if run or not survivors.runs:
+        _end_run(run, coding, survivors, last=True, on_pass=on_pass)
+
+
+def _end_run(run: list[Pairs], coding: KeyCoding, survivors: Survivors, *, last: bool,
+             on_pass: Callable[[LiveKeys], None] | None) -> None:
+    codes = pa.concat_arrays([codes for codes, _ in run]) if run else pa.array([], coding.arrow_type)
+    offsets = np.concatenate([offsets for _, offsets in run]) if run else np.empty(0, np.int64)
+    run.clear()
+    if on_pass is not None and len(offsets):
+        on_pass(LiveKeys(coding, codes, offsets, last=last))  # the last run is indexed on another thread: keep it
+    offsets = np.sort(offsets)
+    if not last or survivors.spill_folder is not None:
+        path = Path(_spill_folder(survivors)) / f"run-{survivors.runs}.npy"
+        np.save(path, offsets)
+        offsets = np.load(path, mmap_mode="r")
+    survivors.arrays.append(offsets)
+    survivors.runs += 1
+
+
+def _spill_folder(survivors: Survivors) -> Path:
+    if survivors.spill_folder is None:
+        survivors.spill_folder = tempfile.TemporaryDirectory(prefix=SPILL_FOLDER_PREFIX)
+    return Path(survivors.spill_folder.name)
+
+
+def ordered_map(pool: Executor, work: Callable[[T], R], items: Iterable[T], *, ahead: int) -> Iterator[R]:
+    """``work(item)`` for each of ``items`` on the pool's threads, at most ``ahead`` at a time, the results in
+    the items' order. The items are taken on the calling thread."""
+    pending: deque[Future[R]] = deque()
+    try:
+        for item in items:
+            pending.append(pool.submit(work, item))
+            if len(pending) >= ahead:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for future in pending:
+            future.cancel()
 
 
 def _keyless_offsets(batch: pa.RecordBatch) -> np.ndarray:

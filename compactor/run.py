@@ -4,7 +4,7 @@
    retired ledgers past ``file.delete.delay.ms``; record the status RUNNING.
 2. Take the end offset now: messages appended later are left for the next run.
 3. Phase one reads the current ledger, then the raw log above its horizon up to that end offset, and finds the
-   latest live message per key (compactor/latest_offsets.py). Each of its passes hands its survivors' keys and
+   latest live message per key (compactor/latest_offsets.py). Each of its runs hands its survivors' keys and
    offsets to the new ledger's key index as a sorted run (compactor/index_runs.py; the last one on a thread,
    while phase two runs).
 4. Phase two reads the same input again and writes the survivors, in offset order with their original offsets,
@@ -56,7 +56,8 @@ class CompactionResult:
     messages_kept: int
     ledger_bytes: int
     passes: int
-    """Phase-one passes: 1 unless the key map had to be split to stay within compaction.memory.bytes."""
+    """Runs phase one finished its keys in (one sorted run of the key index each): 1 unless its survivors had to
+    be split to stay within compaction.memory.bytes."""
     skipped: bool
     """True when nothing new was above the horizon, so the previous ledger stays."""
 
@@ -137,7 +138,7 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
         faults.crash_point("compactor.before_publish")
         ledgers.publish(cursor)
         return CompactionResult(log.partition, cursor.ledger_id, cursor.horizon, cursor.messages_read,
-                                cursor.messages_kept, cursor.ledger_bytes, survivors.passes, skipped=False)
+                                cursor.messages_kept, cursor.ledger_bytes, survivors.runs, skipped=False)
     finally:
         if previous_ledger is not None:
             previous_ledger.close()

@@ -12,8 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("storage", "readers", "compactor", "streaming", "ledgerview")
 INTERNAL = {
     "BatchFormatError": "storage: turned into CorruptSegmentError / CorruptLedgerError with the file and position",
-    "KeysRefused": "compactor/latest_offsets.py: the key coding is widened and the pass runs again",
-    "_Overflow": "compactor/latest_offsets.py: a phase-one pass splits in two",
+    "KeysRefused": "compactor/latest_offsets.py: the key coding is widened and phase one starts again",
     "LineError": "ledgerview/commands/produce.py and service/sources.py: reported with the line's number",
     "_Close": "ledgerview/kafka/server.py: closes one connection",
     "RecordBatchError": "ledgerview/kafka: a produce's error code for its partition",

@@ -1,0 +1,128 @@
+"""Phase one's keyed messages as (code, number) pairs cut into buckets by key hash, and the pairs phase one holds.
+
+A number is ``2 * offset + (1 if the value is not null)``: offsets only grow, so a key's largest number belongs to
+its latest message and its low bit says whether that message is a tombstone. Every key falls in one bucket (the
+top bits of its fingerprint, compactor/key_codes.py), so each bucket is aggregated alone: its hash table is small
+enough for the CPU's caches (one table of 3M keys spent 3.3 s of CPU on 30M messages, 256 buckets 0.56 s plus
+0.68 s to cut them), and buckets can be reduced or spilled one at a time when memory runs short.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from compactor.key_codes import KeyCoding
+
+Pairs = tuple[pa.Array, npt.NDArray[np.int64]]
+"""Codes and numbers of some keyed messages, in the same order."""
+
+
+def keyed_numbers(batches: list[pa.RecordBatch]) -> tuple[pa.Array, npt.NDArray[np.int64]]:
+    """The keys of the keyed messages of some batches and their numbers."""
+    numbers = np.empty(sum(batch.num_rows for batch in batches), np.int64)
+    start = 0
+    for batch in batches:
+        mine = numbers[start : start + batch.num_rows]
+        np.left_shift(batch.column(0).to_numpy(), 1, out=mine)
+        values = batch.column(3)
+        np.bitwise_or(mine, values.is_valid().to_numpy(zero_copy_only=False) if values.null_count else 1, out=mine)
+        start += batch.num_rows
+    keys = batches[0].column(2) if len(batches) == 1 else pa.concat_arrays([batch.column(2) for batch in batches])
+    if keys.null_count:
+        keyed = keys.is_valid()
+        return keys.filter(keyed), numbers[keyed.to_numpy(zero_copy_only=False)]
+    return keys, numbers
+
+
+@dataclass(frozen=True)
+class BucketedPairs:
+    """Pairs sorted by bucket: bucket b holds rows ``bounds[b]`` to ``bounds[b + 1]``."""
+
+    codes: pa.Array
+    numbers: npt.NDArray[np.int64]
+    bounds: list[int]
+
+
+def bucketed(batches: list[pa.RecordBatch], coding: KeyCoding, bits: int) -> BucketedPairs:
+    """The keyed messages of ``batches`` as pairs cut into ``2 ** bits`` buckets (raises KeysRefused when the
+    coding cannot code a key)."""
+    keys, numbers = keyed_numbers(batches)
+    codes = coding.encode(keys)
+    if bits == 0:
+        return BucketedPairs(codes, numbers, [0, len(numbers)])
+    ids = (coding.hashes(codes) >> np.uint64(64 - bits)).astype(np.uint16)
+    order = np.argsort(ids, kind="stable")  # a radix sort for 16-bit ids
+    bounds = [0, *np.cumsum(np.bincount(ids, minlength=1 << bits)).tolist()]
+    return BucketedPairs(codes.take(pa.array(order)), numbers[order], bounds)
+
+
+def latest_per_key(parts: list[Pairs], code_type: pa.DataType) -> Pairs:
+    """Each key's largest number among ``parts`` (one bucket's): Arrow's hash aggregation."""
+    table = pa.table({"key": pa.chunked_array([codes for codes, _ in parts], code_type),
+                      "number": np.concatenate([numbers for _, numbers in parts])})
+    latest = table.group_by("key", use_threads=False).aggregate([("number", "max")])
+    return latest.column("key").combine_chunks(), latest.column("number_max").to_numpy()
+
+
+class HeldBuckets:
+    """The pairs phase one holds, by bucket, and about how many bytes they take."""
+
+    def __init__(self, buckets: int, code_type: pa.DataType, bytes_per_pair: int) -> None:
+        self.code_type = code_type
+        self.bytes_per_pair = bytes_per_pair
+        self._parts: list[list[Pairs]] = [[] for _ in range(buckets)]
+        self._reduced = [False] * buckets
+        """Whether a bucket holds one pair per key (reduced, nothing added since)."""
+        self._rows = 0
+
+    @property
+    def buckets(self) -> int:
+        return len(self._parts)
+
+    @property
+    def bytes(self) -> int:
+        return self._rows * self.bytes_per_pair
+
+    def add(self, pairs: BucketedPairs) -> None:
+        bounds = pairs.bounds
+        for bucket, parts in enumerate(self._parts):
+            start, stop = bounds[bucket], bounds[bucket + 1]
+            if stop > start:
+                parts.append((pairs.codes.slice(start, stop - start), pairs.numbers[start:stop]))
+                self._reduced[bucket] = False
+        self._rows += len(pairs.numbers)
+
+    def reduce(self, map_in_order: Callable[[Callable[[list[Pairs]], Pairs], Iterable[list[Pairs]]], Iterable[Pairs]]
+               ) -> None:
+        """Replace each bucket's pairs by one per key (the largest number), with ``map_in_order`` running the
+        aggregations (on several threads)."""
+        todo = [parts if parts and not reduced else [] for parts, reduced in zip(self._parts, self._reduced,
+                                                                                  strict=True)]
+        reduced = map_in_order(lambda parts: latest_per_key(parts, self.code_type) if parts else _NO_PAIRS, todo)
+        for bucket, pairs in enumerate(reduced):
+            if todo[bucket]:
+                self._parts[bucket] = [pairs] if len(pairs[1]) else []
+                self._reduced[bucket] = True
+        self._rows = sum(len(numbers) for parts in self._parts for _, numbers in parts)
+
+    def pop(self, bucket: int) -> tuple[list[Pairs], bool]:
+        """The bucket's pairs, which this no longer holds, and whether they are one per key already."""
+        parts, self._parts[bucket] = self._parts[bucket], []
+        self._rows -= sum(len(numbers) for _, numbers in parts)
+        return parts, self._reduced[bucket]
+
+    def clear(self) -> None:
+        self._parts = [[] for _ in self._parts]
+        self._reduced = [False] * len(self._parts)
+        self._rows = 0
+
+    def __iter__(self) -> Iterator[list[Pairs]]:
+        return iter(self._parts)
+
+
+_NO_PAIRS: Pairs = (pa.array([], pa.null()), np.empty(0, np.int64))
