@@ -1,6 +1,6 @@
 """The Kafka endpoint's workloads: produce and consume throughput through ``python -m ledgerview.kafka`` with
-kafka-python, confluent-kafka and kcat (librdkafka's command-line client, native code, so the endpoint and not the
-client sets the pace), one partition, the dataset's messages (keys and 100-byte values by default).
+kafka-python, confluent-kafka and kcat (librdkafka's command-line client: native code, spending far less CPU per
+message than the Python clients), one partition, the dataset's messages (keys and 100-byte values by default).
 
 Each job starts the endpoint as a process of its own on a loopback port (untimed, as is building the client's
 input), then times the client: producing every message and waiting for every acknowledgement (acks=all), or
@@ -15,12 +15,14 @@ kcat reads its messages as lines ``key<TAB>value``; the dataset's random value b
 
 from __future__ import annotations
 
+import functools
+import os
 import resource
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,7 +30,6 @@ import numpy as np
 import pyarrow as pa
 
 from bench.compaction import Outcome, ledgerview_store
-from bench.measurement import cpu_seconds
 from bench.systems import TOPIC
 from ledgerview.changelog import ChangelogSpec
 from storage import Store
@@ -96,11 +97,13 @@ def _scatter(out: np.ndarray, starts: np.ndarray, data: np.ndarray, offsets: np.
 
 
 @contextmanager
-def endpoint(data: Path, *arguments: str) -> Iterator[tuple[str, int]]:
+def endpoint(data: Path, *arguments: str, environment: Mapping[str, str] | None = None
+             ) -> Iterator[tuple[str, int]]:
     """The endpoint in its own process on a free loopback port (``arguments`` added to its command line, e.g.
-    ``--config FILE``); yields the bootstrap address of its first listener and its pid."""
+    ``--config FILE``; ``environment`` added to its environment); yields the bootstrap address of its first
+    listener and its pid."""
     process = subprocess.Popen([sys.executable, "-m", "ledgerview.kafka", str(data), "--port", "0", *arguments],
-                               stdout=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, text=True, env={**os.environ, **(environment or {})})
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
@@ -119,22 +122,32 @@ def _messages(target: Path) -> list[Pair]:
     return list(zip(table["key"].to_pylist(), table["value"].to_pylist(), strict=True))
 
 
-def _timed(target: Path, run: Callable[[str], int]) -> Outcome:
-    """Time ``run`` on a warmed-up endpoint; the notes give the CPU seconds the endpoint and the client (this
-    process and the client processes it ran) spent, which say what each side would sustain on a core of its own
-    when the machine is shared."""
+def _timed(target: Path, run: Callable[[str], int], environment: Mapping[str, str] | None = None) -> Outcome:
+    """Time ``run`` on a warmed-up endpoint; the notes give the CPU seconds the endpoint (user and system, and its
+    minor page faults) and the client (this process and the client processes it ran) spent, which say what each
+    side would sustain on a core of its own when the machine is shared."""
     with Store.open(target) as store:
         if WARM_UP_TOPIC not in store.list_topics():
             store.create_topic(WARM_UP_TOPIC, partitions=1)
-    with endpoint(target) as (bootstrap, pid):
+    with endpoint(target, environment=environment) as (bootstrap, pid):
         _warm_up(bootstrap)
-        endpoint_cpu, client_cpu, start = cpu_seconds(pid), _client_cpu_seconds(), time.perf_counter()
+        before, client_cpu, start = _process_counters(pid), _client_cpu_seconds(), time.perf_counter()
         messages = run(bootstrap)
         seconds = time.perf_counter() - start
-        endpoint_cpu, client_cpu = cpu_seconds(pid) - endpoint_cpu, _client_cpu_seconds() - client_cpu
-        notes = (f"CPU: endpoint {endpoint_cpu:.2f} s ({endpoint_cpu / messages * 1e6:.1f} us/message), "
-                 f"client {client_cpu:.2f} s")
+        after, client_cpu = _process_counters(pid), _client_cpu_seconds() - client_cpu
+        user, system, faults = (end - begin for begin, end in zip(before, after, strict=True))
+        endpoint_cpu = user + system
+        notes = (f"CPU: endpoint {endpoint_cpu:.2f} s ({endpoint_cpu / messages * 1e6:.2f} us/message; user "
+                 f"{user:.2f} s, system {system:.2f} s, {faults / 1000:.0f}k minor page faults), client "
+                 f"{client_cpu:.2f} s")
         return Outcome(messages, seconds=seconds, notes=notes)
+
+
+def _process_counters(pid: int) -> tuple[float, float, float]:
+    """User and system CPU seconds and minor page faults of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks, float(fields[7])
 
 
 def _client_cpu_seconds() -> float:
@@ -160,8 +173,14 @@ def _warm_up(bootstrap: str) -> None:
     consumer.close()
 
 
-def kcat_produce(target: Path, output: Path) -> Outcome:
-    """kcat -P of every line of the input file to partition 0 (acks=all), until it has every acknowledgement."""
+KEEP_FREED_MEMORY = {"MALLOC_TOP_PAD_": str(64 * 1024 * 1024)}
+"""glibc keeps 64 MiB of freed memory at the top of each heap instead of returning it to the kernel, so buffers
+are not faulted in afresh for every request: the allocator's share of the endpoint's cost (its system time)."""
+
+
+def kcat_produce(target: Path, output: Path, environment: Mapping[str, str] | None = None) -> Outcome:
+    """kcat -P of every line of the input file to partition 0 (acks=all), until it has every acknowledgement;
+    ``environment``: added to the endpoint's."""
     lines = target / KCAT_LINES_FILE
     expected = lines.read_bytes().count(b"\n")
 
@@ -172,15 +191,15 @@ def kcat_produce(target: Path, output: Path) -> Outcome:
         return expected
 
     before = _stored_messages(target)
-    outcome = _timed(target, run)
+    outcome = _timed(target, run, environment)
     if _stored_messages(target) - before != expected:
         raise RuntimeError(f"kcat produced {_stored_messages(target) - before} messages, not {expected}")
     return outcome
 
 
-def kcat_consume(target: Path, output: Path) -> Outcome:
+def kcat_consume(target: Path, output: Path, environment: Mapping[str, str] | None = None) -> Outcome:
     """kcat -C of partition 0 from offset 0 until every message is read, writing each offset to a file (which
-    shows every message arrived, in order) instead of its value."""
+    shows every message arrived, in order) instead of its value; ``environment``: added to the endpoint's."""
     expected = _stored_messages(target)
     offsets_file = output.with_suffix(".offsets")
 
@@ -190,12 +209,16 @@ def kcat_consume(target: Path, output: Path) -> Outcome:
                             "-c", str(expected), "-f", "%o\n"], stdout=sink, check=True)
         return expected
 
-    outcome = _timed(target, run)
+    outcome = _timed(target, run, environment)
     offsets = np.loadtxt(offsets_file, dtype=np.int64, ndmin=1)
     offsets_file.unlink()
     if not np.array_equal(offsets, np.arange(expected)):
         raise RuntimeError(f"kcat read {len(offsets)} messages, not offsets 0 to {expected - 1} in order")
     return outcome
+
+
+kcat_produce_keeping_freed_memory = functools.partial(kcat_produce, environment=KEEP_FREED_MEMORY)
+kcat_consume_keeping_freed_memory = functools.partial(kcat_consume, environment=KEEP_FREED_MEMORY)
 
 
 def _kcat() -> str:

@@ -329,6 +329,9 @@ WORKLOADS: dict[str, Workload] = {
                      note="KafkaProducer.send per message (idempotent), linger_ms 20, batch_size 1 MB, then flush"),
                 Case("kcat", preparer=kafka.kcat_produce_input, job=kafka.kcat_produce,
                      note="kcat -P -l of key<TAB>value lines (native librdkafka), linger.ms 20, batch.size 1 MB"),
+                Case("kcat with glibc keeping freed memory", preparer=kafka.kcat_produce_input,
+                     job=kafka.kcat_produce_keeping_freed_memory,
+                     note="the same, the endpoint run with MALLOC_TOP_PAD_=64 MiB"),
             ),
         ),
         Workload(
@@ -341,6 +344,9 @@ WORKLOADS: dict[str, Workload] = {
                      note="KafkaConsumer.assign + seek 0, poll(max_records=10k) until every message"),
                 Case("kcat", preparer=kafka.consume_input, job=kafka.kcat_consume,
                      note="kcat -C -o beginning -c N -f '%o\\n' (native librdkafka); default fetch sizes"),
+                Case("kcat with glibc keeping freed memory", preparer=kafka.consume_input,
+                     job=kafka.kcat_consume_keeping_freed_memory,
+                     note="the same, the endpoint run with MALLOC_TOP_PAD_=64 MiB"),
             ),
         ),
     )
