@@ -192,8 +192,8 @@ HALF_SENT = 8
 STALL_MS = 5000
 MARGIN = 56 * MiB
 """Outside the pool: Python, Arrow and kafka-python objects of the requests and the good clients, segment pages
-mapped between two drops (8 MiB), glibc's free heap memory in blocks under 128 KiB, memory Arrow's allocator keeps
-after the lz4/zstd streams free it. Measured 43-44 MiB over idle; 113-119 MiB with the code before (the fetch cache
+mapped between two drops (16 MiB), glibc's free heap memory in blocks under 128 KiB, memory Arrow's allocator keeps
+after the lz4/zstd streams free it. Measured 43-48 MiB over idle; 113-119 MiB with the code before (the fetch cache
 outside the bound, freed blocks glibc kept, every segment page read staying mapped)."""
 
 

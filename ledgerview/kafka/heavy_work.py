@@ -9,7 +9,8 @@ The bytes a step produces count in the endpoint's queued.max.request.bytes pool 
 worker (back-pressure) while the pool is full (past the bound, in the case where the step must progress, the pool
 counts only what fits). The caller releases what the step reserved once it is done with the
 step's result. While a request waits for the worker or its step runs, its frame is parked in the pool, so a step
-never waits for frames queued behind it.
+never waits for frames queued behind it. Once a large step's result is dropped, Arrow's allocator returns the memory
+it freed to the system (RELEASE_UNUSED_BYTES), so what the pool stopped counting also leaves RSS.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+import pyarrow as pa
+
 from ledgerview.kafka.request_queue import QueuedRequestBytes
 
 T = TypeVar("T")
@@ -29,6 +32,9 @@ Reserve = Callable[[int], None]
 
 GRANT_BYTES = 1 << 20
 """Room is taken from the pool this much at a time (fewer trips to the event loop)."""
+RELEASE_UNUSED_BYTES = 8 << 20
+"""A step this large has Arrow's allocator return what it freed: mimalloc otherwise keeps a 64 MiB bomb's buffers
+mapped after they are freed (measured with bench/kafka_hostile.py --probe: 64-70 MiB for the rest of the run)."""
 
 
 class HeavyWork:
@@ -60,9 +66,12 @@ class HeavyWork:
         return result, grants.reserved
 
     def release(self, size: int) -> None:
-        """Give back ``size`` bytes a step reserved; on the event loop."""
+        """Give back ``size`` bytes a step reserved; on the event loop. After a step of RELEASE_UNUSED_BYTES or
+        more, Arrow's allocator is told to return its freed memory once the caller is done with the result."""
         if self._pool is not None and size:
             self._pool.release(size)
+        if size >= RELEASE_UNUSED_BYTES:
+            asyncio.get_running_loop().call_soon(_release_unused)
 
     def close(self) -> None:
         """Stop a step waiting for room, wait for the running step; drop the queued ones."""
@@ -104,3 +113,7 @@ class _Grants:
             self.reserved += self._work._reserve(self._loop, grant, self.reserved)
             self._unused += grant
         self._unused -= size
+
+
+def _release_unused() -> None:
+    pa.default_memory_pool().release_unused()

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from ledgerview.kafka.fetch_response import Buffer, FramedResponse, Piece
 
-DROP_EVERY_BYTES = 8 * 1024 * 1024
-"""Fetched bytes encoded between two drops: about the most segment pages a fetch keeps mapped meanwhile."""
+DROP_EVERY_BYTES = 16 * 1024 * 1024
+"""Fetched bytes encoded between two drops: about the most segment pages fetches keep mapped meanwhile. A drop
+reads /proc/self/maps (about 0.6 ms for the endpoint's 400 mappings), so it is not done more often."""
 _MAPS = Path("/proc/self/maps")
 
 
@@ -63,11 +64,13 @@ class MappedPages:
         self._since = 0
         if self._madvise is None:
             return
-        with _MAPS.open() as maps:
-            for line in maps:
-                fields = line.split(None, 5)
-                if len(fields) < 6 or "w" in fields[1] or not fields[5].startswith(self._prefix):
-                    continue
+        maps = _MAPS.read_text()
+        found = maps.find(" " + self._prefix)
+        while found != -1:  # only the lines naming the folder are split
+            line_end = maps.find("\n", found)
+            fields = maps[maps.rfind("\n", 0, found) + 1 : line_end].split(None, 5)
+            found = maps.find(" " + self._prefix, line_end)
+            if len(fields) == 6 and "w" not in fields[1] and fields[5].startswith(self._prefix):
                 start, end = (int(address, 16) for address in fields[0].split("-"))
                 self._madvise(start, end - start, mmap.MADV_DONTNEED)
         self.drops += 1
