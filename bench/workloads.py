@@ -90,8 +90,8 @@ def _ledgerview(system: str, note: str, *, config: dict[str, int] | None = None,
 
 COMPACT_CASES = (
     _ledgerview("ledgerview", "Store.open, Compactor(store).compact(topic), default config (memory 256 MiB)"),
-    _ledgerview("ledgerview 1 GiB", "the same with compaction.memory.bytes = 1 GiB (docs/compaction.md: a larger "
-                "budget keeps phase one to one pass for up to about 6M distinct keys)", config=LARGE_BUDGET_CONFIG),
+    _ledgerview("ledgerview 1 GiB", "the same with compaction.memory.bytes = 1 GiB (docs/compaction.md: phase one "
+                "reduces and spills less often)", config=LARGE_BUDGET_CONFIG),
     Case("mmap scan (floor)", preparer=compaction.ledgerview_store(), job=compaction.mmap_scan,
          note="memory-map each raw segment file, sum it as uint64 words"),
     Case("duckdb semi-join", preparer=compaction.ipc_input, job=compaction.duckdb_job(compaction.DUCKDB_SEMI_JOIN),

@@ -12,7 +12,7 @@ whether the value is null. A hash-partitioned (Grace) aggregation in one read of
    frees enough (more distinct keys than the budget holds), the reduced buckets are spilled to a memory-mapped
    file (compactor/spill.py) and memory starts empty again.
 4. At the end each bucket is finished alone (its spills and what is held, aggregated): its latest messages that
-   are not tombstones survive. Buckets are gathered into *runs* of at most HELD_SHARE of the budget; each run's
+   are not tombstones survive. Buckets are gathered into *runs* that fit the budget (see RUN_SHARE); each run's
    keys and offsets go to ``on_pass`` (the key index is written from them, one sorted run each) and its offsets,
    sorted, are kept (spilled to a memory-mapped file when there are several runs). Every key is in exactly one
    bucket, so runs hold disjoint keys.
@@ -47,8 +47,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 HELD_SHARE: Final = 0.5
-"""Pairs held, and a run's survivors, may take this share of the budget; the rest is for the aggregation of one
-bucket per worker, the pairs being made ahead, and a run's key-index sort."""
+"""Pairs held may take this share of the budget; the rest is for the aggregation of one bucket per worker and the
+pairs being made ahead."""
 SPILL_SHARE: Final = 0.5
 """After a reduction, pairs still over this share of what may be held are spilled: reducing again soon would
 free little."""
@@ -61,6 +61,9 @@ GROUP_BYTES_PER_KEY: Final = 100
 keys: 108 and 98 bytes at the peak)."""
 RUN_BYTES_PER_KEY: Final = 3
 """A run's survivor takes its pair's bytes this many times while the key index sorts and decodes the run."""
+RUN_SHARE: Final = 0.75
+"""A run ends before its survivors (counted RUN_BYTES_PER_KEY times) and the pairs still held would pass this
+share of the budget; the rest is for the aggregation of the buckets being finished."""
 MIN_GROUP_MESSAGES: Final = 1 << 12
 MAX_GROUP_MESSAGES: Final = 1 << 20
 """Input messages turned into pairs at a time: few enough that the groups being made fit a quarter of the budget,
@@ -165,7 +168,7 @@ def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, 
                             spilled = SpilledBuckets(_spill_folder(survivors), coding.arrow_type)
                         spilled.write(held)
                         held.clear()
-            _finish(in_order, held, spilled, coding, survivors, run_limit=held_limit // RUN_BYTES_PER_KEY,
+            _finish(in_order, held, spilled, coding, survivors, run_limit=int(memory_budget_bytes * RUN_SHARE),
                     pair_bytes=pair_bytes, on_pass=on_pass)
     except BaseException:
         survivors.close()
@@ -197,7 +200,8 @@ def _finish(in_order: Callable[[Callable[[tuple[list[Pairs], bool]], Pairs], Ite
                                Iterator[Pairs]],
             held: HeldBuckets, spilled: SpilledBuckets | None, coding: KeyCoding, survivors: Survivors, *,
             run_limit: int, pair_bytes: int, on_pass: Callable[[LiveKeys], None] | None) -> None:
-    """Step 4: each bucket's latest live messages, gathered into runs of at most ``run_limit`` bytes."""
+    """Step 4: each bucket's latest live messages, gathered into runs; a run ends before its survivors (counted
+    RUN_BYTES_PER_KEY times) and the pairs still held pass ``run_limit`` bytes."""
 
     def bucket_parts() -> Iterator[tuple[list[Pairs], bool]]:
         """Each bucket's pairs (spilled, then held), and whether they are one per key already; taken here, on the
@@ -217,12 +221,13 @@ def _finish(in_order: Callable[[Callable[[tuple[list[Pairs], bool]], Pairs], Ite
     run_bytes = 0
     for codes, numbers in in_order(latest, bucket_parts()):
         live = (numbers & 1) == 1
-        if live.any():
-            run.append((codes.filter(pa.array(live)), numbers[live] >> 1))
-            run_bytes += int(live.sum()) * pair_bytes
-        if run_bytes > run_limit:
+        count = int(live.sum())
+        if run and (run_bytes + count * pair_bytes) * RUN_BYTES_PER_KEY + held.bytes > run_limit:
             _end_run(run, coding, survivors, last=False, on_pass=on_pass)
             run, run_bytes = [], 0
+        if count:
+            run.append((codes.filter(pa.array(live)), numbers[live] >> 1))
+            run_bytes += count * pair_bytes
     if run or not survivors.runs:
         _end_run(run, coding, survivors, last=True, on_pass=on_pass)
 
