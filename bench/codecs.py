@@ -112,6 +112,10 @@ def _seconds(values: list[float]) -> str:
     return f"{min(values):.3f} ({statistics.median(values):.3f})" if values else ""
 
 
+def _size(size_bytes: int) -> str:
+    return f"{size_bytes / 1e6:,.1f} MB" if size_bytes >= 1e6 else f"{size_bytes / 1e3:,.1f} kB"
+
+
 def report(rows: list[Figures], payload_bytes: int) -> str:
     parquet = next(row for row in rows if row.system == "parquet")
     ipc = next(row for row in rows if row.system == "arrow ipc file")
@@ -124,7 +128,7 @@ def report(rows: list[Figures], payload_bytes: int) -> str:
         lines.append(
             f"| {row.system} | {row.bytes / 1e6:,.1f} MB | {row.bytes / parquet.bytes:.2f} | {_seconds(row.append)} | "
             f"{min(row.append) / min(ipc.append):.2f} | {_seconds(row.scan)} | {_seconds(row.compact)} | "
-            f"{'' if row.ledger_bytes is None else f'{row.ledger_bytes / 1e6:,.1f} MB'} |")
+            f"{'' if row.ledger_bytes is None else _size(row.ledger_bytes)} |")
     lines.append(f"\nkey + value bytes of the input: {payload_bytes / 1e6:,.1f} MB")
     return "\n".join(lines)
 
