@@ -149,33 +149,35 @@ def _pieces(broker: Broker, view: TopicView, partition: int, batches: _UntilDama
     """The batches within the byte budget; the last one reaches end - 1 when the read reached the end (not when
     it stopped at a damaged batch)."""
     pending: pa.RecordBatch | None = None
+    pending_ends = np.empty(0, np.int64)
     spent = 0
     for batch in batches:
-        rows = _rows_within(batch, max_bytes - spent - BATCH_HEADER_BYTES,
+        ends = np.cumsum(_message_bytes(batch))
+        rows = _rows_within(ends, max_bytes - spent - BATCH_HEADER_BYTES,
                             at_least_one=at_least_one and pending is None)
         if rows == 0:
             break
         if pending is not None:
-            yield from _batch_pieces(broker, view, partition, pending, None)
-        pending = batch.slice(0, rows)
-        spent += BATCH_HEADER_BYTES + _estimated_bytes(pending)
+            yield from _batch_pieces(broker, view, partition, pending, pending_ends, None)
+        pending, pending_ends = batch.slice(0, rows), ends[:rows]
+        spent += BATCH_HEADER_BYTES + int(pending_ends[-1])
         if rows < batch.num_rows:
             break
     else:
         if pending is not None:
-            yield from _batch_pieces(broker, view, partition, pending, None if batches.damage else end - 1)
+            yield from _batch_pieces(broker, view, partition, pending, pending_ends,
+                                     None if batches.damage else end - 1)
         elif offset < end and batches.damage is None:
             yield fixed(encode_empty_batch(offset, end - 1))
         return
     if pending is not None:
-        yield from _batch_pieces(broker, view, partition, pending, None)
+        yield from _batch_pieces(broker, view, partition, pending, pending_ends, None)
 
 
-def _batch_pieces(broker: Broker, view: TopicView, partition: int, batch: pa.RecordBatch, last_offset: int | None
-                  ) -> Iterator[Piece]:
-    """``batch`` as Kafka batches of about BATCH_ENCODE_BYTES (one message at least); the last one ends at
-    ``last_offset`` when given."""
-    ends = np.cumsum(_message_bytes(batch))
+def _batch_pieces(broker: Broker, view: TopicView, partition: int, batch: pa.RecordBatch, ends: np.ndarray,
+                  last_offset: int | None) -> Iterator[Piece]:
+    """``batch`` (``ends``: its messages' estimated sizes, summed up to each) as Kafka batches of about
+    BATCH_ENCODE_BYTES (one message at least); the last one ends at ``last_offset`` when given."""
     start = 0
     while start < batch.num_rows:
         reached = int(ends[start - 1]) if start else 0
@@ -198,17 +200,15 @@ def _encoding(broker: Broker, view: TopicView, partition: int, batch: pa.RecordB
 
 
 def _message_bytes(batch: pa.RecordBatch) -> np.ndarray:
+    """Each message's estimated size: key, value and RECORD_OVERHEAD_BYTES."""
     sizes = np.full(batch.num_rows, RECORD_OVERHEAD_BYTES, dtype=np.int64)
     for name in ("key", "value"):
         sizes += value_lengths(batch.column(name))
     return sizes
 
 
-def _estimated_bytes(batch: pa.RecordBatch) -> int:
-    return int(_message_bytes(batch).sum())
-
-
-def _rows_within(batch: pa.RecordBatch, budget: int, *, at_least_one: bool) -> int:
-    """How many leading messages of ``batch`` fit ``budget`` bytes (one at least when ``at_least_one``)."""
-    fitting = int(np.searchsorted(np.cumsum(_message_bytes(batch)), budget, side="right"))
+def _rows_within(ends: np.ndarray, budget: int, *, at_least_one: bool) -> int:
+    """How many leading messages, whose estimated sizes summed up to each are ``ends``, fit ``budget`` bytes (one
+    at least when ``at_least_one``)."""
+    fitting = int(np.searchsorted(ends, budget, side="right"))
     return max(fitting, 1) if at_least_one else fitting
