@@ -33,12 +33,17 @@ def small_write_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ledger_module, "WRITE_BEHIND_BYTES", 64 * 1024)
 
 
-@pytest.mark.usefixtures("small_write_behind")
-def test_a_ledger_written_with_write_behind_reads_back_whole(tmp_path: Path) -> None:
+def written(tmp_path: Path) -> LedgerWriter:
+    """A writer that has appended MESSAGES messages, 100 at a time, and is not finished."""
     writer = LedgerWriter(tmp_path / "ledger", tmp_path / "keys", compression=None)
     for first in range(0, MESSAGES, 100):
         writer.append(stored_batch(first, 100))
-    writer.finish()
+    return writer
+
+
+@pytest.mark.usefixtures("small_write_behind")
+def test_a_ledger_written_with_write_behind_reads_back_whole(tmp_path: Path) -> None:
+    written(tmp_path).finish()
     ledger = Ledger(tmp_path / "ledger", tmp_path / "keys")
     try:
         read = pa.Table.from_batches(list(ledger.read_batches()))
@@ -49,8 +54,5 @@ def test_a_ledger_written_with_write_behind_reads_back_whole(tmp_path: Path) -> 
 
 @pytest.mark.usefixtures("small_write_behind")
 def test_a_ledger_aborted_while_syncing_is_removed(tmp_path: Path) -> None:
-    writer = LedgerWriter(tmp_path / "ledger", tmp_path / "keys", compression=None)
-    for first in range(0, MESSAGES, 100):
-        writer.append(stored_batch(first, 100))
-    writer.abort()
+    written(tmp_path).abort()
     assert not (tmp_path / "ledger").exists() and not (tmp_path / "keys").exists()
