@@ -323,18 +323,23 @@ def polars_job(target: Path, output: Path) -> Outcome:
 
 
 def pyarrow_job(target: Path, output: Path) -> Outcome:
-    """group_by(key) max(offset) over the memory-mapped file, then take those rows (offset = row number, so the
-    take is the join), drop tombstones, write."""
+    """group_by(key) max(offset) over the memory-mapped file, then, batch by batch, take those rows (offset = row
+    number, so the take is the join; a batch at a time, as one take over 30M rows would pass the 2 GiB a binary
+    column holds), drop tombstones, write."""
     import pyarrow.compute as pc
 
-    table = pa.ipc.open_file(pa.memory_map(str(target))).read_all()
-    latest = table.select(["key", "offset"]).group_by("key").aggregate([("offset", "max")])
+    reader = pa.ipc.open_file(pa.memory_map(str(target)))
+    latest = reader.read_all().select(["key", "offset"]).group_by("key").aggregate([("offset", "max")])
     offsets = np.sort(latest.column("offset_max").to_numpy())
     del latest
-    result = table.take(pa.array(offsets))
-    result = result.filter(pc.is_valid(result.column("value")))
-    with pa.OSFile(str(output), "wb") as sink, pa.ipc.new_file(sink, result.schema) as writer:
-        writer.write_table(result, max_chunksize=INPUT_BATCH_ROWS)
+    with pa.OSFile(str(output), "wb") as sink, pa.ipc.new_file(sink, reader.schema) as writer:
+        start = 0
+        for index in range(reader.num_record_batches):
+            batch = reader.get_batch(index)
+            lower, upper = np.searchsorted(offsets, [start, start + batch.num_rows])
+            kept = batch.take(pa.array(offsets[lower:upper] - start))
+            writer.write_batch(kept.filter(pc.is_valid(kept.column("value"))))
+            start += batch.num_rows
     _fsync_output(output)
     return Outcome(None)
 

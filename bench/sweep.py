@@ -5,8 +5,9 @@ two series of datasets, in one run, plotted.
 - against distinct keys: 10M messages over 200k, 500k, 1M, 2M and 5M keys.
 
 Every point is one run of each case (prepared untimed in its own process, as ``python -m bench compact`` runs
-it). The figures go to RESULTS.md as one table, the points to ``bench/plots/compact-sweep-<distribution>.json``
-and the plots (seconds and peak anonymous RSS against each series, log-log) beside them as PNG files.
+it); a case that fails is left out of the table and the plots, its error printed. The figures go to RESULTS.md
+as one table, the points to ``bench/plots/compact-sweep-<distribution>.json`` and the plots (seconds and peak
+anonymous RSS against each series, log-log) beside them as PNG files.
 
     .venv/bin/python -m bench.sweep [--distribution zipf-scattered] [--tombstones 0.01] [--no-record]
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -73,7 +75,11 @@ def measure(args: argparse.Namespace) -> list[Point]:
         dataset = datasets.ensure_dataset(spec)
         for case in cases:
             print(f"  {case.system} ...", file=sys.stderr, flush=True)
-            m = run_case(workload, case, dataset, repeat=1, profile=False)
+            try:
+                m = run_case(workload, case, dataset, repeat=1, profile=False)
+            except subprocess.CalledProcessError as error:  # its error is above; the other points still count
+                print(f"  {case.system} failed (exit {error.returncode})", file=sys.stderr, flush=True)
+                continue
             points.append(Point(series, messages, keys, case.system, min(m.seconds), m.peak_anon_bytes,
                                 m.peak_rss_bytes + m.children_peak_rss_bytes, m.kept, m.digest))
         if args.remove_datasets:

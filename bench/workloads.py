@@ -105,7 +105,7 @@ COMPACT_CASES = (
     Case("polars", preparer=compaction.ipc_input, job=compaction.polars_job,
          note="scan_ipc.unique(key, keep=last, maintain_order).filter(value not null).sink_ipc"),
     Case("pyarrow", preparer=compaction.ipc_input, job=compaction.pyarrow_job,
-         note="group_by(key) max(offset), sort, take (offset = row), filter live, write IPC"),
+         note="group_by(key) max(offset), sort, take per batch (offset = row), filter live, write IPC"),
     Case("spark sql", preparer=compaction.parquet_input, job=compaction.spark_job,
          note=f"local[2], driver {compaction.SPARK_DRIVER_MEMORY}: row_number() window over a Parquet copy, "
               "ORDER BY offset, Parquet out; session start untimed"),
