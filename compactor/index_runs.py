@@ -1,10 +1,10 @@
 """The key index is written beside phase one and two, on a thread of its own.
 
-Each phase-one pass hands over its survivors (keys and offsets); they are sorted by key and written as one sorted
-run of the ledger's key index (storage/key_index.py). The last pass's run is written on a thread while the main
-thread does phase two: sorting, Arrow and file writes release the GIL, so the two cores share the work. The run
-of a pass that another pass follows is written at once, so that memory holds either that pass's aggregation or
-the run, not both (the budget is sized for one of them).
+Phase one hands over its survivors (keys and offsets) in runs of buckets (compactor/latest_offsets.py); each is
+sorted by key and written as one sorted run of the ledger's key index (storage/key_index.py). The last run is
+written on a thread while the main thread does phase two: sorting, Arrow and file writes release the GIL, so the
+two cores share the work. A run that another follows is written at once, so that memory holds the runs one at a
+time (the budget is sized for one of them).
 """
 
 from __future__ import annotations

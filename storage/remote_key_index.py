@@ -10,8 +10,8 @@ where an entry is the RocksDB key (run number, big-endian uint16, then the group
 group's (checked on every read: a damaged group is an error, never a wrong answer), and the tail is
 ``<u64 directory position, u32 groups, 8-byte magic>``; objects of the first version (magic LVKEYS01) have no CRC
 in their entries and are still read. The directory is fetched once and kept (about 20 bytes
-per 32 keys); a lookup then reads the one group that may hold the key in each run (one run unless phase one was
-split into passes).
+per 32 keys); a lookup then reads the one group that may hold the key in each run (one run unless phase one had
+more survivors than its budget holds at once).
 """
 
 from __future__ import annotations

@@ -141,8 +141,8 @@ def test_a_small_memory_budget_splits_phase_one_and_gives_the_same_ledger(data_d
     assert [row["offset"] for row in ledgers["65536"][1]] == latest_live(pairs)
 
 
-def test_a_watched_pass_whose_keys_fit_finishes_alone(data_dir: Path) -> None:
-    """Too many messages for one distinct key each to fit the budget, but few keys: one watched pass is enough."""
+def test_many_messages_over_few_keys_fit_a_small_budget_in_one_run(data_dir: Path) -> None:
+    """Too many messages for their pairs to be held at once, but few keys: reducing them is enough, one run."""
     data = generate(ChangelogSpec(messages=30_000, keys=200, value_bytes=8, tombstone_share=0.05))
     with Store.open(data_dir) as store:
         store.create_topic("t", config={"compaction.memory.bytes": str(2 * 1024 * 1024)})
