@@ -8,12 +8,11 @@ every compaction), so an entry holds a *group* of up to GROUP_KEYS consecutive k
   keys within the key bytes, the key bytes, then c offsets (big-endian int64).
 
 A lookup seeks, in each run, to the last group that starts at or before the key and searches that group (a
-compaction writes one run unless phase one had more survivors than its budget holds at once), then the ledger
-finds the batch holding the offset from its batch headers: never a scan. The index is bulk-loaded: each sorted run is written as an SST file
-with RocksDB's SstFileWriter and the files are ingested into a fresh database at ``finish`` (no memtable, no
-write-ahead log, no compaction); the ledger is not published until that is done. Afterwards it is opened
-read-only.
-"""
+compaction writes one run unless phase one had more survivors than its budget holds at once), then the ledger finds
+the batch holding the offset from its batch headers: never a scan. The index is bulk-loaded: each sorted run is
+written as an SST file with RocksDB's SstFileWriter and the files are ingested into a fresh database at ``finish``
+(no memtable, no write-ahead log, no compaction); the ledger is not published until that is done. Afterwards it is
+opened read-only. """
 
 from __future__ import annotations
 
