@@ -12,7 +12,8 @@ compaction writes one run unless phase one had more survivors than its budget ho
 the batch holding the offset from its batch headers: never a scan. The index is bulk-loaded: each sorted run is
 written as an SST file with RocksDB's SstFileWriter and the files are ingested into a fresh database at ``finish``
 (no memtable, no write-ahead log, no compaction); the ledger is not published until that is done. Afterwards it is
-opened read-only. """
+opened read-only.
+"""
 
 from __future__ import annotations
 
