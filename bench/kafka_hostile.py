@@ -11,7 +11,7 @@ each bounded in count and time and stopping by itself:
 
 Recorded: the good producer's acknowledgement latency and the good consumer's end-to-end latency (p50, p99) in
 both phases, the endpoint's idle and peak VmRSS (/proc; sampled, and VmHWM), and the configured
-queued.max.request.bytes.
+queued.max.request.bytes, and the endpoint's CPU time while the hostile clients ran.
 
 Usage: python -m bench.kafka_hostile [--seconds S] [--idle-ms MS] [--only NAME ...] [--probe FILE]
 Prints a markdown section for bench/RESULTS.md. With --probe the endpoint runs under bench/kafka_memory_probe.py,
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import socket
 import struct
 import subprocess
@@ -60,6 +61,12 @@ def _rss_bytes(pid: int, field: str = "VmRSS") -> int:
         if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no {field}")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _frame(request: object, version: int) -> bytes:
@@ -223,11 +230,13 @@ def main() -> None:
                 "idle": lambda: idle_connections(port, args.seconds), "commits": lambda: commit_flood(port)}
             jobs = [sample, *(job for name, job in hostile.items() if name in (args.only or HOSTILE))]
             threads = [threading.Thread(target=job, daemon=True) for job in jobs]
+            cpu = _cpu_seconds(process.pid)
             for thread in threads:
                 thread.start()
             loaded = good.run(args.seconds)
             for thread in threads[1:]:
                 thread.join(STOP_SECONDS)
+            cpu = _cpu_seconds(process.pid) - cpu
             sampling.set()
             threads[0].join()
             high_water = _rss_bytes(process.pid, "VmHWM")
@@ -243,6 +252,7 @@ def main() -> None:
           f"(VmHWM {high_water / 2**20:.0f} MiB); "
           f"queued.max.request.bytes {bound / 2**20:.0f} MiB; goal: peak under 2 x idle + bound = "
           f"{(2 * idle_rss + bound) / 2**20:.0f} MiB")
+    print(f"endpoint CPU while the hostile clients ran: {cpu:.1f} s")
     if args.probe is not None:
         print(_breakdown(args.probe, idle_at))
 
