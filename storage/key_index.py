@@ -146,10 +146,11 @@ def packed_groups(keys: pa.Array, offsets: npt.NDArray[np.int64]) -> Iterator[tu
     data = keys.buffers()[2]
     key_bytes = memoryview(data if data is not None else b"")
     offset_bytes = memoryview(np.asarray(offsets, ">i8").tobytes())
-    key_starts = key_bounds.tolist()
-    for group, (start, end) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-        first, last = key_starts[start], key_starts[end]
-        yield bytes(key_bytes[first : key_starts[start + 1]]), b"".join((
+    # Only the groups' own key bounds as Python ints (a list of every key's would take 36 bytes a key).
+    group_keys = zip(starts.tolist(), ends.tolist(), key_bounds[starts].tolist(), key_bounds[starts + 1].tolist(),
+                     key_bounds[ends].tolist(), strict=True)
+    for group, (start, end, first, first_end, last) in enumerate(group_keys):
+        yield bytes(key_bytes[first:first_end]), b"".join((
             COUNT.pack(end - start), bounds[(start + group) * BOUND_BYTES : (end + group + 1) * BOUND_BYTES],
             key_bytes[first:last], offset_bytes[start * OFFSET_BYTES : end * OFFSET_BYTES]))
 
