@@ -5,8 +5,7 @@ glibc's malloc serves a block of MMAP_THRESHOLD_BYTES or more with a mapping of 
 default it raises that threshold to the size of each such block freed (up to 32 MiB), after which 1 MiB frames and
 batches come from its heaps and, freed, stay there (bench/kafka_hostile.py --probe measured 50-80 MiB kept free at
 the endpoint's peak under every hostile client at once). Setting the threshold fixes it at glibc's own starting
-value (any mallopt setting of the threshold, trim threshold or top pad stops the raising too: allocator.py's).
-Process-wide; MALLOC_MMAP_THRESHOLD_ in the environment wins; other C libraries are left alone.
+value. Process-wide; MALLOC_MMAP_THRESHOLD_ in the environment wins; other C libraries are left alone.
 """
 
 from __future__ import annotations
