@@ -188,7 +188,7 @@ def run_job(case: Case, dataset: Path, workdir: Path, repeat: int, profiler: cPr
     rss_before = current_rss_bytes()
     seconds = []
     outcome = compaction.Outcome(None)
-    kept = output_bytes = digest = None
+    kept = output_bytes = None
     with AnonSampler() as anon:
         for repetition in range(repeat):
             if repetition and state is not None:
@@ -203,14 +203,16 @@ def run_job(case: Case, dataset: Path, workdir: Path, repeat: int, profiler: cPr
             if profiler is not None:
                 profiler.disable()
             seconds.append(elapsed if outcome.seconds is None else outcome.seconds)
-            if repetition == repeat - 1:
-                digest = compaction.view_digest(target, output)
             if output.exists():
                 kept, output_bytes = compaction.output_figures(output)
-                compaction.remove(output)
+                if repetition < repeat - 1:
+                    compaction.remove(output)
+    peak_rss, children_peak_rss = peak_rss_bytes(), children_peak_rss_bytes()
+    digest = compaction.view_digest(target, output)  # after the peaks are read: it loads the whole result
+    compaction.remove(output)
     messages = outcome.messages if outcome.messages is not None else datasets.read_spec(dataset).messages
     return Measurement(
-        seconds, messages, rss_before, peak_rss_bytes(), anon.peak_bytes, children_peak_rss_bytes(),
+        seconds, messages, rss_before, peak_rss, anon.peak_bytes, children_peak_rss,
         kept=outcome.kept if outcome.kept is not None else kept, passes=outcome.passes,
         output_bytes=outcome.output_bytes if outcome.output_bytes is not None else output_bytes,
         index_bytes=outcome.index_bytes, digest=digest, notes=outcome.notes,
