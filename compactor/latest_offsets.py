@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, TypeVar
@@ -39,6 +38,7 @@ import pyarrow as pa
 
 from compactor.buckets import HeldBuckets, Pairs, bucketed, keyed_numbers, latest_per_key
 from compactor.key_codes import KeyCoding, KeysRefused
+from compactor.parallel import ordered_map
 from compactor.spill import SpilledBuckets
 from storage.batch_groups import grouped
 
@@ -253,22 +253,6 @@ def _spill_folder(survivors: Survivors) -> Path:
     if survivors.spill_folder is None:
         survivors.spill_folder = tempfile.TemporaryDirectory(prefix=SPILL_FOLDER_PREFIX)
     return Path(survivors.spill_folder.name)
-
-
-def ordered_map(pool: Executor, work: Callable[[T], R], items: Iterable[T], *, ahead: int) -> Iterator[R]:
-    """``work(item)`` for each of ``items`` on the pool's threads, at most ``ahead`` at a time, the results in
-    the items' order. The items are taken on the calling thread."""
-    pending: deque[Future[R]] = deque()
-    try:
-        for item in items:
-            pending.append(pool.submit(work, item))
-            if len(pending) >= ahead:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    finally:
-        for future in pending:
-            future.cancel()
 
 
 def _keyless_offsets(batch: pa.RecordBatch) -> np.ndarray:
