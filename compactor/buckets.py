@@ -22,8 +22,8 @@ Pairs = tuple[pa.Array, npt.NDArray[np.int64]]
 """Codes and numbers of some keyed messages, in the same order."""
 
 
-def keyed_numbers(batches: list[pa.RecordBatch]) -> tuple[pa.Array, npt.NDArray[np.int64]]:
-    """The keys of the keyed messages of some batches and their numbers."""
+def keyed_numbers(batches: list[pa.RecordBatch]) -> tuple[pa.Array, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The keys of the keyed messages of some batches, their numbers, and the offsets of the keyless messages."""
     numbers = np.empty(sum(batch.num_rows for batch in batches), np.int64)
     start = 0
     for batch in batches:
@@ -35,8 +35,9 @@ def keyed_numbers(batches: list[pa.RecordBatch]) -> tuple[pa.Array, npt.NDArray[
     keys = batches[0].column(2) if len(batches) == 1 else pa.concat_arrays([batch.column(2) for batch in batches])
     if keys.null_count:
         keyed = keys.is_valid()
-        return keys.filter(keyed), numbers[keyed.to_numpy(zero_copy_only=False)]
-    return keys, numbers
+        mask = keyed.to_numpy(zero_copy_only=False)
+        return keys.filter(keyed), numbers[mask], numbers[~mask] >> 1
+    return keys, numbers, _NO_OFFSETS
 
 
 @dataclass(frozen=True)
@@ -46,21 +47,23 @@ class BucketedPairs:
     codes: pa.Array
     numbers: npt.NDArray[np.int64]
     bounds: list[int]
+    keyless: npt.NDArray[np.int64]
+    """Offsets of the messages without a key, in order."""
 
 
 def bucketed(batches: list[pa.RecordBatch], coding: KeyCoding, bits: int) -> BucketedPairs:
     """The keyed messages of ``batches`` as pairs cut into ``2 ** bits`` buckets (raises KeysRefused when the
     coding cannot code a key)."""
-    keys, numbers = keyed_numbers(batches)
+    keys, numbers, keyless = keyed_numbers(batches)
     codes = coding.encode(keys)
     if bits == 0:
-        return BucketedPairs(codes, numbers, [0, len(numbers)])
+        return BucketedPairs(codes, numbers, [0, len(numbers)], keyless)
     ids = coding.bucket_ids(codes, bits)
     order = np.argsort(ids, kind="stable")  # a radix sort for 8- and 16-bit ids
     bounds = [0, *np.cumsum(np.bincount(ids, minlength=1 << bits)).tolist()]
     if pa.types.is_uint64(codes.type):  # numpy gathers words about twice as fast as Arrow's take
-        return BucketedPairs(pa.array(codes.to_numpy()[order]), numbers[order], bounds)
-    return BucketedPairs(codes.take(pa.array(order)), numbers[order], bounds)
+        return BucketedPairs(pa.array(codes.to_numpy()[order]), numbers[order], bounds, keyless)
+    return BucketedPairs(codes.take(pa.array(order)), numbers[order], bounds, keyless)
 
 
 def latest_per_key(parts: list[Pairs], code_type: pa.DataType) -> Pairs:
@@ -127,4 +130,5 @@ class HeldBuckets:
         return iter(self._parts)
 
 
+_NO_OFFSETS: npt.NDArray[np.int64] = np.empty(0, np.int64)
 _NO_PAIRS: Pairs = (pa.array([], pa.null()), np.empty(0, np.int64))

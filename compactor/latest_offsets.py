@@ -16,7 +16,8 @@ whether the value is null. A hash-partitioned (Grace) aggregation in one read of
    keys and offsets go to ``on_pass`` (the key index is written from them, one sorted run each) and its offsets,
    sorted, are kept (spilled to a memory-mapped file when there are several runs). Every key is in exactly one
    bucket, so runs hold disjoint keys.
-5. Keyless messages survive only when ``compaction.retain.null.key`` is set (they have no key to be replaced by).
+5. Keyless messages survive only when ``compaction.retain.null.key`` is set (they have no key to be replaced by);
+   the workers collect their offsets in step 2, so the input is read once either way.
 
 The result is a set of sorted offset arrays; phase two walks the input again and keeps exactly those offsets.
 The budget changes how much memory and time phase one takes, never its result.
@@ -126,7 +127,7 @@ class Survivors:
 def find_survivors(input_batches: InputBatches, *, messages_bound: int, memory_budget_bytes: int,
                    retain_null_key: bool, on_pass: Callable[[LiveKeys], None] | None = None) -> Survivors:
     """``messages_bound``: at least the number of messages ``input_batches`` yields."""
-    keyed = (keys for keys, _ in (keyed_numbers([batch]) for batch in input_batches()) if len(keys))
+    keyed = (keys for keys, _, _ in (keyed_numbers([batch]) for batch in input_batches()) if len(keys))
     first_keys = next(keyed, pa.array([], pa.binary()))
     coding = KeyCoding.for_keys(first_keys)
     while True:
@@ -149,6 +150,7 @@ def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, 
     survivors = Survivors()
     held = HeldBuckets(1 << bits, coding.arrow_type, pair_bytes)
     spilled: SpilledBuckets | None = None
+    keyless: list[npt.NDArray[np.int64]] = []
     try:
         with ThreadPoolExecutor(workers, thread_name_prefix="ledgerview-compaction") as pool:
             def in_order(work: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
@@ -162,6 +164,8 @@ def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, 
             groups = counted(grouped(_sliced(input_batches(), group_messages), group_messages))
             for pairs in in_order(lambda group: bucketed(group, coding, bits), groups):
                 held.add(pairs)
+                if retain_null_key and len(pairs.keyless):
+                    keyless.append(pairs.keyless)
                 if held.bytes > held_limit:
                     held.reduce(in_order)
                     if held.bytes > held_limit * SPILL_SHARE:
@@ -174,10 +178,8 @@ def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, 
     except BaseException:
         survivors.close()
         raise
-    if retain_null_key:
-        keyless = [_keyless_offsets(batch) for batch in input_batches()]
-        if keyless:
-            survivors.arrays.append(np.sort(np.concatenate(keyless)))
+    if keyless:
+        survivors.arrays.append(np.concatenate(keyless))  # in input order, so sorted
     return survivors
 
 
@@ -253,9 +255,3 @@ def _spill_folder(survivors: Survivors) -> Path:
     if survivors.spill_folder is None:
         survivors.spill_folder = tempfile.TemporaryDirectory(prefix=SPILL_FOLDER_PREFIX)
     return Path(survivors.spill_folder.name)
-
-
-def _keyless_offsets(batch: pa.RecordBatch) -> np.ndarray:
-    keyless = batch.column(2).is_null().to_numpy(zero_copy_only=False)
-    offsets: np.ndarray = batch.column(0).to_numpy()[keyless]
-    return offsets
