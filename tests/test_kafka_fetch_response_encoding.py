@@ -1,5 +1,5 @@
 """The streamed Fetch response is byte for byte what kafka-python's FetchResponse encodes, for every version, and
-each batch's size is known exactly before it is encoded."""
+each batch's size is known exactly before it is encoded and the batch reads back through kafka-python's decoder."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from kafka.protocol.consumer import FetchResponse
+from kafka.record.default_records import DefaultRecordBatch
 
 from ledgerview.kafka.fetch_response import PartitionAnswer, StreamedFetchResponse, fixed
 from ledgerview.kafka.protocol import ErrorCode, encode_response
@@ -44,7 +45,8 @@ def test_pieces_match_kafka_python(version: int) -> None:
 
 
 @given(st.lists(st.tuples(binary, binary, st.integers(-5000, 5000), headers), min_size=1, max_size=60))
-def test_batch_size_is_known_before_encoding(rows: list[tuple[bytes | None, bytes | None, int, list[Any]]]) -> None:
+def test_batch_size_is_known_before_encoding_and_the_batch_decodes(
+        rows: list[tuple[bytes | None, bytes | None, int, list[Any]]]) -> None:
     batch = pa.RecordBatch.from_arrays([
         pa.array(np.arange(len(rows)) * 3 + 100, pa.int64()),
         pa.array([1_700_000_000_000 + delta for _, _, delta, _ in rows], pa.int64()),
@@ -52,4 +54,11 @@ def test_batch_size_is_known_before_encoding(rows: list[tuple[bytes | None, byte
         pa.array([value for _, value, _, _ in rows], pa.binary()),
         pa.array([[{"key": k, "value": v} for k, v in pairs] or None for _, _, _, pairs in rows], HEADER_TYPE),
     ], names=["offset", "timestamp", "key", "value", "headers"])
-    assert encoded_batch_bytes(batch) == len(encode_batch(batch))
+    encoded = bytes(encode_batch(batch))
+    assert encoded_batch_bytes(batch) == len(encoded)
+    # kafka-python's own decoder, not ours, reads the batch back: every record, its CRC checked.
+    decoded = DefaultRecordBatch(encoded)
+    assert decoded.validate_crc()
+    assert [(record.offset, record.timestamp, record.key, record.value, record.headers) for record in decoded] == [
+        (100 + 3 * index, 1_700_000_000_000 + delta, key, value, [(k, v) for k, v in pairs])
+        for index, (key, value, delta, pairs) in enumerate(rows)]
