@@ -20,6 +20,7 @@ import crc32c
 import pyarrow as pa
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from ledgerview.kafka import KafkaEndpoint
@@ -186,3 +187,17 @@ def produce_error(client: RawClient, topic: str, records: bytes) -> int:
     """The error code of producing ``records`` to partition 0 of ``topic``."""
     response = client.request(produce_request(topic, records), ProduceResponse, 7)
     return int(response.responses[0].partition_responses[0].error_code)
+
+
+def fetch_request(topic: str, *, partitions: int = 1, offset: int = 0, max_bytes: int,
+                  partition_max_bytes: int | None = None, max_wait_ms: int = 0) -> FetchRequest:
+    """A Fetch v11 of ``partitions`` partitions of ``topic`` from ``offset`` (min_bytes 1 when it waits, else 0);
+    ``partition_max_bytes`` defaults to ``max_bytes``."""
+    wanted = [FetchRequest.FetchTopic.FetchPartition(
+        partition=index, fetch_offset=offset, log_start_offset=-1,
+        partition_max_bytes=max_bytes if partition_max_bytes is None else partition_max_bytes)
+        for index in range(partitions)]
+    return FetchRequest(version=11, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1 if max_wait_ms else 0,
+                        max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+                        topics=[FetchRequest.FetchTopic(topic=topic, partitions=wanted)], forgotten_topics_data=[],
+                        rack_id="")

@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.consumer import FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from ledgerview.kafka.protocol import VERSIONS, ApiKey, ErrorCode
-from tests.kafka_support import RawClient, Running, kafka
+from tests.kafka_support import RawClient, Running, fetch_request, kafka
 
 __all__ = ["kafka"]
 
@@ -45,12 +45,7 @@ def _produce(client: RawClient, topic: str, records: bytes, partition: int = 0) 
 
 def _fetch(client: RawClient, topic: str, offset: int) -> Any:
     """Fetch v11 of partition 0 from ``offset``, without waiting; the partition's answer."""
-    wanted = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=offset, log_start_offset=-1,
-                                                    partition_max_bytes=1 << 20)
-    request = FetchRequest(version=11, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
-                           isolation_level=0, session_id=0, session_epoch=-1,
-                           topics=[FetchRequest.FetchTopic(topic=topic, partitions=[wanted])],
-                           forgotten_topics_data=[], rack_id="")
+    request = fetch_request(topic, offset=offset, max_bytes=1 << 20)
     return client.request(request, FetchResponse, 11).responses[0].partitions[0]
 
 

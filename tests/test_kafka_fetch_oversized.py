@@ -11,13 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import FetchResponse
 
 from ledgerview.kafka import KafkaEndpoint
 from ledgerview.kafka.broker import EndpointOptions
 from ledgerview.kafka.records import BATCH_HEADER
 from storage import Store
-from tests.kafka_support import RawClient, endpoint_process, good_clients_work, status_bytes, wait_for
+from tests.kafka_support import RawClient, endpoint_process, fetch_request, good_clients_work, status_bytes, wait_for
 
 logging.getLogger("kafka").setLevel(logging.WARNING)
 
@@ -36,12 +36,7 @@ MARGIN = 48 * MiB
 
 def _oversized_fetch(bootstrap: str) -> RawClient:
     """A connection that asks 2^31-1 bytes of the bulk topic and reads nothing yet."""
-    wanted = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0, log_start_offset=-1,
-                                                    partition_max_bytes=2**31 - 1)
-    request = FetchRequest(version=11, replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=2**31 - 1,
-                           isolation_level=0, session_id=0, session_epoch=-1,
-                           topics=[FetchRequest.FetchTopic(topic="bulk", partitions=[wanted])],
-                           forgotten_topics_data=[], rack_id="")
+    request = fetch_request("bulk", max_bytes=2**31 - 1, max_wait_ms=100)
     request.with_header(correlation_id=7, client_id="hostile")
     client = RawClient(bootstrap)
     client.socket.settimeout(60)

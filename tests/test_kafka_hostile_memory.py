@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.producer import ProduceResponse
 
 from ledgerview.kafka import KafkaEndpoint
@@ -31,6 +31,7 @@ from storage import Store
 from tests.kafka_support import (
     RawClient,
     endpoint_process,
+    fetch_request,
     good_clients_work,
     one_record_batch,
     produce_error,
@@ -133,12 +134,7 @@ def test_freed_large_buffers_go_back_to_the_system() -> None:
 
 
 def _fetch(bootstrap: str, max_bytes: int) -> bytes:
-    wanted = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0, log_start_offset=-1,
-                                                    partition_max_bytes=max_bytes)
-    request = FetchRequest(version=11, replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=max_bytes,
-                           isolation_level=0, session_id=0, session_epoch=-1,
-                           topics=[FetchRequest.FetchTopic(topic="bulk", partitions=[wanted])],
-                           forgotten_topics_data=[], rack_id="")
+    request = fetch_request("bulk", max_bytes=max_bytes, max_wait_ms=100)
     client = RawClient(bootstrap)
     try:
         client.socket.settimeout(60)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -32,6 +32,7 @@ from storage import Store
 from tests.kafka_support import (
     RawClient,
     established_connections_to,
+    fetch_request,
     one_record_batch,
     produce_error,
     wait_for,
@@ -80,13 +81,7 @@ def test_a_frame_above_socket_request_max_bytes_closes_its_connection_unread(tmp
 
 
 def _fetch(client: RawClient, topic: str, partitions: int, max_bytes: int, partition_max_bytes: int) -> list[Any]:
-    wanted = [FetchRequest.FetchTopic.FetchPartition(partition=index, fetch_offset=0, log_start_offset=-1,
-                                                     partition_max_bytes=partition_max_bytes)
-              for index in range(partitions)]
-    request = FetchRequest(version=11, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
-                           isolation_level=0, session_id=0, session_epoch=-1,
-                           topics=[FetchRequest.FetchTopic(topic=topic, partitions=wanted)],
-                           forgotten_topics_data=[], rack_id="")
+    request = fetch_request(topic, partitions=partitions, max_bytes=max_bytes, partition_max_bytes=partition_max_bytes)
     return list(client.request(request, FetchResponse, 11).responses[0].partitions)
 
 
@@ -233,12 +228,7 @@ def test_a_client_that_reads_no_responses_is_cut_off_after_connections_max_idle_
 
 
 def _send_fetch(client: RawClient, topic: str, max_bytes: int) -> None:
-    wanted = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0, log_start_offset=-1,
-                                                    partition_max_bytes=max_bytes)
-    request = FetchRequest(version=11, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
-                           isolation_level=0, session_id=0, session_epoch=-1,
-                           topics=[FetchRequest.FetchTopic(topic=topic, partitions=[wanted])],
-                           forgotten_topics_data=[], rack_id="")
+    request = fetch_request(topic, max_bytes=max_bytes)
     client.correlation_id += 1
     request.with_header(correlation_id=client.correlation_id, client_id="test")
     client.send_frame(bytes(request.encode(version=11, header=True, framed=True)))
