@@ -75,7 +75,8 @@ class CompactionConflictError(LedgerviewError):
 
 @dataclass(frozen=True)
 class DistributedCompactionResult(CompactionResult):
-    """What the Spark job did to one partition (``passes``: 1, Spark's aggregation spills instead of splitting)."""
+    """What the Spark job did to one partition (``passes``: 1, or 0 for a skipped run; Spark's aggregation spills
+    instead of splitting)."""
 
     ledger_pieces: int = 0
     """Objects the ledger was written in, one per phase-two task that had offsets of the partition."""

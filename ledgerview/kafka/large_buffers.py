@@ -3,8 +3,8 @@
 
 glibc's malloc serves a block of MMAP_THRESHOLD_BYTES or more with a mapping of its own, unmapped when freed, but by
 default it raises that threshold to the size of each such block freed (up to 32 MiB), after which 1 MiB frames and
-batches come from its heaps and, freed, stay there (bench/kafka_hostile.py --probe measured 50-80 MiB kept free at
-the endpoint's peak under every hostile client at once). Setting the threshold fixes it at glibc's own starting
+batches come from its heaps and, freed, stay there (bench/RESULTS.md, "Issue 18: all at once, after": 48 MiB kept
+free at the endpoint's peak under every hostile client at once). Setting the threshold fixes it at glibc's own starting
 value. Process-wide; MALLOC_MMAP_THRESHOLD_ in the environment wins; other C libraries are left alone.
 """
 

@@ -1,5 +1,5 @@
-"""Spark SQL and the streaming source over a compressed topic (compression.type lz4, zstd) give the rows of the
-same topic uncompressed: Spark's executors decode compressed batches transparently."""
+"""Spark SQL over a compressed topic (compression.type lz4, zstd) gives the rows of the same topic uncompressed:
+Spark's executors decode compressed batches transparently."""
 
 from __future__ import annotations
 
