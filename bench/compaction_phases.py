@@ -36,6 +36,7 @@ from bench import compaction, datasets, report
 from bench.systems import TOPIC
 from compactor import Compactor
 from compactor.key_codes import KeyCoding
+from ledgerview import changelog
 from ledgerview.changelog import ChangelogSpec
 from storage import Store
 from storage.compacted import CompactedLedgers
@@ -132,9 +133,10 @@ def instrument(steps: Steps) -> None:
     steps.function(CompactedLedgers, "publish", "publish the cursor", phase="3: finish")
 
 
-def measure(spec: ChangelogSpec, config: dict[str, int]) -> tuple[Steps, float, float]:
+def measure(spec: ChangelogSpec, config: dict[str, int], *, incremental: bool) -> tuple[Steps, float, float]:
     """One compaction of ``spec``'s dataset in a fresh store, after an untimed one of a small prefix (imports and
-    first calls); returns the steps, the run's wall and process CPU seconds."""
+    first calls); returns the steps, the run's wall and process CPU seconds. ``incremental``: the dataset is
+    compacted untimed first, the incremental workload's new messages appended, and the second run measured."""
     dataset = datasets.ensure_dataset(spec)
     table = pa.ipc.open_file(pa.memory_map(str(dataset))).read_all()
     with tempfile.TemporaryDirectory(prefix="ledgerview-phases-", dir=datasets.DATA_DIR) as scratch:
@@ -145,6 +147,10 @@ def measure(spec: ChangelogSpec, config: dict[str, int]) -> tuple[Steps, float, 
         with Store.open(warm) as store:
             Compactor(store).compact(TOPIC)
         shutil.rmtree(warm)
+        if incremental:
+            with Store.open(target) as store:
+                Compactor(store).compact(TOPIC)
+                compaction.append_table(store, changelog.generate(compaction.new_messages_spec(spec)))
         compaction.read_files_once(target)
         steps = Steps()
         instrument(steps)
@@ -168,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--distribution", choices=["uniform", "zipf", "zipf-scattered"], default="uniform")
     parser.add_argument("--tombstones", type=float, default=0.01)
     parser.add_argument("--memory", type=int, default=None, help="compaction.memory.bytes (default: the topic's)")
+    parser.add_argument("--incremental", action="store_true",
+                        help="measure the run after the first, with the incremental workload's new messages")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args(argv)
     spec = ChangelogSpec(messages=args.messages, keys=args.keys, distribution=args.distribution,
@@ -175,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     config = {} if args.memory is None else {"compaction.memory.bytes": args.memory}
     command = shlex.join(["python", "-m", "bench.compaction_phases", *(argv if argv is not None else sys.argv[1:])])
     text = report.heading(["compaction-phases"], datasets.describe(spec), command, 1)
-    steps, wall, cpu = measure(spec, config)
+    steps, wall, cpu = measure(spec, config, incremental=args.incremental)
     text += "\n\n" + table_of(steps, wall, cpu)
     print(text)
     if not args.no_record:
