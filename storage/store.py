@@ -167,7 +167,7 @@ class Store:
         except OSError as error:
             if error.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
                 raise
-            return cls.open(path, **options, read_only=True)
+            return cls.open(path, **{**options, "read_only": True})
 
     def __enter__(self) -> Store:
         return self

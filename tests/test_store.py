@@ -382,6 +382,23 @@ def test_corruption_of_a_sealed_segment_found_in_recovery_is_an_error(data_dir: 
     assert first.read_bytes() == bytes(data)  # nothing was cut
 
 
+def test_damage_below_the_recovery_point_of_the_active_segment_is_an_error_not_a_torn_tail(data_dir: Path) -> None:
+    """Bytes below the recovery point were fsynced: an invalid batch there is damage, so recovery must not cut the
+    log back (which would silently drop acknowledged messages)."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t")
+        for start in range(0, 30, 10):
+            store.append("t", changelog(10, start), partition=0)
+    assert "t 0 30" in (data_dir / "recovery-point-offset-checkpoint").read_text()  # a clean close: all fsynced
+    log = segment_files(data_dir, "t", 0)[0]
+    data = bytearray(log.read_bytes())
+    data[-20] ^= 0xFF  # inside the last batch, which is below the recovery point
+    log.write_bytes(bytes(data))
+    with Store.open(data_dir) as store, pytest.raises(CorruptSegmentError, match=log.name):
+        store.read("t", 0)
+    assert log.read_bytes() == bytes(data)  # nothing was cut
+
+
 @pytest.mark.parametrize("damage", ["missing", "scribbled", "truncated"])
 def test_a_missing_or_corrupt_index_is_rebuilt(data_dir: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
     with Store.open(data_dir) as store:
