@@ -38,7 +38,7 @@ from storage.fileio import write_atomically
 from storage.files import KEY_INDEX_SUFFIX, LEDGER_SUFFIX, REMOTE_EPOCH_RECORD, TEMP_SUFFIX
 from storage.key_index import KeyIndex
 from storage.ledger import Ledger
-from storage.object_store import ObjectStore, RemoteObjectMissingError
+from storage.object_store import ObjectInfo, ObjectStore, RemoteObjectMissingError
 from storage.records import CorruptRecordError, decode_record, encode_record
 from storage.remote_key_index import write_flat_key_index
 from storage.remote_ledger import RemoteCompactedView
@@ -168,6 +168,11 @@ class RemoteLog:
             if known is None or known.version < manifest.version:
                 _LAST_SEEN[self._key] = manifest
 
+    def data_objects(self) -> list[ObjectInfo]:
+        """Every segment and compacted-ledger object the tier holds for this partition, named by a manifest or
+        not (an upload that died before its publish)."""
+        return self.objects.list(f"{self.prefix}/segments") + self.objects.list(f"{self.prefix}/compacted")
+
     def manifest_key(self, version: int) -> str:
         return f"{self.prefix}/manifests/{version:020d}.json"
 
@@ -247,7 +252,7 @@ class RemoteLog:
                                  if newer.published_ms + grace_ms > now_ms]
         kept_keys = {key for manifest in kept for key in manifest.object_keys}
         named = {key for manifest in manifests for key in manifest.object_keys}
-        listed = self.objects.list(f"{self.prefix}/segments") + self.objects.list(f"{self.prefix}/compacted")
+        listed = self.data_objects()
         doomed = [info.key for info in listed if info.key not in kept_keys
                   and (info.key in named or info.modified_ms + grace_ms <= now_ms)]
         doomed += [self.manifest_key(manifest.version) for manifest in manifests if manifest not in kept]

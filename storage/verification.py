@@ -90,11 +90,11 @@ def verify_topics(store: Store, topics: list[str], advance: Advance) -> Report:
 
 def _verify_remote(tier: RemoteTier, log: PartitionLog, report: Report) -> None:
     try:
-        manifest = tier.remote_log(log.topic, log.partition).latest()
+        remote_log = tier.remote_log(log.topic, log.partition)
+        manifest = remote_log.latest()
         if manifest is None:
             return
-        sizes = {info.key: info.size for prefix in ("segments", "compacted")
-                 for info in tier.objects.list(f"{log.topic}-{log.partition}/{prefix}")}
+        sizes = {info.key: info.size for info in remote_log.data_objects()}
         expected = [(segment.log_key, segment.size_bytes) for segment in manifest.segments]
         if manifest.compacted is not None:
             expected += manifest.compacted.object_sizes
