@@ -15,9 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from storage.codec import BatchFormatError, BatchHeader, decode_payload, encode_batch, verify_batch
 from storage.errors import CorruptLedgerError
@@ -25,7 +23,7 @@ from storage.fileio import fsync_folder, write_all
 from storage.key_index import CorruptKeyIndexError, KeyIndex, KeyIndexError, KeyIndexWriter
 from storage.partition_log import estimated_message_bytes
 from storage.remote_key_index import FlatKeyIndexes
-from storage.schema import STORED_SCHEMA
+from storage.scanned_keys import ScannedKeys, scanned_keys
 from storage.segment import scan_headers
 
 logger = logging.getLogger(__name__)
@@ -139,7 +137,7 @@ class Ledger:
         self.verify = verify
         self._bases = [header.base_offset for header in headers]
         self._verified: set[int] = set()
-        self._scanned_keys: tuple[pa.ChunkedArray, npt.NDArray[np.int64]] | None = None
+        self._scanned_keys: ScannedKeys | None = None
 
     @property
     def messages(self) -> int:
@@ -183,22 +181,15 @@ class Ledger:
     def offset_of(self, key: bytes) -> int | None:
         """The offset of ``key``'s message, found through the key index; None if the ledger lacks the key. A key
         index that turns out damaged is set aside for the rest of this reader's life: the ledger's keys are then
-        read once (one scan, keys and offsets only) and searched instead, so a lookup never answers from damage."""
+        read once (one scan, its CRCs checked) and searched instead (storage/scanned_keys.py), so a lookup never
+        answers from damage."""
         if self._scanned_keys is None:
             try:
                 return self.keys.locate(key)
             except KeyIndexError as error:
                 logger.warning("%s Meanwhile, lookups in ledger %s answer from a scan of it.", error, self.source)
-                self._scanned_keys = self._scan_keys()
-        keys, offsets = self._scanned_keys
-        row = pc.index(keys, pa.scalar(key, pa.binary())).as_py()
-        return None if row < 0 else int(offsets[row])
-
-    def _scan_keys(self) -> tuple[pa.ChunkedArray, npt.NDArray[np.int64]]:
-        """Every keyed message's key and offset, read from the ledger's batches (their CRCs checked)."""
-        table = pa.Table.from_batches(list(self.read_batches()), STORED_SCHEMA).select(["offset", "key"])
-        table = table.filter(pc.is_valid(table["key"]))
-        return table["key"], table["offset"].to_numpy()
+                self._scanned_keys = scanned_keys(list(self.read_batches()))
+        return self._scanned_keys.offset_of(key)
 
     def lookup(self, key: bytes) -> pa.RecordBatch | None:
         """The one-row batch holding ``key``'s message (see ``offset_of``); None if absent."""
