@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 
@@ -9,7 +11,7 @@ from storage.scanned_keys import scanned_keys
 from storage.schema import STORED_SCHEMA
 
 
-def ledger_batch(keys: list[bytes | None], first_offset: int) -> pa.RecordBatch:
+def ledger_batch(keys: Sequence[bytes | None], first_offset: int) -> pa.RecordBatch:
     rows = len(keys)
     return pa.RecordBatch.from_arrays([
         pa.array(np.arange(first_offset, first_offset + 2 * rows, 2, dtype=np.int64)),
