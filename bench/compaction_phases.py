@@ -185,9 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     text = report.heading(["compaction-phases"], datasets.describe(spec), command, 1)
     steps, wall, cpu = measure(spec, config, incremental=args.incremental)
     text += "\n\n" + table_of(steps, wall, cpu)
-    print(text)
-    if not args.no_record:
-        report.record(text)
+    report.show(text, record_it=not args.no_record)
     return 0
 
 

@@ -238,3 +238,10 @@ def record(text: str) -> None:
         RESULTS.write_text(RESULTS_INTRO)
     with RESULTS.open("a") as results:
         results.write("\n" + text + "\n")
+
+
+def show(text: str, *, record_it: bool) -> None:
+    """Print a run's text and, when ``record_it``, append it to RESULTS.md."""
+    print(text)
+    if record_it:
+        record(text)

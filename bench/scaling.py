@@ -84,9 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     header = ("messages / keys", "wall ns/message, best", "wall, median", "CPU ns/message, best", "CPU, median",
               "every run's wall s")
     text += "\n\n" + report.markdown(header, rows)
-    print(text)
-    if not args.no_record:
-        report.record(text)
+    report.show(text, record_it=not args.no_record)
     return 0
 
 
