@@ -1,7 +1,9 @@
 """The batch: the unit of writing, checksumming and indexing in segments and compacted ledgers.
 
 A batch is a 48-byte little-endian header followed by a columnar payload, one Arrow IPC record-batch message
-(schema ``storage.schema.STORED_SCHEMA``, body optionally lz4- or zstd-compressed by Arrow itself)::
+(schema ``storage.schema.STORED_SCHEMA``, body optionally lz4- or zstd-compressed by Arrow itself); a compressed
+batch whose keys or values repeat enough is instead an Arrow IPC stream whose key and value columns may be
+dictionary-encoded (storage/dictionary_columns.py), which ``decode_payload`` turns back into STORED_SCHEMA::
 
     0  int64   base_offset        offset of the first message (or lower, after cleaning removed it)
     8  int32   batch_length       header + payload, a multiple of 8 so payloads stay 8-byte aligned
@@ -31,6 +33,7 @@ import crc32c
 import numpy as np
 import pyarrow as pa
 
+from storage.dictionary_columns import with_dictionaries, without_dictionaries
 from storage.schema import STORED_SCHEMA, null_headers
 
 HEADER = struct.Struct("<qiIBBhiiqqi")
@@ -40,6 +43,7 @@ CRC_OFFSET: Final = 12
 CRC_START: Final = 16
 COMPRESSION_CODES: Final = {None: 0, "lz4": 1, "zstd": 2}
 _COMPRESSION_NAMES: Final = {code: name for name, code in COMPRESSION_CODES.items()}
+_COMPRESSION_MASK: Final = 0b11
 LOG_APPEND_TIME_FLAG: Final = 0b100
 DELETE_HORIZON_FLAG: Final = 0b1000
 """Kafka's KIP-534: the cleaner kept tombstones in this batch and stamped ``first_timestamp`` with the time after
@@ -88,7 +92,7 @@ class BatchHeader:
 
     @property
     def compression(self) -> str | None:
-        return _COMPRESSION_NAMES.get(self.attributes & 0b11)
+        return _COMPRESSION_NAMES.get(self.attributes & _COMPRESSION_MASK)
 
     @property
     def delete_horizon_ms(self) -> int | None:
@@ -110,6 +114,8 @@ def _ipc_schema_prefix_bytes(compression: str | None) -> int:
 
 _SCHEMA_PREFIX = {name: _ipc_schema_prefix_bytes(name) for name in COMPRESSION_CODES}
 _WRITE_OPTIONS = {name: pa.ipc.IpcWriteOptions(compression=name) for name in COMPRESSION_CODES}
+_READ_OPTIONS: Final = pa.ipc.IpcReadOptions(use_threads=False)
+"""Decompression on Arrow's thread pool costs more than it saves on batches of this size."""
 
 _HEADERS_COLUMN: Final = STORED_SCHEMA.get_field_index("headers")
 
@@ -170,13 +176,21 @@ class _PayloadCollector:
 
 
 def _payload(batch: pa.RecordBatch, compression: str | None) -> tuple[tuple[Piece, ...], int]:
-    """The batch's Arrow IPC record-batch message as pieces, and its size."""
+    """The batch's payload as pieces, and its size: one Arrow IPC record-batch message, or (compressed batches
+    whose key or value column pays for a dictionary) an Arrow IPC stream without its end-of-stream marker."""
     headers = batch.column(_HEADERS_COLUMN)
     if 0 < headers.null_count == batch.num_rows:  # children of pa.nulls hold rows + 1 offsets each, all stored
         batch = batch.set_column(_HEADERS_COLUMN, STORED_SCHEMA.field(_HEADERS_COLUMN), null_headers(batch.num_rows))
-    collector = _PayloadCollector(_SCHEMA_PREFIX[compression])
-    writer = pa.ipc.new_stream(pa.PythonFile(collector, mode="w"), STORED_SCHEMA,
-                               options=_WRITE_OPTIONS[compression])
+    encoded = with_dictionaries(batch) if compression else None
+    if encoded is None:
+        return _ipc_pieces(batch, compression, skip_bytes=_SCHEMA_PREFIX[compression])
+    return _ipc_pieces(encoded, compression, skip_bytes=0)
+
+
+def _ipc_pieces(batch: pa.RecordBatch, compression: str | None, *, skip_bytes: int) -> tuple[tuple[Piece, ...], int]:
+    """What Arrow's IPC stream writer writes for ``batch``, past its first ``skip_bytes``, as pieces, and its size."""
+    collector = _PayloadCollector(skip_bytes)
+    writer = pa.ipc.new_stream(pa.PythonFile(collector, mode="w"), batch.schema, options=_WRITE_OPTIONS[compression])
     writer.write_batch(batch)
     pieces, size = tuple(collector.pieces), collector.position - collector.skip_bytes
     writer.close()  # its end-of-stream marker lands after the pieces taken above
@@ -269,14 +283,24 @@ def verify_batch(view: memoryview | bytes, header: BatchHeader) -> None:
 
 
 def decode_payload(buffer: pa.Buffer, header: BatchHeader) -> pa.RecordBatch:
-    """Decode the Arrow payload; zero-copy from ``buffer`` (e.g. a memory map) when uncompressed."""
+    """Decode the payload into a batch of STORED_SCHEMA; zero-copy from ``buffer`` (e.g. a memory map) when
+    uncompressed, dictionary columns turned back into plain ones when the payload is a stream."""
     payload = buffer.slice(header.position + HEADER_BYTES, header.batch_length - HEADER_BYTES)
     try:
-        batch = pa.ipc.read_record_batch(payload, STORED_SCHEMA)
-    except (pa.ArrowInvalid, OSError) as error:
+        batch = _read_payload(payload) if header.attributes & _COMPRESSION_MASK else (
+            pa.ipc.read_record_batch(payload, STORED_SCHEMA))
+    except (pa.ArrowException, OSError) as error:
         raise BatchFormatError(f"payload is not a valid Arrow record batch: {error}", header.base_offset) from error
     if batch.num_rows != header.record_count:
         raise BatchFormatError(
             f"payload holds {batch.num_rows} messages, header says {header.record_count}", header.base_offset
         )
     return batch
+
+
+def _read_payload(payload: pa.Buffer) -> pa.RecordBatch:
+    """A compressed payload: a record-batch message, or a stream (schema message first) with dictionaries."""
+    message = pa.ipc.read_message(payload)
+    if message.type != "schema":
+        return pa.ipc.read_record_batch(message, STORED_SCHEMA)
+    return without_dictionaries(pa.ipc.open_stream(payload, options=_READ_OPTIONS).read_next_batch())

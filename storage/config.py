@@ -153,7 +153,8 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("compression.type", "string", "producer",
               "Codec of stored batches (Arrow IPC buffer compression): producer keeps each append's own "
               "(Store.append's compression, a Kafka producer's lz4 or zstd; uncompressed when it names none or "
-              "gzip or snappy). Kafka's gzip and snappy are refused: Arrow IPC has no such codec.",
+              "gzip or snappy). lz4 and zstd batches also store keys and values that repeat as a dictionary. "
+              "Kafka's gzip and snappy are refused: Arrow IPC has no such codec.",
               choices=("producer", "uncompressed", "lz4", "zstd"), refused=tuple(
                   (codec, f"Kafka's {codec} has no Arrow IPC buffer codec, so ledgerview cannot store it; zstd "
                           f"compresses better than gzip and lz4 is faster than snappy.")
