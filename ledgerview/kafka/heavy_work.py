@@ -56,7 +56,7 @@ class HeavyWork:
         if pool is not None:
             pool.park(parked_bytes)
         try:
-            result = await loop.run_in_executor(self._executor, step, grants.take)
+            result = await loop.run_in_executor(self._executor, _let_go_once_called(step), grants.take)
         except BaseException:
             self.release(grants.reserved)
             raise
@@ -113,6 +113,14 @@ class _Grants:
             self.reserved += self._work._reserve(self._loop, grant, self.reserved)
             self._unused += grant
         self._unused -= size
+
+
+def _let_go_once_called(step: Callable[[Reserve], T]) -> Callable[[Reserve], T]:
+    """``step``, dropped as soon as it returns: the worker thread holds what it ran until after the caller has
+    resumed, and a step may hold views of its request's frame, whose buffer is reused only once nothing views it
+    (frame_buffers.py)."""
+    held = [step]
+    return lambda reserve: held.pop()(reserve)
 
 
 def _release_unused() -> None:

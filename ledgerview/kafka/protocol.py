@@ -185,7 +185,7 @@ class MalformedRequestError(ValueError):
     """A frame too short for a request header."""
 
 
-def read_request_header(frame: bytes) -> RequestHeader:
+def read_request_header(frame: bytes | memoryview) -> RequestHeader:
     """The non-flexible request header (v1) at the start of ``frame``; parsed here so the body is never copied.
 
     A flexible ApiVersions probe (v3+) has a v2 header, but it is answered from the key, version and correlation
@@ -194,7 +194,7 @@ def read_request_header(frame: bytes) -> RequestHeader:
         raise MalformedRequestError(f"a {len(frame)}-byte frame has no request header")
     api_key, version, correlation_id, client_id_length = REQUEST_HEADER.unpack_from(frame)
     start = REQUEST_HEADER.size + max(client_id_length, 0)
-    client_id = frame[REQUEST_HEADER.size : start].decode("utf-8", "replace")
+    client_id = str(frame[REQUEST_HEADER.size : start], "utf-8", "replace")
     return RequestHeader(api_key, version, correlation_id, client_id, start)
 
 

@@ -21,7 +21,8 @@ produces past the bound for large requests is not counted, so small requests kee
 The fetch cache's encoded batches (batch_cache.py) live in the same bound, in the room nothing else uses: the cache
 takes room only while requests and responses leave it free (never the small requests' share, never by waiting),
 and whenever a request, a fetched batch or a worker step needs room its least recently used entries are evicted
-first. So requests, responses and the cache together stay under queued.max.request.bytes (Kafka keeps no such
+first. The free buffers kept for receiving frames (frame_buffers.py) live there the same way, evicted before the
+cache. So requests, responses and these caches together stay under queued.max.request.bytes (Kafka keeps no such
 cache: it leaves reuse to the OS page cache, outside its heap).
 """
 
@@ -51,21 +52,24 @@ class QueuedRequestBytes:
         self.parked_bytes = 0
         """Bytes of request frames waiting for (or at) the worker thread."""
         self.cached_bytes = 0
-        """Bytes the fetch cache holds in the bound (not in queued_bytes); evicted whenever room is needed."""
-        self._evict: Callable[[int], None] | None = None
+        """Bytes the caches (free frame buffers, the fetch cache) hold in the bound (not in queued_bytes); evicted
+        whenever room is needed."""
+        self._evictors: list[Callable[[int], None]] = []
         self._freed = asyncio.Event()
 
     def share_with_cache(self, evict: Callable[[int], None]) -> None:
         """Let a cache hold room (take_cached); ``evict(n)`` must drop at least ``n`` of its bytes (or all it has)
-        and give them back with release_cached."""
-        self._evict = evict
+        and give them back with release_cached. Caches are evicted in the order they were shared."""
+        self._evictors.append(evict)
 
     def fits(self, size: int) -> bool:
-        """Whether a request of ``size`` bytes may be read now, evicting cached batches to make room."""
+        """Whether a request of ``size`` bytes may be read now, evicting cached bytes to make room."""
         limit = self.limit_bytes if size <= SMALL_REQUEST_BYTES else self.large_limit_bytes
-        over = self.queued_bytes + self.cached_bytes + size - limit
-        if over > 0 and self.cached_bytes and self._evict is not None:
-            self._evict(over)
+        for evict in self._evictors:
+            over = self.queued_bytes + self.cached_bytes + size - limit
+            if over <= 0 or not self.cached_bytes:
+                break
+            evict(over)
         return not self.queued_bytes or self.queued_bytes + self.cached_bytes + size <= limit
 
     @property

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from ledgerview.kafka.connection import KafkaConnection
 from ledgerview.kafka.fetch_response import FramedResponse
 from ledgerview.kafka.request_queue import QueuedRequestBytes
 
@@ -29,7 +30,7 @@ YIELD_BYTES = 1024 * 1024
 class ResponseSender:
     """The streamed responses of one connection; ``drain`` waits until its client reads (or gives up)."""
 
-    def __init__(self, writer: asyncio.StreamWriter, pool: QueuedRequestBytes,
+    def __init__(self, writer: KafkaConnection, pool: QueuedRequestBytes,
                  drain: Callable[[], Awaitable[None]]) -> None:
         self._writer = writer
         self._pool = pool

@@ -1,17 +1,20 @@
 """The Kafka-protocol endpoint: an asyncio server on its own thread, framing requests and dispatching them.
 
-Per connection, requests are read (4-byte size, then the frame) and answered one after another, so responses
-leave in request order as the protocol requires; a long-polling Fetch holds its connection, as Kafka's does.
-A size above socket.request.max.bytes (or negative) closes the connection before its body is read. A connection
-is closed when idle for connections.max.idle.ms, when its frame is still incomplete that long after its size came
-or its frame's bytes stop arriving for frame.stall.timeout.ms, or when it reads none of its pending responses
-(past WRITE_BUFFER_BYTES_MAX) for connections.max.idle.ms. A connection that arrives while max.connections are
-open, or max.connections.per.ip from its address, is closed at once. A request body is read only once the bytes
-of requests read and not answered yet, across all connections, leave room for it under queued.max.request.bytes
-(ledgerview/kafka/request_queue.py): until then that socket is not read. A Fetch response is written piece by
-piece, each batch encoded when its turn comes and counted in that same pool until sent (response_sender.py); the
-fetch cache holds only room that pool leaves free (batch_cache.py). Freed large buffers go back to the system
-(large_buffers.py), and segment pages fetches read are dropped from the process as they are encoded (mapped_pages.py).
+Per connection (ledgerview/kafka/connection.py: bytes received straight into each frame's buffer), requests are
+read (request_frames.py: 4-byte size, then the frame) and answered one after another, so responses leave in
+request order as the protocol requires; a long-polling Fetch holds its connection, as Kafka's does. A size above
+socket.request.max.bytes (or negative) closes the connection before its body is read. A connection is closed when
+idle for connections.max.idle.ms, when its frame is still incomplete that long after its size came or its
+frame's bytes stop arriving for frame.stall.timeout.ms, or when it reads none of its pending responses (past
+WRITE_BUFFER_BYTES_MAX) for connections.max.idle.ms. A connection that arrives while max.connections are open,
+or max.connections.per.ip from its address, is closed at once. A request body is read only once the bytes of
+requests read and not answered yet, across all connections, leave room for it under queued.max.request.bytes
+(ledgerview/kafka/request_queue.py): until then that socket is read no further than its staging buffer. Large
+frames' buffers are reused from a free list that lives in that pool's free room (frame_buffers.py). A Fetch
+response is written piece by piece, each batch encoded when its turn comes and counted in that same pool until
+sent (response_sender.py); the fetch cache holds only room that pool leaves free (batch_cache.py). Freed large
+buffers go back to the system (large_buffers.py), and segment pages fetches read are dropped from the process as
+they are encoded (mapped_pages.py).
 Connections run concurrently on one event loop, which owns the store: no locks.
 
 Every listener (EndpointOptions.bound_listeners) is a server on that loop. On SSL and SASL_SSL listeners the
@@ -49,8 +52,10 @@ from ledgerview.kafka.authentication import (
 )
 from ledgerview.kafka.authorizer import ANONYMOUS, Authorizer, Session
 from ledgerview.kafka.broker import Broker, EndpointOptions
+from ledgerview.kafka.connection import KafkaConnection
 from ledgerview.kafka.fetch import handle_fetch
 from ledgerview.kafka.fetch_response import FramedResponse, StreamedFetchResponse
+from ledgerview.kafka.frame_buffers import FrameBuffers
 from ledgerview.kafka.group_admin import (
     handle_delete_groups,
     handle_describe_groups,
@@ -81,6 +86,7 @@ from ledgerview.kafka.protocol import (
     read_request_header,
     supported,
 )
+from ledgerview.kafka.request_frames import CloseConnection, read_frame
 from ledgerview.kafka.request_queue import QueuedRequestBytes
 from ledgerview.kafka.response_sender import WRITE_BUFFER_BYTES_MAX, ResponseSender
 from ledgerview.kafka.sasl_errors import SaslProtocolError
@@ -118,8 +124,6 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.CREATE_ACLS: handle_create_acls,
     ApiKey.DELETE_ACLS: handle_delete_acls,
 }
-FRAME_CHUNK_BYTES = 1024 * 1024
-"""A frame's body is read this much at a time; each piece must arrive within frame.stall.timeout.ms."""
 GROUP_TIMER_SECONDS = 0.25
 
 
@@ -129,27 +133,23 @@ class EndpointStartError(LedgerviewError):
                          "(0 picks a free one) or stop what holds it.")
 
 
-class _Close(Exception):
-    """The connection must be closed (Kafka's answer to a request it cannot parse)."""
-
-
-async def dispatch(broker: Broker, frame: bytes) -> bytes | FramedResponse:
+async def dispatch(broker: Broker, frame: memoryview) -> bytes | FramedResponse:
     """The framed response to one request frame (a Fetch's to be written piece by piece, ResponseSender); b""
-    when none is due (acks=0). Raises _Close."""
+    when none is due (acks=0). Raises CloseConnection."""
     try:
         header = read_request_header(frame)
     except MalformedRequestError as error:
-        raise _Close(str(error)) from error
+        raise CloseConnection(str(error)) from error
     if not supported(header.api_key, header.api_version):
         if header.api_key == ApiKey.API_VERSIONS:
             return encode_response(api_versions_response(0, ErrorCode.UNSUPPORTED_VERSION), header.correlation_id)
-        raise _Close(f"unsupported request: key {header.api_key} version {header.api_version}")
+        raise CloseConnection(f"unsupported request: key {header.api_key} version {header.api_version}")
     key = ApiKey(header.api_key)
     body = memoryview(frame)[header.body_start :]
     try:
         request = REQUEST_CLASSES[key].decode(body, version=header.api_version)
     except (ValueError, struct.error, IndexError, UnicodeDecodeError) as error:
-        raise _Close(f"request {key.name} v{header.api_version} does not parse: {error}") from error
+        raise CloseConnection(f"request {key.name} v{header.api_version} does not parse: {error}") from error
     response = HANDLERS[key](broker, request, header.api_version)
     if inspect.isawaitable(response):
         response = await response
@@ -158,65 +158,19 @@ async def dispatch(broker: Broker, frame: bytes) -> bytes | FramedResponse:
     return b"" if response is None else encode_response(response, header.correlation_id)
 
 
-async def read_frame(reader: asyncio.StreamReader, options: EndpointOptions, *, max_bytes: int | None = None,
-                     queue: QueuedRequestBytes | None = None) -> bytes:
-    """The next request frame. Raises _Close when none starts within connections.max.idle.ms, when its size is
-    negative or above ``max_bytes`` (default socket.request.max.bytes; before any of its body is read, as Kafka's
-    InvalidReceiveException), when its body has not arrived connections.max.idle.ms after its size did, or when
-    its next FRAME_CHUNK_BYTES (or its end) have not arrived within frame.stall.timeout.ms. With ``queue``, the body
-    is read once the frame fits queued.max.request.bytes, and counted there until the caller releases it."""
-    limit = options.socket_request_max_bytes if max_bytes is None else max_bytes
-    idle_seconds = options.connections_max_idle_ms / 1000
-    try:
-        async with asyncio.timeout(idle_seconds):
-            (size,) = struct.unpack(">i", await reader.readexactly(4))
-    except TimeoutError:
-        raise _Close(f"idle for connections.max.idle.ms={options.connections_max_idle_ms}") from None
-    if not 0 < size <= limit:
-        raise _Close(f"a frame of {size} bytes, outside 1 to {limit} (socket.request.max.bytes, or "
-                     "sasl.server.max.receive.size before authentication)")
-    if queue is not None:
-        await queue.reserve(size)
-    try:
-        async with asyncio.timeout(idle_seconds):
-            return await _read_body(reader, size, options)
-    except BaseException as error:
-        if queue is not None:
-            queue.release(size)
-        if isinstance(error, TimeoutError):
-            raise _Close(f"a frame of {size} bytes not complete after connections.max.idle.ms="
-                         f"{options.connections_max_idle_ms}") from None
-        raise
-
-
-async def _read_body(reader: asyncio.StreamReader, size: int, options: EndpointOptions) -> bytes:
-    """A frame's ``size`` bytes, read FRAME_CHUNK_BYTES at a time; raises _Close when a chunk has not arrived
-    within frame.stall.timeout.ms."""
-    chunks: list[bytes] = []
-    remaining = size
-    while remaining:
-        try:
-            async with asyncio.timeout(options.frame_stall_timeout_ms / 1000):
-                chunks.append(await reader.readexactly(min(remaining, FRAME_CHUNK_BYTES)))
-        except TimeoutError:
-            raise _Close(f"a frame of {size} bytes stalled with {remaining} to come: nothing for "
-                         f"frame.stall.timeout.ms={options.frame_stall_timeout_ms}") from None
-        remaining -= len(chunks[-1])
-    return b"".join(chunks)
-
-
-async def drain(writer: asyncio.StreamWriter, options: EndpointOptions) -> None:
+async def drain(connection: KafkaConnection, options: EndpointOptions) -> None:
     """Wait until the client reads enough of its responses; one that reads none for connections.max.idle.ms is
-    reset (closing would wait for the unread responses to be sent) and raises _Close."""
+    reset (closing would wait for the unread responses to be sent) and raises CloseConnection."""
     try:
         async with asyncio.timeout(options.connections_max_idle_ms / 1000):
-            await writer.drain()
+            await connection.drain()
     except TimeoutError:
-        connection = writer.get_extra_info("socket")
-        if connection is not None:  # linger 0: a reset, and the kernel drops what it still holds for the client
-            connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        writer.transport.abort()
-        raise _Close(f"responses unread for connections.max.idle.ms={options.connections_max_idle_ms}") from None
+        client = connection.get_extra_info("socket")
+        if client is not None:  # linger 0: a reset, and the kernel drops what it still holds for the client
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        connection.transport.abort()
+        raise CloseConnection("responses unread for connections.max.idle.ms="
+                              f"{options.connections_max_idle_ms}") from None
 
 
 CLOSE_WAIT_S = 1.0
@@ -245,6 +199,8 @@ class KafkaEndpoint:
         limit = self.options.queued_max_request_bytes
         self._queued = QueuedRequestBytes(limit if limit > 0 else sys.maxsize)
         """Bytes of requests read and not answered (queued.max.request.bytes), on the event loop only."""
+        self._buffers = FrameBuffers(self._queued)
+        """Buffers of large request frames, reused while the pool has room for them (evicted first)."""
         self._mapped_pages = MappedPages(store_path)
         """Drops the pages of segments that fetches read from the process's RSS (mapped_pages.py)."""
 
@@ -321,8 +277,10 @@ class KafkaEndpoint:
             client_auth = security.ssl_client_auth if listener.protocol is SecurityProtocol.SSL else "none"
             context = server_context(security, client_auth)
         port: list[int] = []
-        server = await asyncio.start_server(lambda r, w: self._connection(broker, listener, port[0], r, w),
-                                            listener.host or None, listener.port, ssl=context)
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: KafkaConnection(lambda connection: self._connection(broker, listener, port[0], connection)),
+            listener.host or None, listener.port, ssl=context)
         port.append(server.sockets[0].getsockname()[1])
         self.ports.append(port[0])
         return server
@@ -354,41 +312,41 @@ class KafkaEndpoint:
                 log.exception("expiring committed offsets (offsets.retention.minutes) failed")
             await asyncio.sleep(self.options.offsets_retention_check_interval_ms / 1000)
 
-    async def _connection(self, shared: Broker, listener: Listener, port: int, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
-        address = str((writer.get_extra_info("peername") or ("?",))[0])
+    async def _connection(self, shared: Broker, listener: Listener, port: int, connection: KafkaConnection) -> None:
+        address = str((connection.get_extra_info("peername") or ("?",))[0])
         if (sum(self._open.values()) >= self.options.max_connections
                 or self._open[address] >= self.options.max_connections_per_ip):
             log.info("refusing a Kafka connection from %s: max.connections or max.connections.per.ip reached",
                      address)
-            writer.close()
+            connection.close()
             return
         self._open[address] += 1
         handler = asyncio.current_task()
         assert handler is not None
         self._handlers.add(handler)
-        sender = ResponseSender(writer, self._queued, lambda: drain(writer, self.options))
+        sender = ResponseSender(connection, self._queued, lambda: drain(connection, self.options))
         try:
-            principal = await self._authenticate(listener, address, reader, writer)
+            principal = await self._authenticate(listener, address, connection)
             if principal is None:
                 return
             broker = shared.for_connection(Session(principal, address), listener.host, port)
             while True:
-                frame = await read_frame(reader, self.options, queue=self._queued)
-                broker.request_bytes = len(frame)
+                frame = await read_frame(connection, self.options, pool=self._queued, buffers=self._buffers)
+                broker.request_bytes = size = len(frame)
                 try:
                     response = await dispatch(broker, frame)
                 finally:
-                    self._queued.release(len(frame))
+                    self._queued.release(size)
+                    self._buffers.give_back(frame)
                 if isinstance(response, FramedResponse):
                     await sender.send(self._mapped_pages.watching(response))
                 elif response:
-                    writer.write(response)
-                    if writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_MAX:
-                        await drain(writer, self.options)
+                    connection.write(response)
+                    if connection.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_MAX:
+                        await drain(connection, self.options)
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass  # the client left, or the endpoint is stopping
-        except _Close as reason:
+        except CloseConnection as reason:
             log.info("closing a Kafka connection: %s", reason)
         except Exception:
             log.exception("a Kafka request failed; closing its connection")
@@ -396,33 +354,32 @@ class KafkaEndpoint:
             self._open[address] -= 1
             self._handlers.discard(handler)
             sender.close()
-            writer.close()
+            connection.close()
             with contextlib.suppress(Exception):  # a peer that never finishes TLS's close must not hold a stop
-                await asyncio.wait_for(writer.wait_closed(), CLOSE_WAIT_S)
+                await asyncio.wait_for(connection.wait_closed(), CLOSE_WAIT_S)
 
 
-    async def _authenticate(self, listener: Listener, address: str, reader: asyncio.StreamReader,
-                            writer: asyncio.StreamWriter) -> str | None:
+    async def _authenticate(self, listener: Listener, address: str, connection: KafkaConnection) -> str | None:
         """The connection's principal: its SASL user on a SASL listener (None when authentication failed and the
         connection must close), else its verified certificate's subject, else User:ANONYMOUS."""
         if not listener.protocol.sasl:
-            return certificate_principal(writer.get_extra_info("peercert")) or ANONYMOUS
+            return certificate_principal(connection.get_extra_info("peercert")) or ANONYMOUS
         security = self.options.security
         credentials = credentials_record(Path(self.store_path))
         authenticator = SaslAuthenticator(security.sasl_enabled_mechanisms, credentials.read)
         while authenticator.user is None:
-            frame = await read_frame(reader, self.options, max_bytes=security.sasl_server_max_receive_size)
+            frame = await read_frame(connection, self.options, max_bytes=security.sasl_server_max_receive_size)
             try:
-                reply = authenticator.receive(frame)
+                reply = authenticator.receive(bytes(frame))
             except (SaslProtocolError, MalformedRequestError) as error:
-                raise _Close(f"SASL authentication from {address}: {error}") from None
+                raise CloseConnection(f"SASL authentication from {address}: {error}") from None
             if reply.failed:
                 log.info("failed SASL authentication from %s on %s", address, listener)
                 await asyncio.sleep(security.connection_failed_authentication_delay_ms / 1000)
-                writer.write(reply.frame)
-                await drain(writer, self.options)
+                connection.write(reply.frame)
+                await drain(connection, self.options)
                 return None
-            writer.write(reply.frame)
+            connection.write(reply.frame)
         return f"User:{authenticator.user}"
 
 
