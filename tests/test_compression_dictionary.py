@@ -95,7 +95,7 @@ def test_the_compacted_ledger_and_the_views_read_dictionary_batches(tmp_path: Pa
             compacted = [(m.offset, m.key, m.value) for m in Reader(store, "t", read_compacted=True,
                                                                     start="earliest")]
             view = TableView(store, "t")
-            table = [(key, view.get(key)) for key in sorted({f"SYM{i:04d}".encode() for i in range(1200)})]
+            table = [(key, view.get(key)) for key in (f"SYM{i:04d}".encode() for i in range(0, 1200, 37))]
         return raw, compacted, table
 
     expected = views(tmp_path / "plain", "uncompressed")
