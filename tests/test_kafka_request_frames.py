@@ -1,4 +1,4 @@
-"""Request frames as the endpoint receives them (ledgerview/kafka/connection.py, request_frames.py,
+"""Request frames as the endpoint receives them (ledgerview/kafka/connection.py, server.py's read_frame,
 frame_buffers.py): every frame comes out whole and exact however its bytes are split into reads (one byte at a
 time, across the size prefix, many frames in one read, past the staging buffer); the socket is not read past the
 staging buffer while a frame waits for room in queued.max.request.bytes; a connection that ends mid-frame releases
@@ -25,8 +25,8 @@ from ledgerview.kafka import EndpointOptions, KafkaEndpoint
 from ledgerview.kafka.connection import STAGING_BYTES, KafkaConnection
 from ledgerview.kafka.frame_buffers import REUSED_FRAME_BYTES_MIN, FrameBuffers
 from ledgerview.kafka.protocol import ErrorCode
-from ledgerview.kafka.request_frames import read_frame
 from ledgerview.kafka.request_queue import QueuedRequestBytes
+from ledgerview.kafka.server import read_frame
 from storage import Store
 from tests.kafka_support import RawClient, produce_request, wait_for
 

@@ -6,7 +6,7 @@ frame out again: three copies of every request byte, each into fresh pages when 
 (large_buffers.py). Here the transport receives (recv_into) into one of two places:
 
 - between frames, a staging buffer of STAGING_BYTES, so that several small frames, or a frame's size and its first
-  bytes, take one system call; the frame reader (request_frames.py) takes sizes and frames out of it;
+  bytes, take one system call; the frame reader (server.py's read_frame) takes sizes and frames out of it;
 - once a frame's buffer is given (``start_frame``) and the frame is not all staged, the rest of that buffer, so
   the bulk of a large frame is copied once, by the kernel.
 

@@ -1,7 +1,7 @@
 """The Kafka-protocol endpoint: an asyncio server on its own thread, framing requests and dispatching them.
 
 Per connection (ledgerview/kafka/connection.py: bytes received straight into each frame's buffer), requests are
-read (request_frames.py: 4-byte size, then the frame) and answered one after another, so responses leave in
+read (4-byte size, then the frame) and answered one after another, so responses leave in
 request order as the protocol requires; a long-polling Fetch holds its connection, as Kafka's does. A size above
 socket.request.max.bytes (or negative) closes the connection before its body is read. A connection is closed when
 idle for connections.max.idle.ms, when its frame is still incomplete that long after its size came or its
@@ -86,7 +86,6 @@ from ledgerview.kafka.protocol import (
     read_request_header,
     supported,
 )
-from ledgerview.kafka.request_frames import CloseConnection, read_frame
 from ledgerview.kafka.request_queue import QueuedRequestBytes
 from ledgerview.kafka.response_sender import WRITE_BUFFER_BYTES_MAX, ResponseSender
 from ledgerview.kafka.sasl_errors import SaslProtocolError
@@ -124,6 +123,8 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.CREATE_ACLS: handle_create_acls,
     ApiKey.DELETE_ACLS: handle_delete_acls,
 }
+FRAME_CHUNK_BYTES = 1024 * 1024
+"""A frame's body must progress this much (or end) within frame.stall.timeout.ms."""
 GROUP_TIMER_SECONDS = 0.25
 
 
@@ -133,23 +134,27 @@ class EndpointStartError(LedgerviewError):
                          "(0 picks a free one) or stop what holds it.")
 
 
+class _Close(Exception):
+    """The connection must be closed (Kafka's answer to a request it cannot parse or a limit it passes)."""
+
+
 async def dispatch(broker: Broker, frame: memoryview) -> bytes | FramedResponse:
     """The framed response to one request frame (a Fetch's to be written piece by piece, ResponseSender); b""
-    when none is due (acks=0). Raises CloseConnection."""
+    when none is due (acks=0). Raises _Close."""
     try:
         header = read_request_header(frame)
     except MalformedRequestError as error:
-        raise CloseConnection(str(error)) from error
+        raise _Close(str(error)) from error
     if not supported(header.api_key, header.api_version):
         if header.api_key == ApiKey.API_VERSIONS:
             return encode_response(api_versions_response(0, ErrorCode.UNSUPPORTED_VERSION), header.correlation_id)
-        raise CloseConnection(f"unsupported request: key {header.api_key} version {header.api_version}")
+        raise _Close(f"unsupported request: key {header.api_key} version {header.api_version}")
     key = ApiKey(header.api_key)
     body = memoryview(frame)[header.body_start :]
     try:
         request = REQUEST_CLASSES[key].decode(body, version=header.api_version)
     except (ValueError, struct.error, IndexError, UnicodeDecodeError) as error:
-        raise CloseConnection(f"request {key.name} v{header.api_version} does not parse: {error}") from error
+        raise _Close(f"request {key.name} v{header.api_version} does not parse: {error}") from error
     response = HANDLERS[key](broker, request, header.api_version)
     if inspect.isawaitable(response):
         response = await response
@@ -158,9 +163,63 @@ async def dispatch(broker: Broker, frame: memoryview) -> bytes | FramedResponse:
     return b"" if response is None else encode_response(response, header.correlation_id)
 
 
+async def read_frame(connection: KafkaConnection, options: EndpointOptions, *, max_bytes: int | None = None,
+                     pool: QueuedRequestBytes | None = None, buffers: FrameBuffers | None = None) -> memoryview:
+    """The next request frame, whole; raises _Close, or IncompleteReadError (or ConnectionError) when the client
+    left. ``max_bytes`` defaults to socket.request.max.bytes; with ``pool`` the frame is counted there until the
+    caller releases it; with ``buffers`` its buffer comes from (and should go back to) them. The steps:
+
+    1. Wait for the size, at most connections.max.idle.ms. A size outside 1 to the limit closes the connection
+       before any of the body is read (Kafka's InvalidReceiveException).
+    2. With a pool, wait until the frame fits queued.max.request.bytes and count it there (meanwhile the
+       connection receives at most its staging buffer, then stops reading). On any failure below it is released.
+    3. Take a buffer for it and receive the body into it: every FRAME_CHUNK_BYTES (or the end) must arrive within
+       frame.stall.timeout.ms, and the whole body within connections.max.idle.ms of its size."""
+    limit = options.socket_request_max_bytes if max_bytes is None else max_bytes
+    idle_seconds = options.connections_max_idle_ms / 1000
+    size = connection.take_size()
+    if size is None:
+        try:
+            async with asyncio.timeout(idle_seconds):
+                size = await connection.read_size()
+        except TimeoutError:
+            raise _Close(f"idle for connections.max.idle.ms={options.connections_max_idle_ms}") from None
+    if not 0 < size <= limit:
+        raise _Close(f"a frame of {size} bytes, outside 1 to {limit} (socket.request.max.bytes, or "
+                     "sasl.server.max.receive.size before authentication)")
+    if pool is not None:
+        await pool.reserve(size)
+    frame = buffers.take(size) if buffers is not None else memoryview(bytearray(size))
+    try:
+        received = connection.start_frame(frame)
+        if received < size:
+            try:
+                async with asyncio.timeout(idle_seconds):
+                    await _receive_body(connection, size, received, options)
+            except TimeoutError:
+                raise _Close(f"a frame of {size} bytes not complete after connections.max.idle.ms="
+                             f"{options.connections_max_idle_ms}") from None
+    except BaseException:
+        connection.end_frame()
+        if pool is not None:
+            pool.release(size)
+        raise
+    return frame
+
+
+async def _receive_body(connection: KafkaConnection, size: int, received: int, options: EndpointOptions) -> None:
+    while received < size:
+        try:
+            async with asyncio.timeout(options.frame_stall_timeout_ms / 1000):
+                received = await connection.read_frame_bytes(min(size, received + FRAME_CHUNK_BYTES))
+        except TimeoutError:
+            raise _Close(f"a frame of {size} bytes stalled with {size - received} to come: nothing for "
+                         f"frame.stall.timeout.ms={options.frame_stall_timeout_ms}") from None
+
+
 async def drain(connection: KafkaConnection, options: EndpointOptions) -> None:
     """Wait until the client reads enough of its responses; one that reads none for connections.max.idle.ms is
-    reset (closing would wait for the unread responses to be sent) and raises CloseConnection."""
+    reset (closing would wait for the unread responses to be sent) and raises _Close."""
     try:
         async with asyncio.timeout(options.connections_max_idle_ms / 1000):
             await connection.drain()
@@ -169,8 +228,7 @@ async def drain(connection: KafkaConnection, options: EndpointOptions) -> None:
         if client is not None:  # linger 0: a reset, and the kernel drops what it still holds for the client
             client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         connection.transport.abort()
-        raise CloseConnection("responses unread for connections.max.idle.ms="
-                              f"{options.connections_max_idle_ms}") from None
+        raise _Close(f"responses unread for connections.max.idle.ms={options.connections_max_idle_ms}") from None
 
 
 CLOSE_WAIT_S = 1.0
@@ -346,7 +404,7 @@ class KafkaEndpoint:
                         await drain(connection, self.options)
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass  # the client left, or the endpoint is stopping
-        except CloseConnection as reason:
+        except _Close as reason:
             log.info("closing a Kafka connection: %s", reason)
         except Exception:
             log.exception("a Kafka request failed; closing its connection")
@@ -372,7 +430,7 @@ class KafkaEndpoint:
             try:
                 reply = authenticator.receive(bytes(frame))
             except (SaslProtocolError, MalformedRequestError) as error:
-                raise CloseConnection(f"SASL authentication from {address}: {error}") from None
+                raise _Close(f"SASL authentication from {address}: {error}") from None
             if reply.failed:
                 log.info("failed SASL authentication from %s on %s", address, listener)
                 await asyncio.sleep(security.connection_failed_authentication_delay_ms / 1000)
