@@ -187,22 +187,23 @@ def test_free_buffers_take_only_free_room_and_are_evicted_when_it_is_needed() ->
     asyncio.run(run())
 
 
-def _api_versions(correlation_id: int) -> bytes:
+def _api_versions(correlation_id: int, client_id: str = "probe") -> bytes:
     request = ApiVersionsRequest(version=2)
-    request.with_header(correlation_id=correlation_id, client_id="pipelined")
+    request.with_header(correlation_id=correlation_id, client_id=client_id)
     return bytes(request.encode(header=True, framed=True))
 
 
 def test_pipelined_requests_in_one_write_are_answered_in_order(tmp_path: Path) -> None:
-    count = 4 * STAGING_BYTES // len(_api_versions(0))
+    """Small and 10 KB requests in turn, four staging buffers' worth: frames end and start at every offset."""
+    requests = [_api_versions(n, "p" * (n % 2 * 9_999)) for n in range(4 * STAGING_BYTES // 5_000)]
     with KafkaEndpoint(tmp_path / "data", port=0) as endpoint:
         client = RawClient(f"127.0.0.1:{endpoint.port}")
         try:
-            client.send_frame(b"".join(_api_versions(n) for n in range(count)))
-            answered = [struct.unpack_from(">i", client.read_frame())[0] for _ in range(count)]
+            client.send_frame(b"".join(requests))
+            answered = [struct.unpack_from(">i", client.read_frame())[0] for _ in requests]
         finally:
             client.close()
-    assert answered == list(range(count))
+    assert answered == list(range(len(requests)))
 
 
 def test_a_client_that_stops_sending_still_gets_its_answer(tmp_path: Path) -> None:
