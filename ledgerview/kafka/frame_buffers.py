@@ -4,7 +4,8 @@ for every frame.
 glibc returns every block of MMAP_THRESHOLD_BYTES or more to the kernel when it is freed (large_buffers.py), so a
 new 1 MiB buffer per produced frame costs 256 page faults, and the kernel's zeroing of each page, before the first
 byte is received. A frame of REUSED_FRAME_BYTES_MIN to REUSED_FRAME_BYTES_MAX bytes is therefore received into a
-free buffer when one fits it (at most a quarter larger than the frame), and its buffer goes back on the free list
+free buffer when one fits it (at most a quarter larger than the frame, rounded up to BUFFER_GRAIN_BYTES; the frame
+is a view of its own length, never of the bytes a former frame left past it), and its buffer goes back on the free list
 once the frame is answered, unless a view of it is still alive (something kept part of the request: the buffer is
 then left to it). The free list holds at most FREE_BUFFERS_MAX buffers, and only in room queued.max.request.bytes
 leaves free (request_queue.py): the pool evicts free buffers, oldest first, whenever a request, a fetched batch or a
