@@ -303,4 +303,8 @@ def _read_payload(payload: pa.Buffer) -> pa.RecordBatch:
     message = pa.ipc.read_message(payload)
     if message.type != "schema":
         return pa.ipc.read_record_batch(message, STORED_SCHEMA)
-    return without_dictionaries(pa.ipc.open_stream(payload, options=_READ_OPTIONS).read_next_batch())
+    try:
+        batch = pa.ipc.open_stream(payload, options=_READ_OPTIONS).read_next_batch()
+    except StopIteration:
+        raise pa.ArrowInvalid("the stream ends before its record batch") from None
+    return without_dictionaries(batch)

@@ -256,3 +256,19 @@ def test_a_damaged_dictionary_payload_is_a_corruption_error_naming_the_file(tmp_
         store.read("t", 0)
     assert str(segment) in str(caught.value)
     assert "payload is not a valid Arrow record batch" in str(caught.value)
+
+
+@pytest.mark.parametrize("kept", ["the schema message", "the schema and dictionary messages"])
+def test_a_dictionary_payload_cut_before_its_record_batch_is_a_corruption_error(tmp_path: Path, kept: str) -> None:
+    """Arrow's stream reader ends without a batch (StopIteration) there: it must not escape the decoder."""
+    keys = dictionary_column([0, 1, 2, 1], pa.array([b"a", b"b", b"c"]))
+    reader = pa.ipc.MessageReader.open_stream(pa.py_buffer(ipc_stream(stored_batch(ROWS_DAMAGED, key=keys))))
+    messages = [reader.read_next_message() for _ in range(3)]
+    assert [message.type for message in messages] == ["schema", "dictionary", "record batch"]
+    kept_messages = messages[:1] if kept == "the schema message" else messages[:2]
+    payload = b"".join(bytes(message.serialize().to_pybytes()) for message in kept_messages)
+    segment = store_with_one_batch(tmp_path / "data", payload, ROWS_DAMAGED)
+    with Store.open(tmp_path / "data") as store, pytest.raises(CorruptSegmentError) as caught:
+        store.read("t", 0)
+    assert str(segment) in str(caught.value)
+    assert "ends before its record batch" in str(caught.value)
