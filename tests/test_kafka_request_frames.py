@@ -94,7 +94,7 @@ async def _read_all(connection: KafkaConnection, pool: QueuedRequestBytes, buffe
     for _ in range(count):
         frame = await read_frame(connection, OPTIONS, pool=pool, buffers=buffers)
         frames.append(bytes(frame))
-        pool.release(len(frame))
+        pool.release(FrameBuffers.charge(len(frame)))
         buffers.give_back(frame)
     return frames
 
@@ -150,7 +150,7 @@ def test_a_connection_that_ends_mid_frame_releases_its_room() -> None:
         pool = QueuedRequestBytes(64 << 20)
         reader = asyncio.create_task(read_frame(connection, OPTIONS, pool=pool, buffers=FrameBuffers(pool)))
         await _deliver(connection, transport, struct.pack(">i", 1 << 20) + bytes(STAGING_BYTES * 2), 1 << 30)
-        assert pool.queued_bytes == 1 << 20 and not reader.done()
+        assert pool.queued_bytes == FrameBuffers.charge(1 << 20) and not reader.done()
         connection.eof_received()
         with pytest.raises(asyncio.IncompleteReadError):
             await reader
@@ -170,6 +170,23 @@ def test_a_buffer_still_viewed_is_not_reused() -> None:
     buffers.take(REUSED_FRAME_BYTES_MIN)[:] = bytes(REUSED_FRAME_BYTES_MIN)
     assert bytes(kept) == b"k" * 10
     del kept
+
+
+def test_a_frame_is_charged_at_least_the_buffer_it_is_received_into() -> None:
+    """The pool counts a frame at FrameBuffers.charge: never less than the (reused or new) buffer it gets."""
+    buffers = FrameBuffers(QueuedRequestBytes(64 << 20))
+    buffers.give_back(buffers.take(1 << 20))
+    smaller = (1 << 20) * 4 // 5 + 1
+    reused = buffers.take(smaller)
+    assert len(bytearray_of(reused)) == 1 << 20 > smaller  # the free buffer, a quarter larger than its frame
+    for size, frame in [(smaller, reused), *((size, buffers.take(size)) for size in (1 << 17, 700_001, 4 << 20))]:
+        assert len(frame) == size <= len(bytearray_of(frame)) <= FrameBuffers.charge(size)
+
+
+def bytearray_of(frame: memoryview) -> bytearray:
+    buffer = frame.obj
+    assert isinstance(buffer, bytearray)
+    return buffer
 
 
 def test_free_buffers_take_only_free_room_and_are_evicted_when_it_is_needed() -> None:
@@ -194,7 +211,8 @@ def _api_versions(correlation_id: int, client_id: str = "probe") -> bytes:
 
 
 def test_pipelined_requests_in_one_write_are_answered_in_order(tmp_path: Path) -> None:
-    """Small and 10 KB requests in turn, four staging buffers' worth: frames end and start at every offset."""
+    """Small and 10 KB requests in turn, four staging buffers' worth: frames end and start at many offsets of the
+    staging buffer, and some cross its end."""
     requests = [_api_versions(n, "p" * (n % 2 * 9_999)) for n in range(4 * STAGING_BYTES // 5_000)]
     with KafkaEndpoint(tmp_path / "data", port=0) as endpoint:
         client = RawClient(f"127.0.0.1:{endpoint.port}")

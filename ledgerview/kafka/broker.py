@@ -134,8 +134,9 @@ class Broker:
     listener_host: str = ""
     """The host of the listener the connection arrived on, advertised in Metadata and FindCoordinator."""
     request_bytes: int = 0
-    """The size of the request frame this connection is handling (parked in the pool while it waits for the
-    worker thread: ledgerview/kafka/heavy_work.py)."""
+    """What the pool counts for the request frame this connection is handling (its size, or the larger buffer it
+    may be received into: FrameBuffers.charge), parked there while it waits for the worker thread
+    (ledgerview/kafka/heavy_work.py)."""
 
     def __post_init__(self) -> None:
         self.fetch_cache = EncodedBatchCache(self.options.fetch_cache_bytes)

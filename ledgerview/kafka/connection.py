@@ -11,7 +11,8 @@ frame out again: three copies of every request byte, each into fresh pages when 
   the bulk of a large frame is copied once, by the kernel.
 
 The socket is not read while the staging buffer is full and no frame is being received: a connection thus holds
-at most STAGING_BYTES that queued.max.request.bytes does not count, and TCP pushes back on its client.
+at most STAGING_BYTES that queued.max.request.bytes does not count, and TCP pushes back on its client. (On a TLS
+listener asyncio's SSL layer reads ahead of that, up to its own buffer of encrypted bytes, about 256 KiB.)
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ is a view of its own length, never of the bytes a former frame left past it), an
 once the frame is answered, unless a view of it is still alive (something kept part of the request: the buffer is
 then left to it). The free list holds at most FREE_BUFFERS_MAX buffers, and only in room queued.max.request.bytes
 leaves free (request_queue.py): the pool evicts free buffers, oldest first, whenever a request, a fetched batch or a
-worker step needs that room, so reuse never adds to the memory the bound allows. Smaller frames come from glibc's
-heaps, which reuse freed memory by themselves.
+worker step needs that room; a frame in flight is counted at the largest buffer it may be given (``charge``), so
+reuse never adds to the memory the bound allows. Smaller frames come from glibc's heaps, which reuse freed memory by
+themselves.
 """
 
 from __future__ import annotations
@@ -36,12 +37,18 @@ class FrameBuffers:
         self._free: deque[bytearray] = deque()
         pool.share_with_cache(self.evict)
 
+    @staticmethod
+    def charge(size: int) -> int:
+        """What the pool must count for a frame of ``size`` bytes: the largest buffer ``take`` may give it."""
+        return _largest_fit(size) if REUSED_FRAME_BYTES_MIN <= size <= REUSED_FRAME_BYTES_MAX else size
+
     def take(self, size: int) -> memoryview:
-        """A writable view of ``size`` bytes to receive a frame into: part of a free buffer that fits, or new."""
+        """A writable view of ``size`` bytes to receive a frame into: part of a free buffer that fits (at most
+        ``charge(size)`` bytes), or new."""
         if not REUSED_FRAME_BYTES_MIN <= size <= REUSED_FRAME_BYTES_MAX:
             return memoryview(bytearray(size))
         for index, buffer in enumerate(self._free):
-            if size <= len(buffer) <= _rounded(size + size // 4):
+            if size <= len(buffer) <= _largest_fit(size):
                 del self._free[index]
                 self._pool.release_cached(len(buffer))
                 return memoryview(buffer)[:size]
@@ -55,10 +62,11 @@ class FrameBuffers:
         if (not isinstance(buffer, bytearray) or not REUSED_FRAME_BYTES_MIN <= len(buffer) <= REUSED_FRAME_BYTES_MAX
                 or _viewed(buffer)):
             return
+        if not self._pool.take_cached(len(buffer)):
+            return
         if len(self._free) == FREE_BUFFERS_MAX:
             self._drop_oldest()
-        if self._pool.take_cached(len(buffer)):
-            self._free.append(buffer)
+        self._free.append(buffer)
 
     def evict(self, size: int) -> None:
         """Drop free buffers, oldest first, until at least ``size`` bytes (or all) are gone."""
@@ -70,6 +78,11 @@ class FrameBuffers:
         size = len(self._free.popleft())
         self._pool.release_cached(size)
         return size
+
+
+def _largest_fit(size: int) -> int:
+    """The largest free buffer a frame of ``size`` bytes may take: at most a quarter larger, rounded up."""
+    return _rounded(size + size // 4)
 
 
 def _rounded(size: int) -> int:

@@ -171,8 +171,9 @@ async def read_frame(connection: KafkaConnection, options: EndpointOptions, *, m
 
     1. Wait for the size, at most connections.max.idle.ms. A size outside 1 to the limit closes the connection
        before any of the body is read (Kafka's InvalidReceiveException).
-    2. With a pool, wait until the frame fits queued.max.request.bytes and count it there (meanwhile the
-       connection receives at most its staging buffer, then stops reading). On any failure below it is released.
+    2. With a pool, wait until the frame fits queued.max.request.bytes and count it there, at the largest buffer
+       ``buffers`` may give it (``FrameBuffers.charge``; the caller releases that much). Meanwhile the connection
+       receives at most its staging buffer, then stops reading. On any failure below it is released.
     3. Take a buffer for it and receive the body into it: every FRAME_CHUNK_BYTES (or the end) must arrive within
        frame.stall.timeout.ms, and the whole body within connections.max.idle.ms of its size."""
     limit = options.socket_request_max_bytes if max_bytes is None else max_bytes
@@ -187,10 +188,11 @@ async def read_frame(connection: KafkaConnection, options: EndpointOptions, *, m
     if not 0 < size <= limit:
         raise _Close(f"a frame of {size} bytes, outside 1 to {limit} (socket.request.max.bytes, or "
                      "sasl.server.max.receive.size before authentication)")
+    charged = buffers.charge(size) if buffers is not None else size
     if pool is not None:
-        await pool.reserve(size)
-    frame = buffers.take(size) if buffers is not None else memoryview(bytearray(size))
+        await pool.reserve(charged)
     try:
+        frame = buffers.take(size) if buffers is not None else memoryview(bytearray(size))
         received = connection.start_frame(frame)
         if received < size:
             try:
@@ -202,7 +204,7 @@ async def read_frame(connection: KafkaConnection, options: EndpointOptions, *, m
     except BaseException:
         connection.end_frame()
         if pool is not None:
-            pool.release(size)
+            pool.release(charged)
         raise
     return frame
 
@@ -390,11 +392,11 @@ class KafkaEndpoint:
             broker = shared.for_connection(Session(principal, address), listener.host, port)
             while True:
                 frame = await read_frame(connection, self.options, pool=self._queued, buffers=self._buffers)
-                broker.request_bytes = size = len(frame)
+                broker.request_bytes = charged = self._buffers.charge(len(frame))
                 try:
                     response = await dispatch(broker, frame)
                 finally:
-                    self._queued.release(size)
+                    self._queued.release(charged)
                     self._buffers.give_back(frame)
                 if isinstance(response, FramedResponse):
                     await sender.send(self._mapped_pages.watching(response))
