@@ -15,7 +15,7 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from ledgerview.kafka.fetch_response import PartitionAnswer, StreamedFetchResponse, fixed
 from ledgerview.kafka.protocol import ErrorCode, encode_response
-from ledgerview.kafka.records import encode_batch, encoded_batch_bytes
+from ledgerview.kafka.record_encoding import encode_batch, encoded_batch_bytes
 from storage.schema import HEADER_TYPE
 
 TopicResponse = FetchResponse.FetchableTopicResponse

@@ -12,14 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from ledgerview.kafka.records import (
-    CorruptBatchError,
-    InvalidRecordsError,
-    UnsupportedBatchError,
-    decode_batches,
-    encode_batch,
-    encode_empty_batch,
-)
+from ledgerview.kafka.record_encoding import encode_batch, encode_empty_batch
+from ledgerview.kafka.records import CorruptBatchError, InvalidRecordsError, UnsupportedBatchError, decode_batches
 from storage.schema import HEADER_TYPE
 
 binary = st.one_of(st.none(), st.binary(max_size=300))

@@ -40,7 +40,8 @@ from ledgerview.kafka.authorizer import Operation
 from ledgerview.kafka.broker import Broker
 from ledgerview.kafka.fetch_response import PartitionAnswer, Piece, StreamedFetchResponse, fixed
 from ledgerview.kafka.protocol import ErrorCode
-from ledgerview.kafka.records import BATCH_HEADER_BYTES, encode_batch, encode_empty_batch, encoded_batch_bytes
+from ledgerview.kafka.record_encoding import encode_batch, encode_empty_batch, encoded_batch_bytes
+from ledgerview.kafka.records import BATCH_HEADER_BYTES
 from ledgerview.kafka.topics import TopicView, resolve_topic
 from readers.partition_read import open_partition_read
 from storage.binary_arrays import value_lengths
