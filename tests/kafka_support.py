@@ -201,3 +201,22 @@ def fetch_request(topic: str, *, partitions: int = 1, offset: int = 0, max_bytes
                         max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
                         topics=[FetchRequest.FetchTopic(topic=topic, partitions=wanted)], forgotten_topics_data=[],
                         rack_id="")
+
+
+def consumed_from_start(bootstrap: str, topic: str, count: int) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of partition 0 of ``topic`` read from offset 0 by kafka-python until ``count`` records
+    came (or 60 s passed)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, fetch_max_wait_ms=100,
+                             consumer_timeout_ms=5000, request_timeout_ms=20000)
+    try:
+        partition = TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek(partition, 0)
+        got: list[tuple[int, bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + 60
+        while len(got) < count and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=200).values():
+                got += [(record.offset, record.key, record.value) for record in batch]
+        return got
+    finally:
+        consumer.close()

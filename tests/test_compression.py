@@ -5,13 +5,11 @@ the file, never skipped data), Kafka's codecs without an Arrow IPC codec are ref
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 
 from compactor import Compactor
 from ledgerview.kafka import KafkaEndpoint
@@ -23,6 +21,7 @@ from storage.config import InvalidConfigError, TopicConfig
 from storage.errors import CorruptSegmentError, InvalidMessagesError
 from storage.schema import HEADER_TYPE, STORED_SCHEMA
 from tests.conftest import TINY, ManualClock
+from tests.kafka_support import consumed_from_start
 
 CODECS = ["lz4", "zstd"]
 MESSAGES = 300
@@ -141,19 +140,7 @@ def test_the_kafka_endpoint_serves_a_compressed_topic(tmp_path: Path, codec: str
     with filled(data, codec) as store:
         expected = [(offset, key, value) for offset, key, value, _ in raw_rows(store)]
     with KafkaEndpoint(data, port=0) as endpoint:
-        consumer = KafkaConsumer(bootstrap_servers=f"127.0.0.1:{endpoint.port}", group_id=None,
-                                 fetch_max_wait_ms=100, consumer_timeout_ms=5000, request_timeout_ms=20000)
-        try:
-            partition = TopicPartition("t", 0)
-            consumer.assign([partition])
-            consumer.seek(partition, 0)
-            got: list[tuple[int, bytes | None, bytes | None]] = []
-            deadline = time.monotonic() + 60
-            while len(got) < len(expected) and time.monotonic() < deadline:
-                for batch in consumer.poll(timeout_ms=200).values():
-                    got += [(record.offset, record.key, record.value) for record in batch]
-        finally:
-            consumer.close()
+        got = consumed_from_start(f"127.0.0.1:{endpoint.port}", "t", len(expected))
     assert got == expected
 
 

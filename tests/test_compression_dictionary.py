@@ -7,14 +7,12 @@ dictionaries existed still read; and a damaged dictionary payload is a corruptio
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 
 from compactor import Compactor
 from ledgerview.kafka import KafkaEndpoint
@@ -25,6 +23,7 @@ from storage.codec import HEADER_BYTES, BatchHeader, with_checksum
 from storage.errors import CorruptSegmentError
 from storage.schema import HEADER_TYPE, STORED_SCHEMA, null_headers
 from tests.conftest import ManualClock
+from tests.kafka_support import consumed_from_start
 
 CODECS = ["lz4", "zstd"]
 ROWS = 3000
@@ -144,19 +143,7 @@ def test_the_kafka_endpoint_serves_dictionary_batches(tmp_path: Path) -> None:
         expected = [(offset, key, value) for offset, _, key, value, _ in raw_rows(store)]
     assert log_layouts(data) == {"schema"}
     with KafkaEndpoint(data, port=0) as endpoint:
-        consumer = KafkaConsumer(bootstrap_servers=f"127.0.0.1:{endpoint.port}", group_id=None,
-                                 fetch_max_wait_ms=100, consumer_timeout_ms=5000, request_timeout_ms=20000)
-        try:
-            partition = TopicPartition("t", 0)
-            consumer.assign([partition])
-            consumer.seek(partition, 0)
-            got: list[tuple[int, bytes | None, bytes | None]] = []
-            deadline = time.monotonic() + 60
-            while len(got) < len(expected) and time.monotonic() < deadline:
-                for batch in consumer.poll(timeout_ms=200).values():
-                    got += [(record.offset, record.key, record.value) for record in batch]
-        finally:
-            consumer.close()
+        got = consumed_from_start(f"127.0.0.1:{endpoint.port}", "t", len(expected))
     assert got == expected
 
 
