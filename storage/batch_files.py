@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from storage.codec import BatchFormatError, BatchHeader, decode_payload, read_header, verify_batch
+from storage.codec import (
+    BatchFormatError,
+    BatchHeader,
+    decode_payload,
+    dictionary_columns,
+    read_header,
+    verify_batch,
+)
 
 
 @dataclass(frozen=True)
@@ -66,3 +73,8 @@ class BatchFile:
     def decode(self, header: BatchHeader) -> pa.RecordBatch:
         """The batch's messages (STORED_SCHEMA); raises BatchFormatError when the payload does not decode."""
         return decode_payload(self.buffer, header)
+
+    def dictionary_columns(self, header: BatchHeader) -> tuple[str, ...]:
+        """The columns the batch stores as dictionaries (none in the plain layout); raises BatchFormatError when
+        its payload's first message does not parse."""
+        return dictionary_columns(self.buffer, header)

@@ -298,6 +298,22 @@ def decode_payload(buffer: pa.Buffer, header: BatchHeader) -> pa.RecordBatch:
     return batch
 
 
+def dictionary_columns(buffer: pa.Buffer, header: BatchHeader) -> tuple[str, ...]:
+    """The columns a batch's payload stores as dictionaries (storage/dictionary_columns.py): none for the plain
+    layout, a lone record-batch message. Raises BatchFormatError when the payload's first message does not parse."""
+    if not header.attributes & _COMPRESSION_MASK or not header.record_count:
+        return ()
+    payload = buffer.slice(header.position + HEADER_BYTES, header.batch_length - HEADER_BYTES)
+    try:
+        message = pa.ipc.read_message(payload)
+        if message.type != "schema":
+            return ()
+        schema = pa.ipc.read_schema(message)
+    except (pa.ArrowException, OSError) as error:
+        raise BatchFormatError(f"payload is not a valid Arrow message: {error}", header.base_offset) from error
+    return tuple(field.name for field in schema if pa.types.is_dictionary(field.type))
+
+
 def _read_payload(payload: pa.Buffer) -> pa.RecordBatch:
     """A compressed payload: a record-batch message, or a stream (schema message first) with dictionaries."""
     message = pa.ipc.read_message(payload)

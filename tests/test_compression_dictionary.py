@@ -22,6 +22,7 @@ from storage.batch_files import BatchFile
 from storage.codec import HEADER_BYTES, BatchHeader, with_checksum
 from storage.errors import CorruptSegmentError
 from storage.schema import HEADER_TYPE, STORED_SCHEMA, null_headers
+from tests.cli_runner import run_cli
 from tests.conftest import ManualClock
 from tests.kafka_support import consumed_from_start
 
@@ -259,3 +260,12 @@ def test_a_dictionary_payload_cut_before_its_record_batch_is_a_corruption_error(
         store.read("t", 0)
     assert str(segment) in str(caught.value)
     assert "ends before its record batch" in str(caught.value)
+
+
+def test_dump_log_names_the_columns_a_batch_stores_as_dictionaries(tmp_path: Path) -> None:
+    with filled(tmp_path / "zstd", "zstd"), filled(tmp_path / "plain", "uncompressed"):
+        pass
+    dictionaries = run_cli(tmp_path / "zstd", "dump-log", str(tmp_path / "zstd" / "t-0")).out
+    assert dictionaries.count("compression: zstd dictionaries: key,value crc:") == 2  # the two appends' batches
+    plain = run_cli(tmp_path / "plain", "dump-log", str(tmp_path / "plain" / "t-0")).out
+    assert "compression: none crc:" in plain and "dictionaries" not in plain

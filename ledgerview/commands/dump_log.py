@@ -17,8 +17,9 @@ from storage.files import parse_segment_file as parse_segment_name
 from storage.index import OffsetIndex, TimeIndex
 
 DESCRIPTION = """Print the batches of segment files (.log) and compacted ledgers (.ledger): offsets, counts,
-timestamps, positions, sizes, codec and CRC-32C with whether it verifies; with --print-data-log, every message
-too. Offset (.index) and time (.timeindex) indexes print their entries. A folder stands for the files in it.
+timestamps, positions, sizes, codec, the columns a compressed batch stores as dictionaries, and CRC-32C with
+whether it verifies; with --print-data-log, every message too. Offset (.index) and time (.timeindex) indexes
+print their entries. A folder stands for the files in it.
 
 examples:
   ledgerview dump-log data/prices-0/00000000000000000000.log
@@ -71,7 +72,8 @@ def _dump_batches(path: Path, *, print_data: bool) -> None:
     out = sys.stdout
     for scanned in file.scan():
         header = scanned.header
-        out.write(f"{_batch_line(header)} crc: {header.crc:#010x} isValid: {str(scanned.crc_valid).lower()}\n")
+        out.write(f"{_batch_line(header)}{_dictionaries(file, header)} crc: {header.crc:#010x} "
+                  f"isValid: {str(scanned.crc_valid).lower()}\n")
         if print_data:
             out.write(_messages(file, header))
     if file.tail is not None:
@@ -84,6 +86,16 @@ def _batch_line(header: BatchHeader) -> str:
     return (f"baseOffset: {header.base_offset} lastOffset: {header.last_offset} count: {header.record_count} "
             f"position: {header.position} {time_type}: {header.first_timestamp} maxTimestamp: "
             f"{header.max_timestamp} size: {header.batch_length} compression: {header.compression or 'none'}")
+
+
+def _dictionaries(file: BatchFile, header: BatchHeader) -> str:
+    """`` dictionaries: key,value`` for a batch storing those columns as dictionaries (docs/FORMAT.md); nothing
+    for the plain layout, or when the payload does not parse (its messages' line says so)."""
+    try:
+        columns = file.dictionary_columns(header)
+    except BatchFormatError:
+        return ""
+    return f" dictionaries: {','.join(columns)}" if columns else ""
 
 
 def _messages(file: BatchFile, header: BatchHeader) -> str:
