@@ -142,12 +142,11 @@ class RemoteTier:
         return list(self._segments.of(manifest.segments)) if manifest else []
 
 
-def open_remembered_tier(root: Path, remote: str | None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> (
-    ObjectStore | None
-):
+def open_remembered_tier(root: Path, remote: str | None, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                         remember: bool = True) -> ObjectStore | None:
     """The data folder's remote tier, opened: ``remote`` if given (remembered in the folder the first time it
-    opens), else the one the folder remembers, else None. A folder tiered to one URI refuses another
-    (RemoteTierMismatchError): its remote segments are there."""
+    opens, unless ``remember`` is False, as for a read-only open), else the one the folder remembers, else None.
+    A folder tiered to one URI refuses another (RemoteTierMismatchError): its remote segments are there."""
     path = root / REMOTE_TIER_RECORD
     try:
         _, body = decode_record(path, path.read_bytes(), REMOTE_TIER_KIND, max_version=1)
@@ -155,7 +154,8 @@ def open_remembered_tier(root: Path, remote: str | None, *, timeout_s: float = D
         if remote is None:
             return None
         objects = open_object_store(remote, timeout_s=timeout_s)  # a URI that does not open is never remembered
-        write_atomically(path, encode_record(REMOTE_TIER_KIND, 1, {"uri": objects.uri}))
+        if remember:
+            write_atomically(path, encode_record(REMOTE_TIER_KIND, 1, {"uri": objects.uri}))
         return objects
     known = str(body.get("uri"))
     if remote is not None and remote.rstrip("/") != known:

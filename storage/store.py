@@ -131,8 +131,9 @@ class Store:
         PartitionLockedError (False). ``verify_reads``: check each batch's CRC-32C when reading it.
         ``clock``: milliseconds since the epoch; tests pass their own. ``cleaner_config``: the in-place
         cleaner's memory budget (default: Kafka's 128 MiB). ``remote``: the URI of the store's remote tier
-        (``s3://bucket/prefix``, ``file:///mount/prefix``, see storage/remote_tier.py); the folder remembers it,
-        so later opens read through it without naming it again, and naming another one is refused.
+        (``s3://bucket/prefix``, ``file:///mount/prefix``, see storage/remote_tier.py); the folder remembers it
+        (unless opened read-only), so later opens read through it without naming it again, and naming another
+        one is refused, read-only opens included.
         ``remote_cache_bytes``: memory for remote segments fetched for reading. ``remote_timeout_s``: how long a
         request to the remote tier waits for a connection or for its answer's next bytes. ``read_only``: the folder must
         exist; nothing is created, locked, recovered or cleaned up (a partition is read as another process left it,
@@ -149,7 +150,7 @@ class Store:
                                   "read-only open creates nothing.")
         if not read_only:
             (root / TOPICS_FOLDER).mkdir(parents=True, exist_ok=True)
-        objects = open_remembered_tier(root, None if read_only else remote, timeout_s=remote_timeout_s)
+        objects = open_remembered_tier(root, remote, timeout_s=remote_timeout_s, remember=not read_only)
         tier = RemoteTier(objects, FetchCache(remote_cache_bytes), clock) if objects else None
         store = cls(root, lock_wait=lock_wait, verify_reads=verify_reads, clock=clock,
                     cleaner_config=cleaner_config or CleanerConfig(), remote=tier, read_only=read_only)

@@ -21,6 +21,7 @@ from readers import Consumer, Reader, TableView
 from storage import Store
 from storage.config import InvalidConfigError
 from storage.errors import CorruptSegmentError, LedgerviewError, OffsetOutOfRangeError
+from storage.files import REMOTE_TIER_RECORD
 from storage.object_store import RemoteStorageError, open_object_store
 from storage.records import CorruptRecordError
 from storage.remote_log import RemoteLog, RemoteLogFencedError
@@ -96,6 +97,22 @@ def test_a_folder_tiered_to_one_uri_refuses_another(data_dir: Path, remote_uri: 
     tiered_store(data_dir, remote_uri, clock).close()
     with pytest.raises(LedgerviewError, match="is tiered to"):
         Store.open(data_dir, remote=f"file://{tmp_path / 'elsewhere'}")
+
+
+def test_a_read_only_open_refuses_another_uri_and_remembers_none(data_dir: Path, clock: ManualClock,
+                                                                 tmp_path: Path) -> None:
+    tier = f"file://{tmp_path / 'tier'}"
+    with tiered_store(data_dir, tier, clock) as store:
+        produce(store, "t", 3)
+    with pytest.raises(LedgerviewError, match="is tiered to"):
+        Store.open(data_dir, remote=f"file://{tmp_path / 'elsewhere'}", read_only=True)
+    with Store.open(data_dir, remote=tier, read_only=True) as reader:
+        assert reader.remote is not None and reader.end_offset("t", 0) == 3
+    untiered = tmp_path / "untiered"
+    Store.open(untiered).close()
+    with Store.open(untiered, remote=tier, read_only=True) as reader:
+        assert reader.remote is not None  # read through, as asked
+    assert not (untiered / REMOTE_TIER_RECORD).exists()  # and nothing written
 
 
 def test_local_retention_keeps_what_is_not_uploaded(data_dir: Path, remote_uri: str, clock: ManualClock) -> None:
