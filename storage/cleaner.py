@@ -45,7 +45,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from storage.codec import HEADER_BYTES, BatchHeader, EncodedBatch, decode_payload, encode_batch, with_checksum
+from storage.codec import (
+    HEADER_BYTES,
+    BatchHeader,
+    EncodedBatch,
+    decode_payload,
+    encode_batch,
+    payload_of,
+    with_checksum,
+)
 from storage.errors import LedgerviewError
 from storage.fingerprint import fingerprints
 from storage.partition_log import MAX_BATCH_MESSAGES, MAX_RELATIVE_OFFSET, TARGET_BATCH_BYTES, PartitionLog
@@ -450,8 +458,7 @@ def _survivors(batch: pa.RecordBatch, key_map: KeyMap, stats: CleanerStats) -> t
 def _raw(header: BatchHeader, buffer: pa.Buffer) -> EncodedBatch:
     """An input batch as it is stored, ready to append elsewhere."""
     header_bytes = buffer.slice(header.position, HEADER_BYTES).to_pybytes()
-    payload = buffer.slice(header.position + HEADER_BYTES, header.batch_length - HEADER_BYTES)
-    return EncodedBatch(BatchHeader(**{**_fields(header), "position": 0}), header_bytes, (payload,))
+    return EncodedBatch(BatchHeader(**{**_fields(header), "position": 0}), header_bytes, (payload_of(buffer, header),))
 
 
 # -------------------------------------------------------------------------------------------------------- pass

@@ -282,10 +282,15 @@ def verify_batch(view: memoryview | bytes, header: BatchHeader) -> None:
                                header.base_offset)
 
 
+def payload_of(buffer: pa.Buffer, header: BatchHeader) -> pa.Buffer:
+    """The batch's payload, the bytes after its header, as a zero-copy slice of ``buffer``."""
+    return buffer.slice(header.position + HEADER_BYTES, header.batch_length - HEADER_BYTES)
+
+
 def decode_payload(buffer: pa.Buffer, header: BatchHeader) -> pa.RecordBatch:
     """Decode the payload into a batch of STORED_SCHEMA; zero-copy from ``buffer`` (e.g. a memory map) when
     uncompressed, dictionary columns turned back into plain ones when the payload is a stream."""
-    payload = buffer.slice(header.position + HEADER_BYTES, header.batch_length - HEADER_BYTES)
+    payload = payload_of(buffer, header)
     try:
         batch = _read_payload(payload) if header.attributes & _COMPRESSION_MASK else (
             pa.ipc.read_record_batch(payload, STORED_SCHEMA))
@@ -303,7 +308,7 @@ def dictionary_columns(buffer: pa.Buffer, header: BatchHeader) -> tuple[str, ...
     layout, a lone record-batch message. Raises BatchFormatError when the payload's first message does not parse."""
     if not header.attributes & _COMPRESSION_MASK or not header.record_count:
         return ()
-    payload = buffer.slice(header.position + HEADER_BYTES, header.batch_length - HEADER_BYTES)
+    payload = payload_of(buffer, header)
     try:
         message = pa.ipc.read_message(payload)
         if message.type != "schema":

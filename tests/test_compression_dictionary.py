@@ -19,7 +19,7 @@ from ledgerview.kafka import KafkaEndpoint
 from readers import Reader, TableView
 from storage import Store
 from storage.batch_files import BatchFile
-from storage.codec import HEADER_BYTES, BatchHeader, with_checksum
+from storage.codec import HEADER_BYTES, BatchHeader, payload_of, with_checksum
 from storage.errors import CorruptSegmentError
 from storage.schema import HEADER_TYPE, STORED_SCHEMA, null_headers
 from tests.cli_runner import run_cli
@@ -58,8 +58,7 @@ def payload_layouts(path: Path) -> list[str]:
     """Per batch holding messages, the Arrow IPC message its payload starts with: ``schema`` for a dictionary
     payload (a stream), ``record batch`` for the plain layout."""
     file = BatchFile(path)
-    return [pa.ipc.read_message(file.buffer.slice(scanned.header.position + HEADER_BYTES,
-                                                  scanned.header.batch_length - HEADER_BYTES)).type
+    return [pa.ipc.read_message(payload_of(file.buffer, scanned.header)).type
             for scanned in file.scan() if scanned.header.record_count]
 
 

@@ -167,7 +167,12 @@ def test_a_buffer_still_viewed_is_not_reused() -> None:
     kept = frame[10:20]  # part of the request still held after its answer
     buffers.give_back(frame)
     assert pool.cached_bytes == 0
-    buffers.take(REUSED_FRAME_BYTES_MIN)[:] = bytes(REUSED_FRAME_BYTES_MIN)
+    other = buffers.take(REUSED_FRAME_BYTES_MIN)  # a free buffer of the same size, which may be reused
+    other_buffer = other.obj
+    buffers.give_back(other)
+    reused = buffers.take(REUSED_FRAME_BYTES_MIN)
+    assert reused.obj is other_buffer  # the free list held only the unviewed buffer
+    reused[:] = bytes(REUSED_FRAME_BYTES_MIN)
     assert bytes(kept) == b"k" * 10
     del kept
 
