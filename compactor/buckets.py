@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from compactor.key_codes import KeyCoding
 
@@ -66,19 +67,21 @@ def bucketed(batches: list[pa.RecordBatch], coding: KeyCoding, bits: int) -> Buc
     return BucketedPairs(codes.take(pa.array(order)), numbers[order], bounds, keyless)
 
 
-def latest_per_key(parts: list[Pairs], code_type: pa.DataType) -> Pairs:
-    """Each key's largest number among ``parts`` (one bucket's): Arrow's hash aggregation."""
-    table = pa.table({"key": pa.chunked_array([codes for codes, _ in parts], code_type),
-                      "number": np.concatenate([numbers for _, numbers in parts])})
-    latest = table.group_by("key", use_threads=False).aggregate([("number", "max")])
-    return latest.column("key").combine_chunks(), latest.column("number_max").to_numpy()
+def latest_per_key(parts: list[Pairs]) -> Pairs:
+    """Each key's largest number among ``parts`` (one bucket's): Arrow's hash kernel gives each key a slot, numpy
+    keeps each slot's largest number. On a bucket's 30k-120k pairs this is 15-30% faster than Arrow's group_by,
+    whose plan costs more per call than the hashing."""
+    codes = parts[0][0] if len(parts) == 1 else pa.concat_arrays([codes for codes, _ in parts])
+    slots = pc.dictionary_encode(codes)
+    latest = np.full(len(slots.dictionary), -1, np.int64)
+    np.maximum.at(latest, slots.indices.to_numpy(), np.concatenate([numbers for _, numbers in parts]))
+    return slots.dictionary, latest
 
 
 class HeldBuckets:
     """The pairs phase one holds, by bucket, and about how many bytes they take."""
 
-    def __init__(self, buckets: int, code_type: pa.DataType, bytes_per_pair: int) -> None:
-        self.code_type = code_type
+    def __init__(self, buckets: int, bytes_per_pair: int) -> None:
         self.bytes_per_pair = bytes_per_pair
         self._parts: list[list[Pairs]] = [[] for _ in range(buckets)]
         self._reduced = [False] * buckets
@@ -108,7 +111,7 @@ class HeldBuckets:
         aggregations (on several threads)."""
         todo = [parts if parts and not reduced else [] for parts, reduced in zip(self._parts, self._reduced,
                                                                                   strict=True)]
-        reduced = map_in_order(lambda parts: latest_per_key(parts, self.code_type) if parts else _NO_PAIRS, todo)
+        reduced = map_in_order(lambda parts: latest_per_key(parts) if parts else _NO_PAIRS, todo)
         for bucket, pairs in enumerate(reduced):
             if todo[bucket]:
                 self._parts[bucket] = [pairs] if len(pairs[1]) else []

@@ -8,7 +8,7 @@ whether the value is null. A hash-partitioned (Grace) aggregation in one read of
    group into (code, number) pairs cut into buckets by key hash (compactor/buckets.py). The number is
    2 * offset + (1 if the value is not null), so a key's largest number is its latest message.
 3. The pairs are held by bucket. When they pass HELD_SHARE of the budget, each bucket is reduced to one pair per
-   key (its largest number; Arrow's hash aggregation, a bucket per worker at a time). When reducing no longer
+   key (its largest number: Arrow's hash kernel and numpy, a bucket per worker at a time). When reducing no longer
    frees enough (more distinct keys than the budget holds), the reduced buckets are spilled to a memory-mapped
    file (compactor/spill.py) and memory starts empty again.
 4. At the end each bucket is finished alone (its spills and what is held, aggregated): its latest messages that
@@ -57,9 +57,9 @@ MAX_BUCKET_BITS: Final = 12
 CACHE_BUCKET_MESSAGES: Final = 1 << 17
 """Messages per bucket, about, that keep a bucket's hash table in the CPU's caches (on 30M messages over 3M keys,
 256 buckets of 117k messages spent 0.56 s of CPU in the aggregation where one table spent 3.3 s)."""
-GROUP_BYTES_PER_KEY: Final = 100
-"""Peak bytes of Arrow's hash aggregation per distinct key beyond the pair (measured on 1M and 6M distinct 10-byte
-keys: 108 and 98 bytes at the peak)."""
+GROUP_BYTES_PER_KEY: Final = 190
+"""Peak bytes of one bucket's aggregation (``latest_per_key``) per distinct key beyond the pair (measured on 100k
+to 6M distinct uint64 codes: 83 to 188 bytes at the peak, with the hash table's power-of-two growth)."""
 RUN_BYTES_PER_KEY: Final = 7
 """A run's survivor takes its pair's bytes about this many times while the key index sorts, decodes and packs
 the run (measured: the anonymous memory grew by 290 MB while a run of 2.7M word-coded keys was indexed)."""
@@ -148,7 +148,7 @@ def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, 
     group_messages = min(MAX_GROUP_MESSAGES, max(MIN_GROUP_MESSAGES, memory_budget_bytes // (
         4 * (workers + 1) * pair_bytes * GROUP_BYTES_PER_MESSAGE_PAIR)))
     survivors = Survivors()
-    held = HeldBuckets(1 << bits, coding.arrow_type, pair_bytes)
+    held = HeldBuckets(1 << bits, pair_bytes)
     spilled: SpilledBuckets | None = None
     keyless: list[npt.NDArray[np.int64]] = []
     try:
@@ -218,7 +218,7 @@ def _finish(in_order: Callable[[Callable[[tuple[list[Pairs], bool]], Pairs], Ite
         parts, one_per_key = bucket
         if not parts:
             return pa.array([], coding.arrow_type), np.empty(0, np.int64)
-        return parts[0] if one_per_key else latest_per_key(parts, coding.arrow_type)
+        return parts[0] if one_per_key else latest_per_key(parts)
 
     run: list[Pairs] = []
     run_bytes = 0
