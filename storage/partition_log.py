@@ -5,7 +5,8 @@ Appending (under the partition's writer lock, so several processes may append in
 1. Catch up with the files: another process may have appended or rolled since this one last looked.
 2. For each batch of the input: encode it, roll first if the active segment would pass ``segment.bytes`` or is
    older than ``segment.ms``, then write it at the end of the active segment.
-3. Flush when ``flush.messages`` or ``flush.ms`` say so: fsync what was written and move the recovery point.
+3. Flush when ``flush.messages`` or ``flush.ms`` say so: fsync what was written and move the recovery point (what
+   an owner registered with ``register_before_fsync`` is made durable first; rolls do the same).
 
 Reading never takes the lock: it looks at the files, widens its memory maps and stops at the last complete batch,
 so readers never block writers and see every batch a writer in any process has appended.
@@ -88,6 +89,7 @@ class PartitionLog:
         self._listing = _listing(folder)
         self._load_remote = load_remote
         self._remote_segments: list[SegmentReads] | None = None
+        self._sync_before_fsync: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------------------------------------- state
     @property
@@ -236,6 +238,7 @@ class PartitionLog:
             self._cut_torn_tail()  # or sealing would keep a dead writer's partial batch below the recovery point
             if self.active.size_bytes == 0:
                 return self.active
+            self._sync_dependents()
             self.active.seal()
             segment = Segment.create(self.folder, self.end_offset,
                                      index_interval_bytes=self.config.index_interval_bytes)
@@ -348,12 +351,23 @@ class PartitionLog:
         Waits for the writer lock whatever ``lock_wait`` says: the flush is of this process's own appends."""
         with self.writer_lock.waiting():
             self.refresh()  # another process may have replaced or deleted segments (cleaning, retention)
+            self._sync_dependents()
             for segment in segments_from(self.segments, self.recovery_point):
                 segment.fsync()
             faults.crash_point("flush.before_checkpoint")
             self._unflushed_messages = 0
             self._last_flush_ms = self.clock()
             self._save_recovery_point(self.end_offset)
+
+    def register_before_fsync(self, sync: Callable[[], None]) -> None:
+        """Call ``sync`` (under the writer lock) before every fsync that makes appended bytes durable and moves the
+        recovery point (flush, roll): for what must be durable no later than the log, such as the journal of
+        storage/producer_state.py."""
+        self._sync_before_fsync.append(sync)
+
+    def _sync_dependents(self) -> None:
+        for sync in self._sync_before_fsync:
+            sync()
 
     def _save_recovery_point(self, offset: int) -> None:
         if offset != self.recovery_point:

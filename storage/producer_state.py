@@ -13,6 +13,13 @@ do not carry them, so two files in the partition folder do:
   atomically when the state is loaded, after a roll, when the journal passes JOURNAL_ENTRIES_MAX lines and on
   a clean close; the journal then starts empty. Journal lines below the snapshot's offset are ignored.
 
+What is durable when: a killed process loses nothing (the journal line is in the page cache before the batch is).
+Against a power loss, the journal is fsynced (``sync``) before every fsync of the log that moves its recovery
+point (a flush by flush.messages or flush.ms, a periodic or explicit flush, a roll, closing the store: the owner
+registers ``sync`` with PartitionLog.register_before_fsync), never per batch; snapshots are fsynced when written.
+So every batch below the recovery point has its state on disk. A batch above it that the kernel happened to write
+back before its journal line can survive a power loss without it, and a retry of it is then stored again.
+
 Loading takes the snapshot, then the journal lines above its offset and below the log end offset, in order; a
 damaged line is skipped with a warning (the batches it named may then be stored again if retried), a torn last
 line is a crash mid-write. Producers idle for longer than ``producer.id.expiration.ms`` are dropped at a snapshot.
@@ -94,6 +101,7 @@ class ProducerState:
         self.folder = folder
         self._producers: dict[int, _Producer] = {}
         self._journal_lines = 0
+        self._journal_unsynced = False
         self._fd = -1
 
     @classmethod
@@ -132,6 +140,7 @@ class ProducerState:
         before = os.lseek(self._fd, 0, os.SEEK_END)
         lines = [_compact(encode_record(BATCH_RECORD, VERSION, _batch_body(batch))) for batch in batches]
         os.write(self._fd, b"".join(lines))
+        self._journal_unsynced = True
         faults.crash_point("producer_state.after_journal")
         self._journal_lines += len(lines)
         return before
@@ -139,6 +148,7 @@ class ProducerState:
     def abandon(self, journal_bytes: int) -> None:
         """Cut the journal back to ``journal_bytes``: the batches begun were not appended."""
         os.ftruncate(self._fd, journal_bytes)
+        self._journal_unsynced = True
         self._journal_lines = -1  # unknown now; the next commit snapshots
 
     def commit(self, batches: list[ProducerBatch], *, end_offset: int, rolled: bool) -> None:
@@ -159,6 +169,15 @@ class ProducerState:
         write_atomically(self.folder / SNAPSHOT, encode_record(SNAPSHOT_RECORD, VERSION, body))
         os.ftruncate(self._fd, 0)
         self._journal_lines = 0
+        self._journal_unsynced = False  # the snapshot, fsynced, holds every line; lines that reappear are below it
+
+    def sync(self) -> None:
+        """fsync the journal if lines were written since the last sync or snapshot. The partition log calls this
+        before each of its fsyncs (PartitionLog.register_before_fsync), so the lines of the batches it makes
+        durable are durable first."""
+        if self._journal_unsynced and self._fd >= 0:
+            os.fsync(self._fd)
+            self._journal_unsynced = False
 
     def close(self, end_offset: int, now_ms: int) -> None:
         """Snapshot (a clean shutdown) and close the journal."""

@@ -37,6 +37,7 @@ class ProducerSequences:
             return known[1]
         state = ProducerState.load(partition_log.folder, end_offset=partition_log.end_offset,
                                    now_ms=partition_log.clock())
+        partition_log.register_before_fsync(state.sync)  # the journal is durable whenever the log is
         self._states[key] = (partition_log, state)
         return state
 
