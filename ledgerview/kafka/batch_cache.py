@@ -1,14 +1,20 @@
 """Encoded Kafka batches kept in memory, least recently used first out, so a fetch that several consumers (or
-one consumer's retry) make is encoded once.
+one consumer's retry) make is encoded once; and the buffers batches are encoded into, reused so that their pages
+are not faulted in afresh for every fetched batch.
 
 A key names the topic, view, partition, first and last offset served and the message count. Offsets never
 change and the stored messages in a range only ever shrink (cleaning, retention), so a range with the same count
 holds the same messages.
 
-The cache holds at most ``capacity_bytes`` (EndpointOptions.fetch_cache_bytes). On the endpoint it also lives in
-queued.max.request.bytes (count_in, request_queue.py): an entry is kept only while requests and responses leave
-room for it, and entries are evicted as soon as they need that room, so the cache never adds to the memory the
-bound allows.
+The cache holds at most ``capacity_bytes`` (EndpointOptions.fetch_cache_bytes), counted as the whole buffers its
+entries keep. On the endpoint it also lives in queued.max.request.bytes (count_in, request_queue.py): an entry is
+kept only while requests and responses leave room for it, and entries are evicted as soon as they need that room,
+so the cache never adds to the memory the bound allows.
+
+Once counted in a pool, batches are encoded into buffers reused from a free list of their own (batch_buffers.py,
+evicted before the cache). A batch's buffer goes back on it once the batch is written and not cached, or when the
+cache evicts the batch to admit a newer one (a sequential consumer's usual case, once the cache is full); evicted
+because the pool needs room, an entry is dropped instead.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
+from ledgerview.kafka.batch_buffers import BatchBuffers
+from ledgerview.kafka.fetch_response import Buffer
 from ledgerview.kafka.request_queue import QueuedRequestBytes
 
 CacheKey = tuple[str, bool, int, int, int, int]
@@ -27,38 +35,74 @@ class EncodedBatchCache:
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity_bytes = capacity_bytes
         self.size_bytes = 0
-        self._entries: OrderedDict[CacheKey, bytes] = OrderedDict()
+        self._entries: OrderedDict[CacheKey, Buffer] = OrderedDict()
         self._pool: QueuedRequestBytes | None = None
+        self._buffers: BatchBuffers | None = None
 
     def count_in(self, pool: QueuedRequestBytes) -> None:
-        """Hold entries in ``pool``'s room only, evicted whenever the pool needs it."""
+        """Hold entries and free buffers in ``pool``'s room only, evicted whenever the pool needs it (free buffers
+        first)."""
         self.evict(self.size_bytes)
         self._pool = pool
+        self._buffers = BatchBuffers(pool)
         pool.share_with_cache(self.evict)
 
-    def get_or_encode(self, key: CacheKey, encode: Callable[[], bytes]) -> bytes:
+    @staticmethod
+    def charge(size: int) -> int:
+        """What the pool must count for a batch of ``size`` bytes until it is written: the buffer ``buffer`` gives
+        it."""
+        return BatchBuffers.charge(size)
+
+    def buffer(self, size: int) -> memoryview:
+        """``size`` writable bytes to encode a batch into, of a reused buffer when there is a pool to count it."""
+        return memoryview(bytearray(size)) if self._buffers is None else self._buffers.take(size)
+
+    def get_or_encode(self, key: CacheKey, encode: Callable[[], Buffer]) -> Buffer:
         cached = self._entries.get(key)
         if cached is not None:
             self._entries.move_to_end(key)
             return cached
         encoded = encode()
-        size = len(encoded)
+        size = _held_bytes(encoded)
         short = size - self.capacity_bytes + self.size_bytes
         if self._pool is not None:
             short = max(short, size - self._pool.cache_room)
         if size <= self.capacity_bytes and short <= self.size_bytes:  # room, once older entries go
-            self.evict(short)
+            self._evict(short, reuse=True)
             if self._pool is None or self._pool.take_cached(size):
                 self._entries[key] = encoded
                 self.size_bytes += size
         return encoded
 
+    def written(self, key: CacheKey, encoded: Buffer) -> None:
+        """``encoded`` (``get_or_encode(key, ...)``'s) was handed to the transport: its buffer may be reused
+        unless the cache keeps it."""
+        if self._entries.get(key) is not encoded:
+            self._give_back(encoded)
+
     def evict(self, size: int) -> None:
-        """Drop least recently used entries until at least ``size`` bytes (or all) are gone."""
+        """Drop least recently used entries until at least ``size`` bytes (or all) are gone: the pool's call,
+        so their buffers are freed, not kept."""
+        self._evict(size, reuse=False)
+
+    def _evict(self, size: int, *, reuse: bool) -> None:
+        evicted: list[Buffer] = []
         freed = 0
         while freed < size and self._entries:
-            _, evicted = self._entries.popitem(last=False)
-            freed += len(evicted)
+            evicted.append(self._entries.popitem(last=False)[1])
+            freed += _held_bytes(evicted[-1])
         self.size_bytes -= freed
         if self._pool is not None and freed:
             self._pool.release_cached(freed)
+        for encoded in evicted if reuse else ():
+            self._give_back(encoded)
+
+    def _give_back(self, encoded: Buffer) -> None:
+        if self._buffers is not None and isinstance(encoded, memoryview):
+            self._buffers.give_back(encoded)
+
+
+def _held_bytes(encoded: Buffer) -> int:
+    """The bytes ``encoded`` keeps alive: the whole buffer it is a view of."""
+    whole = encoded.obj if isinstance(encoded, memoryview) else encoded
+    return len(whole) if isinstance(whole, bytes | bytearray) else len(encoded)

@@ -27,18 +27,17 @@ every POLL_INTERVAL_SECONDS for appends made by other processes, until max_wait_
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ledgerview.kafka.authorizer import Operation
 from ledgerview.kafka.broker import Broker
-from ledgerview.kafka.fetch_response import PartitionAnswer, Piece, StreamedFetchResponse, fixed
+from ledgerview.kafka.fetch_response import Buffer, PartitionAnswer, Piece, StreamedFetchResponse, fixed
 from ledgerview.kafka.protocol import ErrorCode
 from ledgerview.kafka.record_encoding import encode_batch, encode_empty_batch, encoded_batch_bytes
 from ledgerview.kafka.records import BATCH_HEADER_BYTES
@@ -194,10 +193,13 @@ def _encoding(broker: Broker, view: TopicView, partition: int, batch: pa.RecordB
     offsets = batch.column("offset")
     last = offsets[-1].as_py() if last_offset is None else last_offset
     key = (view.topic, view.compacted, partition, offsets[0].as_py(), last, batch.num_rows)
-    # The encoding is a bytearray (written in place, no copy into a bytes object); the cache only measures and
-    # hands back what it holds, so it is typed as the bytes it stands for.
-    encode = cast(Callable[[], bytes], functools.partial(encode_batch, batch, last_offset=last))
-    return Piece(encoded_batch_bytes(batch), lambda: broker.fetch_cache.get_or_encode(key, encode))
+    cache, size = broker.fetch_cache, encoded_batch_bytes(batch)
+
+    def encode() -> Buffer:
+        return encode_batch(batch, last_offset=last, into=cache.buffer(size))
+
+    return Piece(size, lambda: cache.get_or_encode(key, encode), cache.charge(size),
+                 lambda encoded: cache.written(key, encoded))
 
 
 def _message_bytes(batch: pa.RecordBatch) -> np.ndarray:

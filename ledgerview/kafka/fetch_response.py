@@ -14,20 +14,29 @@ from dataclasses import dataclass, field
 
 from ledgerview.kafka.protocol import ErrorCode
 
-Buffer = bytes | memoryview
+Buffer = bytes | bytearray | memoryview
+
+
+def _kept(data: Buffer) -> None:
+    """Nothing to do once a piece is written: its bytes are simply dropped."""
 
 
 @dataclass(frozen=True)
 class Piece:
-    """``size`` bytes of a response, produced by ``make`` when they are written."""
+    """``size`` bytes of a response, produced by ``make`` when they are written and handed to ``written`` once the
+    transport has taken them (a reused buffer goes back then: ledgerview/kafka/batch_cache.py). Meanwhile the
+    queued.max.request.bytes pool counts ``charge`` bytes for them: ``size``, or the larger buffer ``make`` may
+    encode them into."""
 
     size: int
     make: Callable[[], Buffer]
+    charge: int
+    written: Callable[[Buffer], None] = _kept
 
 
 def fixed(data: bytes) -> Piece:
     """A piece already in memory."""
-    return Piece(len(data), lambda: data)
+    return Piece(len(data), lambda: data, len(data))
 
 
 @dataclass

@@ -16,6 +16,7 @@ import ctypes
 import mmap
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from ledgerview.kafka.fetch_response import Buffer, FramedResponse, Piece
@@ -48,7 +49,7 @@ class MappedPages:
             return response
         if sum(piece.size for piece in response.pieces) >= DROP_EVERY_BYTES:
             self.drop()
-        return FramedResponse([Piece(piece.size, self._counted(piece)) for piece in response.pieces], response.close)
+        return FramedResponse([replace(piece, make=self._counted(piece)) for piece in response.pieces], response.close)
 
     def _counted(self, piece: Piece) -> Callable[[], Buffer]:
         def make() -> Buffer:

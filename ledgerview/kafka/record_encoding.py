@@ -74,16 +74,22 @@ def encoded_batch_bytes(batch: pa.RecordBatch) -> int:
     return BATCH_HEADER_BYTES + _layout(batch).records_bytes
 
 
-def encode_batch(batch: pa.RecordBatch, *, last_offset: int | None = None) -> bytearray:
+def encode_batch(batch: pa.RecordBatch, *, last_offset: int | None = None,
+                 into: memoryview | None = None) -> bytearray | memoryview:
     """One uncompressed RecordBatch v2 of the messages of ``batch`` (columns offset, timestamp, key, value,
     headers; offsets increasing, gaps allowed). ``last_offset``: the batch's last offset when it must reach past
     its last message (a compacted view's removed tail); default the last message's offset. The records are
-    written in place after the header (one buffer, no copy); a bytearray, not Arrow's pool, so the memory leaves
-    the process once the batch is sent (ledgerview/kafka/large_buffers.py)."""
+    written in place after the header (one buffer, no copy), into ``into`` when given (exactly
+    ``encoded_batch_bytes(batch)`` writable bytes, whatever they hold: every byte is written, so a buffer can be
+    reused), else into a new bytearray, not Arrow's pool, so the memory leaves the process once the batch is sent
+    (ledgerview/kafka/large_buffers.py). Returns the buffer written."""
     offsets = batch.column("offset").to_numpy()
     timestamps = batch.column("timestamp").to_numpy()
     layout = _layout(batch)
-    frame = bytearray(BATCH_HEADER_BYTES + layout.records_bytes)
+    size = BATCH_HEADER_BYTES + layout.records_bytes
+    frame = bytearray(size) if into is None else into
+    if len(frame) != size:
+        raise ValueError(f"a batch of {size} encoded bytes given a buffer of {len(frame)}")
     out = np.frombuffer(frame, np.uint8)[BATCH_HEADER_BYTES:]
     runs = _same_shape_runs(layout)
     if runs is not None:
@@ -165,9 +171,12 @@ def _write_column_varints(table: np.ndarray, column: int, zigzagged: np.ndarray,
 
 
 def _write_records(out: np.ndarray, batch: pa.RecordBatch, layout: _RecordLayout) -> None:
-    """The records written field by field over all records at once (any layout, headers too); ``out`` is zeros
-    (every attributes byte, and headerCount 0)."""
+    """The records written field by field over all records at once (any layout, headers too); every byte of them
+    is written (``out`` may hold a former batch's bytes)."""
     write_varints(out, layout.starts, layout.length_field, layout.length_sizes)
+    out[layout.starts + layout.length_sizes] = 0  # attributes
+    if layout.headers is None:
+        out[np.append(layout.starts[1:], layout.records_bytes) - 1] = 0  # headerCount, each record's last byte
     position = layout.starts + layout.length_sizes + 1
     for field, size in zip(layout.fields[:3], layout.sizes[:3], strict=True):
         write_varints(out, position, field, size)
@@ -188,8 +197,8 @@ def encode_empty_batch(base_offset: int, last_offset: int) -> bytes:
     return bytes(frame)
 
 
-def _write_header(frame: bytearray, base_offset: int, last_delta: int, base_timestamp: int, max_timestamp: int,
-                  count: int) -> None:
+def _write_header(frame: bytearray | memoryview, base_offset: int, last_delta: int, base_timestamp: int,
+                  max_timestamp: int, count: int) -> None:
     """The batch header at the front of ``frame``, whose records follow it; the CRC-32C covers them."""
     _AFTER_CRC.pack_into(frame, CRC_START, 0, last_delta, base_timestamp, max_timestamp, NO_PRODUCER_ID, -1, -1,
                          count)

@@ -1,15 +1,17 @@
 """Writes a streamed response (a Fetch: ledgerview/kafka/fetch_response.py) on one connection piece by piece, so
 no response is ever built whole, and bounds the bytes of such responses across all connections.
 
-Each piece's bytes are reserved in the endpoint's queued.max.request.bytes pool (request_queue.py) before the
-piece is encoded, and stay counted until the transport has handed them to the kernel: the pool thus bounds the
-bytes of requests read and not answered plus the bytes of fetch responses being built or waiting in a
-connection's write buffer. A piece that does not fit waits (back-pressure) instead of being encoded. Before it
+Each piece's bytes (its ``charge``: the buffer it may be encoded into, when that can be larger) are reserved in the
+endpoint's queued.max.request.bytes pool (request_queue.py) before the piece is encoded, and stay counted until the
+transport has handed them to the kernel: the pool thus bounds the bytes of requests read and not answered plus the
+bytes of fetch responses being built or waiting in a connection's write buffer. The transport copies what it cannot
+send at once, so a piece's buffer is free for reuse as soon as it is written (batch_cache.py reuses it only when
+nothing views it any more). A piece that does not fit waits (back-pressure) instead of being encoded. Before it
 waits, the connection first sends what it holds itself, so connections waiting for room never hold room, and a
-response whose pieces are larger than the whole bound still passes when nothing else is queued (as a request).
-The connection drains its write buffer past WRITE_BUFFER_BYTES_MAX, and yields to the event loop every
-YIELD_BYTES written, so other connections are served while a large response is encoded and sent. A response is
-written whole before the connection reads its next request, so responses keep request order.
+response whose pieces are larger than the whole bound still passes when nothing else is queued (as a request). The
+connection drains its write buffer past WRITE_BUFFER_BYTES_MAX, and yields to the event loop every YIELD_BYTES
+written, so other connections are served while a large response is encoded and sent. A response is written whole
+before the connection reads its next request, so responses keep request order.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from ledgerview.kafka.connection import KafkaConnection
-from ledgerview.kafka.fetch_response import FramedResponse
+from ledgerview.kafka.fetch_response import FramedResponse, Piece
 from ledgerview.kafka.request_queue import QueuedRequestBytes
 
 WRITE_BUFFER_BYTES_MAX = 4 * 1024 * 1024
@@ -44,14 +46,11 @@ class ResponseSender:
             unyielded = 0
             for piece in response.pieces:
                 self._settle()
-                if self.held_bytes and not self._pool.fits(piece.size):
+                if self.held_bytes and not self._pool.fits(piece.charge):
                     await self._flush()
-                await self._pool.reserve(piece.size)
-                self.held_bytes += piece.size
-                data = piece.make()
-                if len(data) != piece.size:
-                    raise RuntimeError(f"a response piece sized {piece.size} bytes encoded to {len(data)}")
-                self._writer.write(memoryview(data))
+                await self._pool.reserve(piece.charge)
+                self.held_bytes += piece.charge
+                self._write(piece)
                 unyielded += piece.size
                 if self._writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_MAX:
                     await self._drain()
@@ -62,6 +61,15 @@ class ResponseSender:
             await self._flush()
         finally:
             response.close()
+
+    def _write(self, piece: Piece) -> None:
+        """Encode ``piece`` and hand it to the transport, which copies what it cannot send at once; then the piece
+        may reuse its buffer (no reference to it is kept here past this call)."""
+        data = piece.make()
+        if len(data) != piece.size:
+            raise RuntimeError(f"a response piece sized {piece.size} bytes encoded to {len(data)}")
+        self._writer.write(memoryview(data))
+        piece.written(data)
 
     def close(self) -> None:
         """The connection is closing: release what it holds."""
