@@ -1,9 +1,11 @@
-"""Fetched batches are encoded into reused buffers (ledgerview/kafka/batch_buffers.py, batch_cache.py): encoding
-into a buffer that holds a former batch's bytes gives the bytes a fresh buffer gets, on both encoding paths; a
-written batch's buffer is reused for the next batch of its size class, and one a transport still holds (part of an
-unsent response) is never reused; each batch is counted in queued.max.request.bytes at least at its buffer, and
-once everything is sent the pool holds only the free buffers, within its bound. Against a real endpoint,
-kafka-python reads back every message exactly while the buffers are reused."""
+"""Fetched batches are laid out once and encoded into reused buffers (ledgerview/kafka/batch_layouts.py,
+batch_buffers.py, batch_cache.py): encoding into a buffer that holds a former batch's bytes gives the bytes a fresh
+buffer gets, on both encoding paths; a written batch's buffer is reused for the next batch of its size class, and one
+a transport still holds (part of an unsent response) is never reused; each batch is counted in
+queued.max.request.bytes at least at its buffer; the layout computed to size a batch is kept, counted in the pool's
+free room, until the batch is encoded, and dropped when the pool needs the room; once everything is sent the pool
+holds only the free buffers, within its bound. Against a real endpoint, kafka-python reads back every message
+exactly while the buffers are reused."""
 
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from ledgerview.kafka import EndpointOptions, KafkaEndpoint
 from ledgerview.kafka.batch_buffers import REUSED_BATCH_BYTES_MIN, BatchBuffers
+from ledgerview.kafka.batch_layouts import LAYOUTS_BYTES_MAX, BatchLayouts
 from ledgerview.kafka.broker import Broker
 from ledgerview.kafka.connection import KafkaConnection
 from ledgerview.kafka.fetch import handle_fetch
-from ledgerview.kafka.record_encoding import encode_batch, encoded_batch_bytes
+from ledgerview.kafka.record_encoding import encode_batch, encoded_batch_bytes, record_layout
 from ledgerview.kafka.request_queue import QueuedRequestBytes
 from ledgerview.kafka.response_sender import ResponseSender
 from storage import Store
@@ -183,6 +186,44 @@ def test_a_buffer_an_unsent_response_still_holds_is_not_reused(tmp_path: Path) -
         assert pool.queued_bytes == 0 and pool.cached_bytes == 0  # both were viewed when written: none kept
 
     _endpoint_parts(tmp_path / "data", test, views=True)
+
+
+def test_the_layout_sizing_computed_is_kept_for_the_encoding(tmp_path: Path) -> None:
+    values = _stored(tmp_path / "data", BATCH_MESSAGES)
+
+    async def test(broker: Broker, sender: ResponseSender, transport: _UnsentTransport,
+                   pool: QueuedRequestBytes) -> None:
+        response = await handle_fetch(broker, fetch_request("t", max_bytes=FETCH_BYTES), 11)
+        [[_, [answer]]] = response.topics
+        [piece] = answer.batches
+        with Store.open(tmp_path / "data") as store:
+            laid_out = record_layout(store.read("t", 0).to_batches()[0])
+        assert laid_out.batch_bytes == piece.size
+        assert pool.cached_bytes == laid_out.held_bytes  # kept in the pool's free room since sizing
+        await sender.send(response.framed(1))
+        assert _batches(transport.send()) == [[(offset, values[offset]) for offset in range(BATCH_MESSAGES)]]
+        assert pool.cached_bytes == BatchBuffers.charge(piece.size)  # the layout went to the encoding; the buffer
+        sender.close()  # is free for the next batch
+
+    _endpoint_parts(tmp_path / "data", test, views=False)
+
+
+def test_layouts_take_only_free_room_at_most_their_bound_and_go_when_room_is_needed() -> None:
+    async def scenario() -> None:
+        pool = QueuedRequestBytes(64 * MiB)
+        layouts = BatchLayouts()
+        layouts.count_in(pool)
+        layout = record_layout(_batch(20_000, general=False))  # a layout of about 3 MiB
+        for number in range(5):
+            layouts.keep(number, layout)
+        assert layouts.size_bytes == pool.cached_bytes <= LAYOUTS_BYTES_MAX < layouts.size_bytes + layout.held_bytes
+        assert layouts.take(0) is None and layouts.take(4) is layout and layouts.take(4) is None  # oldest went first
+        await pool.reserve(pool.large_limit_bytes - layout.held_bytes // 2)  # a request needs the room: dropped
+        assert layouts.size_bytes == pool.cached_bytes == 0
+        layouts.keep(5, layout)  # no free room: not kept
+        assert layouts.size_bytes == 0 and layouts.take(5) is None
+
+    asyncio.run(scenario())
 
 
 def test_kafka_python_reads_every_message_while_fetch_buffers_are_reused(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Encoded Kafka batches kept in memory, least recently used first out, so a fetch that several consumers (or
-one consumer's retry) make is encoded once; and the buffers batches are encoded into, reused so that their pages
-are not faulted in afresh for every fetched batch.
+one consumer's retry) make is encoded once; and what encoding a fetched batch needs besides: its record layout,
+computed once, and a buffer reused so that its pages are not faulted in afresh for every batch.
 
 A key names the topic, view, partition, first and last offset served and the message count. Offsets never
 change and the stored messages in a range only ever shrink (cleaning, retention), so a range with the same count
@@ -11,10 +11,12 @@ entries keep. On the endpoint it also lives in queued.max.request.bytes (count_i
 kept only while requests and responses leave room for it, and entries are evicted as soon as they need that room,
 so the cache never adds to the memory the bound allows.
 
-Once counted in a pool, batches are encoded into buffers reused from a free list of their own (batch_buffers.py,
-evicted before the cache). A batch's buffer goes back on it once the batch is written and not cached, or when the
-cache evicts the batch to admit a newer one (a sequential consumer's usual case, once the cache is full); evicted
-because the pool needs room, an entry is dropped instead.
+A batch is sized from its cached encoding when there is one, else from its record layout, kept for its encoding
+(batch_layouts.py). Once counted in a pool, batches are encoded into buffers reused from a free list of their own
+(batch_buffers.py); the pool evicts free buffers first, then layouts, then entries. A batch's buffer goes back on
+that list once the batch is written and not cached, or when the cache evicts the batch to admit a newer one (a
+sequential consumer's usual case, once the cache is full); evicted because the pool needs room, an entry is dropped
+instead.
 """
 
 from __future__ import annotations
@@ -22,8 +24,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
+import pyarrow as pa
+
 from ledgerview.kafka.batch_buffers import BatchBuffers
+from ledgerview.kafka.batch_layouts import BatchLayouts
 from ledgerview.kafka.fetch_response import Buffer
+from ledgerview.kafka.record_encoding import RecordLayout, record_layout
 from ledgerview.kafka.request_queue import QueuedRequestBytes
 
 CacheKey = tuple[str, bool, int, int, int, int]
@@ -38,14 +44,29 @@ class EncodedBatchCache:
         self._entries: OrderedDict[CacheKey, Buffer] = OrderedDict()
         self._pool: QueuedRequestBytes | None = None
         self._buffers: BatchBuffers | None = None
+        self._layouts = BatchLayouts()
 
     def count_in(self, pool: QueuedRequestBytes) -> None:
-        """Hold entries and free buffers in ``pool``'s room only, evicted whenever the pool needs it (free buffers
-        first)."""
+        """Hold entries, free buffers and layouts in ``pool``'s room only, evicted whenever the pool needs it."""
         self.evict(self.size_bytes)
         self._pool = pool
         self._buffers = BatchBuffers(pool)
+        self._layouts.count_in(pool)
         pool.share_with_cache(self.evict)
+
+    def sized(self, key: CacheKey, batch: pa.RecordBatch) -> int:
+        """The encoded size of ``batch``, which ``key`` names: its cached encoding's, or its layout's (then kept
+        for ``layout``)."""
+        cached = self._entries.get(key)
+        if cached is not None:
+            return len(cached)
+        layout = record_layout(batch)
+        self._layouts.keep(key, layout)
+        return layout.batch_bytes
+
+    def layout(self, key: CacheKey, batch: pa.RecordBatch) -> RecordLayout:
+        """The layout of ``batch`` (``key``), as ``sized`` computed it if it is still kept."""
+        return self._layouts.take(key) or record_layout(batch)
 
     @staticmethod
     def charge(size: int) -> int:

@@ -39,7 +39,7 @@ from ledgerview.kafka.authorizer import Operation
 from ledgerview.kafka.broker import Broker
 from ledgerview.kafka.fetch_response import Buffer, PartitionAnswer, Piece, StreamedFetchResponse, fixed
 from ledgerview.kafka.protocol import ErrorCode
-from ledgerview.kafka.record_encoding import encode_batch, encode_empty_batch, encoded_batch_bytes
+from ledgerview.kafka.record_encoding import encode_batch, encode_empty_batch
 from ledgerview.kafka.records import BATCH_HEADER_BYTES
 from ledgerview.kafka.topics import TopicView, resolve_topic
 from readers.partition_read import open_partition_read
@@ -193,10 +193,11 @@ def _encoding(broker: Broker, view: TopicView, partition: int, batch: pa.RecordB
     offsets = batch.column("offset")
     last = offsets[-1].as_py() if last_offset is None else last_offset
     key = (view.topic, view.compacted, partition, offsets[0].as_py(), last, batch.num_rows)
-    cache, size = broker.fetch_cache, encoded_batch_bytes(batch)
+    cache = broker.fetch_cache
+    size = cache.sized(key, batch)
 
     def encode() -> Buffer:
-        return encode_batch(batch, last_offset=last, into=cache.buffer(size))
+        return encode_batch(batch, last_offset=last, into=cache.buffer(size), layout=cache.layout(key, batch))
 
     return Piece(size, lambda: cache.get_or_encode(key, encode), cache.charge(size),
                  lambda encoded: cache.written(key, encoded))

@@ -36,8 +36,9 @@ _BEFORE_CRC: Final = struct.Struct(">qiibI")
 
 
 @dataclass(frozen=True)
-class _RecordLayout:
-    """Where each record of a batch goes once encoded: every varint field, its size, and the records' extents."""
+class RecordLayout:
+    """Where each record of a batch goes once encoded: every varint field, its size, and the records' extents.
+    Computed once to size a fetched batch and kept for its encoding (ledgerview/kafka/batch_layouts.py)."""
 
     fields: list[np.ndarray]
     sizes: list[np.ndarray]
@@ -50,8 +51,21 @@ class _RecordLayout:
     headers: pa.Array | None
     header_bytes: np.ndarray
 
+    @property
+    def batch_bytes(self) -> int:
+        """The size of the encoded batch, header included."""
+        return BATCH_HEADER_BYTES + self.records_bytes
 
-def _layout(batch: pa.RecordBatch) -> _RecordLayout:
+    @property
+    def held_bytes(self) -> int:
+        """The memory its arrays take."""
+        arrays = [*self.fields, *self.sizes, self.length_field, self.length_sizes, self.starts, self.key_lengths,
+                  self.value_lengths, self.header_bytes]
+        return sum(array.nbytes for array in arrays) + (0 if self.headers is None else self.headers.nbytes)
+
+
+def record_layout(batch: pa.RecordBatch) -> RecordLayout:
+    """The layout of ``batch`` (columns offset, timestamp, key, value, headers) encoded."""
     offsets = batch.column("offset").to_numpy()
     timestamps = batch.column("timestamp").to_numpy()
     key_lengths, value_lengths = _binary_lengths(batch.column("key")), _binary_lengths(batch.column("value"))
@@ -65,28 +79,29 @@ def _layout(batch: pa.RecordBatch) -> _RecordLayout:
     length_field = zigzag(body_lengths)
     length_sizes = varint_sizes(length_field)
     ends = np.cumsum(length_sizes + body_lengths)
-    return _RecordLayout(fields, sizes, length_field, length_sizes, ends - length_sizes - body_lengths, int(ends[-1]),
+    return RecordLayout(fields, sizes, length_field, length_sizes, ends - length_sizes - body_lengths, int(ends[-1]),
                          key_lengths, value_lengths, headers, header_bytes)
 
 
 def encoded_batch_bytes(batch: pa.RecordBatch) -> int:
     """The exact size of ``encode_batch(batch)``, without encoding it (a fetch response's sizes come first)."""
-    return BATCH_HEADER_BYTES + _layout(batch).records_bytes
+    return record_layout(batch).batch_bytes
 
 
-def encode_batch(batch: pa.RecordBatch, *, last_offset: int | None = None,
-                 into: memoryview | None = None) -> bytearray | memoryview:
+def encode_batch(batch: pa.RecordBatch, *, last_offset: int | None = None, into: memoryview | None = None,
+                 layout: RecordLayout | None = None) -> bytearray | memoryview:
     """One uncompressed RecordBatch v2 of the messages of ``batch`` (columns offset, timestamp, key, value,
     headers; offsets increasing, gaps allowed). ``last_offset``: the batch's last offset when it must reach past
     its last message (a compacted view's removed tail); default the last message's offset. The records are
     written in place after the header (one buffer, no copy), into ``into`` when given (exactly
     ``encoded_batch_bytes(batch)`` writable bytes, whatever they hold: every byte is written, so a buffer can be
     reused), else into a new bytearray, not Arrow's pool, so the memory leaves the process once the batch is sent
-    (ledgerview/kafka/large_buffers.py). Returns the buffer written."""
+    (ledgerview/kafka/large_buffers.py). ``layout``: ``record_layout(batch)`` when it was computed already.
+    Returns the buffer written."""
     offsets = batch.column("offset").to_numpy()
     timestamps = batch.column("timestamp").to_numpy()
-    layout = _layout(batch)
-    size = BATCH_HEADER_BYTES + layout.records_bytes
+    layout = record_layout(batch) if layout is None else layout
+    size = layout.batch_bytes
     frame = bytearray(size) if into is None else into
     if len(frame) != size:
         raise ValueError(f"a batch of {size} encoded bytes given a buffer of {len(frame)}")
@@ -108,7 +123,7 @@ ENCODE_RUNS_MAX = 16
 """More runs of same-shaped records than this: the records are written field by field (_write_records)."""
 
 
-def _same_shape_runs(layout: _RecordLayout) -> list[tuple[int, int]] | None:
+def _same_shape_runs(layout: RecordLayout) -> list[tuple[int, int]] | None:
     """The records as a few runs [start, stop) of records laid out alike (same key and value lengths, same varint
     sizes, no headers), or None."""
     if layout.headers is not None or not len(layout.starts):
@@ -122,7 +137,7 @@ def _same_shape_runs(layout: _RecordLayout) -> list[tuple[int, int]] | None:
     return list(itertools.pairwise(bounds))
 
 
-def _write_run(out: np.ndarray, batch: pa.RecordBatch, layout: _RecordLayout, start: int, stop: int) -> None:
+def _write_run(out: np.ndarray, batch: pa.RecordBatch, layout: RecordLayout, start: int, stop: int) -> None:
     """Records ``start`` to ``stop`` (laid out alike) written as columns of a 2-D view of their bytes: every byte
     of them is written (``out`` may be uninitialised). The varints before the key are assembled in a small
     contiguous array first, so the records' bytes are swept three times (head, key, value with what follows)."""
@@ -170,7 +185,7 @@ def _write_column_varints(table: np.ndarray, column: int, zigzagged: np.ndarray,
     return column + size
 
 
-def _write_records(out: np.ndarray, batch: pa.RecordBatch, layout: _RecordLayout) -> None:
+def _write_records(out: np.ndarray, batch: pa.RecordBatch, layout: RecordLayout) -> None:
     """The records written field by field over all records at once (any layout, headers too); every byte of them
     is written (``out`` may hold a former batch's bytes)."""
     write_varints(out, layout.starts, layout.length_field, layout.length_sizes)
