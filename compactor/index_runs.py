@@ -1,10 +1,12 @@
 """The key index is written beside phase one and two, on a thread of its own.
 
 Phase one hands over its survivors (keys and offsets) in runs of buckets (compactor/latest_offsets.py); each is
-sorted by key and written as one sorted run of the ledger's key index (storage/key_index.py). The last run is
-written on a thread while the main thread does phase two: sorting, Arrow and file writes release the GIL, so the
-two cores share the work. A run that another follows is written at once, so that memory holds the runs one at a
-time (the budget is sized for one of them).
+sorted by key and written as one sorted run of the ledger's key index (storage/key_index.py), on a thread, while
+phase one finishes the next run's buckets or, for the last run, while phase two runs: sorting, Arrow and file
+writes release the GIL, so the two cores share the work. A run is handed over only once the run before it is
+written, so memory holds one run being indexed at a time, as the budget's run rule counts: a run ends before its
+survivors (counted RUN_BYTES_PER_KEY times) and the pairs still held pass the run share, and the next run's
+survivors are never more than the held pairs they come from.
 """
 
 from __future__ import annotations
@@ -23,11 +25,9 @@ class KeyIndexRuns:
         self._pending: Future[None] | None = None
 
     def submit(self, live: LiveKeys) -> None:
-        """Write the survivors of one pass as a run: now, or on the thread if it is the last pass."""
-        if live.last:
-            self._pending = self._executor.submit(self._write, live)
-        else:
-            self._write(live)
+        """Write the survivors of one run on the thread, once the run before it is written."""
+        self._wait()
+        self._pending = self._executor.submit(self._write, live)
 
     def _write(self, live: LiveKeys) -> None:
         self._writer.add_sorted_run(*live.sorted_by_key())

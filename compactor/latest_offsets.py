@@ -83,9 +83,6 @@ class LiveKeys:
     coding: KeyCoding
     codes: pa.Array
     offsets: npt.NDArray[np.int64]
-    last: bool = True
-    """No run follows this one (when one does, this run's key-index sort should not hold memory while the next
-    run's buckets are aggregated)."""
 
     def sorted_by_key(self) -> tuple[pa.Array, npt.NDArray[np.int64]]:
         """The keys (binary) in bytewise order, and their offsets in the same order."""
@@ -241,7 +238,7 @@ def _end_run(run: list[Pairs], coding: KeyCoding, survivors: Survivors, *, last:
     offsets = np.concatenate([offsets for _, offsets in run]) if run else np.empty(0, np.int64)
     run.clear()
     if on_pass is not None and len(offsets):
-        on_pass(LiveKeys(coding, codes, offsets, last=last))  # the last run is indexed on another thread: keep it
+        on_pass(LiveKeys(coding, codes, offsets))
     offsets = np.sort(offsets)
     if not last or survivors.spill_folder is not None:
         path = Path(_spill_folder(survivors)) / f"run-{survivors.runs}.npy"
