@@ -26,7 +26,8 @@ LIMITS = ("socket_request_max_bytes", "fetch_max_bytes", "connections_max_idle_m
 each at least 1."""
 SETTINGS = (*LIMITS, "queued_max_request_bytes", "offsets_retention_minutes", "offsets_retention_check_interval_ms",
             "frame_stall_timeout_ms")
-"""Every integer setting of EndpointOptions, named as its broker property (Kafka's, but frame.stall.timeout.ms)
+"""Every integer setting of EndpointOptions but log_flush_scheduler_interval_ms (a broker property only, not a
+command-line option or a plain [kafka] key), named as its broker property (Kafka's, but frame.stall.timeout.ms)
 with dots made underscores; each at least 1, or -1 (no bound) for those in UNBOUNDED_AT_MINUS_ONE."""
 UNBOUNDED_AT_MINUS_ONE = ("queued_max_request_bytes",)
 
@@ -84,9 +85,14 @@ class EndpointOptions:
     """``frame.stall.timeout.ms`` (ledgerview's; Kafka waits connections.max.idle.ms): a connection whose request
     frame has started but whose next MiB (or its end) does not arrive within this long is closed, so frames sent in
     part do not hold queued.max.request.bytes for long."""
+    log_flush_scheduler_interval_ms: int = 1000
+    """Kafka's ``log.flush.scheduler.interval.ms``: how often the log flusher flushes the partitions past their topic's
+    ``flush.ms`` (appended to since a flush that long ago; Store.flush_due, on a thread of its own), so that a
+    partition that goes quiet after a produce is fsynced all the same. Kafka's default, Long.MAX_VALUE, in effect never
+    runs it (a value too large to wait for turns it off here); ledgerview's looks every second."""
 
     def __post_init__(self) -> None:
-        for name in SETTINGS:
+        for name in (*SETTINGS, "log_flush_scheduler_interval_ms"):
             value, unbounded = getattr(self, name), name in UNBOUNDED_AT_MINUS_ONE
             if value < 1 and not (unbounded and value == -1):
                 raise ValueError(f"EndpointOptions.{name} is {value}; it must be at least 1"
