@@ -59,7 +59,7 @@ class KeyCoding:
             return KeyCoding(0)
         shared = max(0, width - WORD_BYTES)
         matrix = _key_matrix(keys, width)
-        if len(matrix) and np.all(matrix[:, :shared] == matrix[:1, :shared]):
+        if len(matrix) and _rows_start_with(matrix, matrix[0, :shared].tobytes()):
             return KeyCoding(width, matrix[0, :shared].tobytes())
         return KeyCoding(width)
 
@@ -96,7 +96,7 @@ class KeyCoding:
         if self.prefix is None:
             return pa.FixedSizeBinaryArray.from_buffers(pa.binary(self.width), len(keys),
                                                         [None, pa.py_buffer(matrix)])
-        if self.prefix and not np.all(matrix[:, : len(self.prefix)] == np.frombuffer(self.prefix, np.uint8)):
+        if not _rows_start_with(matrix, self.prefix):
             raise KeysRefused(keys)
         if self.width >= WORD_BYTES:
             words = np.ndarray((len(matrix),), ">u8", matrix, offset=self.width - WORD_BYTES,
@@ -181,6 +181,20 @@ def _single_length(keys: pa.Array) -> int:
     if 0 < width <= MAX_CODED_KEY_BYTES and np.all(np.diff(offsets) == width):
         return width
     return 0
+
+
+def _rows_start_with(matrix: npt.NDArray[np.uint8], prefix: bytes) -> bool:
+    """Whether every row of a (rows, width) byte matrix starts with ``prefix``: compared as up to 8 bytes at a time,
+    one integer column each, since numpy compares a 2-D slice of a few bytes per row about 15 times slower (7.9
+    against 0.5 ns a row for a 2-byte prefix)."""
+    position = 0
+    while position < len(prefix) and len(matrix):
+        size = next(size for size in (8, 4, 2, 1) if size <= len(prefix) - position)
+        column = np.ndarray((len(matrix),), f"<u{size}", matrix, offset=position, strides=(matrix.strides[0],))
+        if not np.all(column == int.from_bytes(prefix[position : position + size], "little")):
+            return False
+        position += size
+    return True
 
 
 def _key_matrix(keys: pa.Array, width: int) -> npt.NDArray[np.uint8]:

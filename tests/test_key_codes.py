@@ -81,3 +81,19 @@ def test_hashes_spread_keys_that_differ_only_in_their_last_bytes() -> None:
     for coding in (KeyCoding(10), KeyCoding(10, b"ke")):
         counts = np.bincount((coding.hashes(coding.encode(keys)) % np.uint64(16)).astype(np.int64), minlength=16)
         assert counts.min() > 20_000 / 16 * 0.8
+
+
+@given(st.binary(min_size=1, max_size=MAX_CODED_KEY_BYTES - 8), st.integers(0, 1 << 16), st.integers(1, 40),
+       st.integers(0, 1 << 16))
+def test_a_key_that_differs_anywhere_in_the_shared_prefix_is_refused(prefix: bytes, position: int, rows: int,
+                                                                      changed: int) -> None:
+    """The prefix is compared several bytes at a time: a difference at any byte of it, in any row (of a slice, so
+    that the keys start inside their buffer), must be seen."""
+    keys = [prefix + b"%08d" % row for row in range(rows)]
+    coding = KeyCoding.for_keys(pa.array(keys, pa.binary()))
+    assert coding == KeyCoding(len(prefix) + 8, prefix)
+    altered = bytearray(keys[changed % rows])
+    altered[position % len(prefix)] ^= 0xFF
+    keys[changed % rows] = bytes(altered)
+    with pytest.raises(KeysRefused):
+        coding.encode(pa.array([prefix + b"99999999", *keys], pa.binary()).slice(1))
