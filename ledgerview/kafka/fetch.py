@@ -10,7 +10,8 @@ batch is always sent whole enough to hold one message, as KIP-74 asks). The hand
 batches (split into Kafka batches of about BATCH_ENCODE_BYTES): it returns a StreamedFetchResponse
 (ledgerview/kafka/fetch_response.py) whose batches are encoded one at a time as the connection writes them
 (ledgerview/kafka/response_sender.py), so a response is never held whole. Encoded batches are cached by offset
-range (ledgerview/kafka/batch_cache.py).
+range (ledgerview/kafka/batch_cache.py); a batch is laid out once, to size it, its layout kept for its encoding
+(batch_layouts.py), and encoded into a reused buffer (batch_buffers.py).
 
 Reaching the high-water mark: the compacted view (and a cleaned raw log) has gaps in its offsets. Clients move to
 the last batch's ``lastOffsetDelta + 1``, so when a read reaches the end offset its last batch is widened to end

@@ -17,8 +17,8 @@ from ledgerview.kafka.protocol import ErrorCode
 Buffer = bytes | bytearray | memoryview
 
 
-def _kept(data: Buffer) -> None:
-    """Nothing to do once a piece is written: its bytes are simply dropped."""
+def _nothing_to_give_back(data: Buffer) -> None:
+    """A piece whose bytes need nothing once written: they are simply dropped."""
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Piece:
     size: int
     make: Callable[[], Buffer]
     charge: int
-    written: Callable[[Buffer], None] = _kept
+    written: Callable[[Buffer], None] = _nothing_to_give_back
 
 
 def fixed(data: bytes) -> Piece:

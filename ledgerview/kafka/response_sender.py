@@ -4,14 +4,15 @@ no response is ever built whole, and bounds the bytes of such responses across a
 Each piece's bytes (its ``charge``: the buffer it may be encoded into, when that can be larger) are reserved in the
 endpoint's queued.max.request.bytes pool (request_queue.py) before the piece is encoded, and stay counted until the
 transport has handed them to the kernel: the pool thus bounds the bytes of requests read and not answered plus the
-bytes of fetch responses being built or waiting in a connection's write buffer. The transport copies what it cannot
-send at once, so a piece's buffer is free for reuse as soon as it is written (batch_cache.py reuses it only when
-nothing views it any more). A piece that does not fit waits (back-pressure) instead of being encoded. Before it
-waits, the connection first sends what it holds itself, so connections waiting for room never hold room, and a
-response whose pieces are larger than the whole bound still passes when nothing else is queued (as a request). The
-connection drains its write buffer past WRITE_BUFFER_BYTES_MAX, and yields to the event loop every YIELD_BYTES
-written, so other connections are served while a large response is encoded and sent. A response is written whole
-before the connection reads its next request, so responses keep request order.
+bytes of fetch responses being built or waiting in a connection's write buffer. Python 3.11's socket transport
+copies what it cannot send at once, so a piece's buffer is free for reuse as soon as it is written (batch_cache.py
+reuses it only when nothing views it any more: a transport may keep a view instead, as Python 3.12's does). A piece
+that does not fit waits (back-pressure) instead of being encoded. Before it waits, the connection first sends what
+it holds itself, so connections waiting for room never hold room, and a response whose pieces are larger than the
+whole bound still passes when nothing else is queued (as a request). The connection drains its write buffer past
+WRITE_BUFFER_BYTES_MAX, and yields to the event loop every YIELD_BYTES written, so other connections are served
+while a large response is encoded and sent. A response is written whole before the connection reads its next
+request, so responses keep request order.
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ class ResponseSender:
             response.close()
 
     def _write(self, piece: Piece) -> None:
-        """Encode ``piece`` and hand it to the transport, which copies what it cannot send at once; then the piece
-        may reuse its buffer (no reference to it is kept here past this call)."""
+        """Encode ``piece``, hand it to the transport, then tell the piece it was written (its buffer may be reused:
+        no reference to it is kept here past this call)."""
         data = piece.make()
         if len(data) != piece.size:
             raise RuntimeError(f"a response piece sized {piece.size} bytes encoded to {len(data)}")
