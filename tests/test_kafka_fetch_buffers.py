@@ -1,7 +1,8 @@
 """Fetched batches are laid out once and encoded into reused buffers (ledgerview/kafka/batch_layouts.py,
 batch_buffers.py, batch_cache.py): encoding into a buffer that holds a former batch's bytes gives the bytes a fresh
-buffer gets, on both encoding paths; a written batch's buffer is reused for the next batch of its size class, and one
-a transport still holds (part of an unsent response) is never reused; each batch is counted in
+buffer gets, on both encoding paths; a written batch's buffer is reused for the next batch of its size class, as is
+the buffer of a batch the full fetch cache evicts, and one a transport still holds (part of an unsent response) is
+never reused; each batch is counted in
 queued.max.request.bytes at least at its buffer; the layout computed to size a batch is kept, counted in the pool's
 free room, until the batch is encoded, and dropped when the pool needs the room; once everything is sent the pool
 holds only the free buffers, within its bound. Against a real endpoint, kafka-python reads back every message
@@ -21,6 +22,7 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from ledgerview.kafka import EndpointOptions, KafkaEndpoint
 from ledgerview.kafka.batch_buffers import REUSED_BATCH_BYTES_MIN, BatchBuffers
+from ledgerview.kafka.batch_cache import EncodedBatchCache
 from ledgerview.kafka.batch_layouts import LAYOUTS_BYTES_MAX, BatchLayouts
 from ledgerview.kafka.broker import Broker
 from ledgerview.kafka.connection import KafkaConnection
@@ -73,6 +75,30 @@ def test_a_batch_is_charged_at_least_the_buffer_it_is_encoded_into() -> None:
         assert BatchBuffers.charge(size) <= max(size + size // 4, REUSED_BATCH_BYTES_MIN)
         buffers.give_back(batch)
         assert buffers.take(size).obj is buffer or not REUSED_BATCH_BYTES_MIN <= size <= 4 * MiB
+
+
+def test_a_batch_the_full_cache_evicts_gives_its_buffer_to_the_next_batch() -> None:
+    pool = QueuedRequestBytes(64 * MiB)
+    cache = EncodedBatchCache(2 * MiB)
+    cache.count_in(pool)
+    kept = []
+    for number in range(4):
+        key = ("t", False, 0, number, number, 1)
+
+        def encode(fill: int = number) -> memoryview:
+            batch = cache.buffer(MiB - 100)
+            batch[:] = bytes([fill]) * len(batch)
+            return batch
+
+        encoded = cache.get_or_encode(key, encode)
+        cache.written(key, encoded)
+        assert isinstance(encoded, memoryview)
+        kept.append(encoded.obj)
+        assert cache.get_or_encode(key, encode) is encoded  # cached
+    # Two batches fill the cache; admitting the third evicts the first, whose buffer the fourth takes.
+    assert len({id(buffer) for buffer in kept[:3]}) == 3 and kept[3] is kept[0]
+    assert cache.size_bytes == 2 * MiB and pool.cached_bytes == 3 * MiB  # two entries, one free buffer
+    assert bytes(cache.get_or_encode(("t", False, 0, 3, 3, 1), bytes)) == bytes([3]) * (MiB - 100)
 
 
 class _UnsentTransport(asyncio.Transport):
