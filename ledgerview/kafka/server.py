@@ -15,16 +15,11 @@ response is written piece by piece, each batch encoded when its turn comes and c
 sent (response_sender.py); the fetch cache holds only room that pool leaves free (batch_cache.py). Freed large
 buffers go back to the system (large_buffers.py), and segment pages fetches read are dropped from the process as
 they are encoded (mapped_pages.py).
-Connections run concurrently on one event loop, which owns the store: no locks. One thing runs beside it, the log
-flusher (Kafka's LogManager flusher): every log.flush.scheduler.interval.ms a thread of its own (storage/periodic.py's
-PeriodicCall) runs Store.flush_due on the endpoint's store, as the service's ingest workers do on theirs, so that a
-partition that goes quiet after a produce is still fsynced, and its recovery point moved, once its topic's flush.ms
-has passed; the fsync never holds up the event loop. A flush changes the log, and fsyncs the producer state's
-journal first, under the partition's writer lock, which appends, rolls and producer-state changes hold too (a produce
-to that partition waits for the flush, as it would for another process's). Fetches read the same log objects
-without that lock; the flush's own catch-up with the files (PartitionLog.refresh) changes them only when another
-process changed the partition's files since the endpoint last looked. The flusher stops, finishing the flush in
-progress, before the store closes.
+Connections run concurrently on one event loop, which owns the store: no locks. The loop also runs Kafka's log
+flusher: every log.flush.scheduler.interval.ms it calls Store.flush_due, so that a partition that goes quiet after a
+produce is still fsynced, and its recovery point moved, once its topic's flush.ms has passed. The fsync holds up the
+loop as long as it takes, as the flushes flush.messages and flush.ms make inside a produce already do: a thread of
+its own would share the store, whose objects are not shared across threads (storage/periodic.py).
 
 Every listener (EndpointOptions.bound_listeners) is a server on that loop. On SSL and SASL_SSL listeners the
 connection is TLS (ledgerview/kafka/tls.py); an SSL client's principal is its certificate's subject. On SASL
@@ -102,7 +97,6 @@ from ledgerview.kafka.security_options import Listener, SecurityProtocol
 from ledgerview.kafka.tls import certificate_principal, server_context
 from storage import Store
 from storage.errors import LedgerviewError
-from storage.periodic import PeriodicCall
 from storage.security_records import credentials_record
 
 log = logging.getLogger(__name__)
@@ -328,7 +322,7 @@ class KafkaEndpoint:
         self.port = broker.port = self.ports[0]
         timer = asyncio.create_task(self._group_timer(broker))
         retention = asyncio.create_task(self._offsets_retention(broker))
-        flusher = self._start_log_flusher(store)
+        flusher = self._log_flusher(store)
         self._started.set()
         try:
             await self._stopping.wait()
@@ -339,19 +333,23 @@ class KafkaEndpoint:
                 handler.cancel()
             # Each handler closes its connection and waits for the close, so no transport outlives the loop.
             await asyncio.gather(*self._handlers, return_exceptions=True)
-            if flusher is not None:
-                flusher.stop()  # finishes the flush in progress; the store closes next
+            flusher.cancel()
             await self._close(servers, store, broker)
 
-    def _start_log_flusher(self, store: Store) -> PeriodicCall | None:
-        """Store.flush_due every log.flush.scheduler.interval.ms on the thread ``ledgerview-kafka-log-flusher``;
-        None when the interval is too long to wait for (Kafka's default, Long.MAX_VALUE: no flusher)."""
+    def _log_flusher(self, store: Store) -> asyncio.Task[None]:
+        """Store.flush_due every log.flush.scheduler.interval.ms (Kafka's default, Long.MAX_VALUE, in effect
+        never)."""
         interval_s = self.options.log_flush_scheduler_interval_ms / 1000
-        if interval_s > threading.TIMEOUT_MAX:
-            return None
-        flusher = PeriodicCall("kafka-log-flusher", store.flush_due, interval_s=interval_s)
-        flusher.start()
-        return flusher
+
+        async def flush_due() -> None:
+            while True:
+                await asyncio.sleep(interval_s)
+                try:
+                    store.flush_due()
+                except (LedgerviewError, OSError):
+                    log.exception("flushing partitions due by flush.ms failed")
+
+        return asyncio.create_task(flush_due())
 
     async def _listen(self, broker: Broker, listener: Listener) -> asyncio.Server:
         security = self.options.security
