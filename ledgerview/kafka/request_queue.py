@@ -21,9 +21,10 @@ produces past the bound for large requests is not counted, so small requests kee
 The fetch cache's encoded batches (batch_cache.py) live in the same bound, in the room nothing else uses: the cache
 takes room only while requests and responses leave it free (never the small requests' share, never by waiting),
 and whenever a request, a fetched batch or a worker step needs room its least recently used entries are evicted
-first. The free buffers kept for receiving frames (frame_buffers.py) live there the same way, evicted before the
-cache. So requests, responses and these caches together stay under queued.max.request.bytes (Kafka keeps no such
-cache: it leaves reuse to the OS page cache, outside its heap).
+first. The free buffers kept for receiving frames and encoding fetched batches (reused_buffers.py) and the kept
+batch layouts (batch_layouts.py) live there the same way, evicted before the cache. So requests, responses and
+these caches together stay under queued.max.request.bytes (Kafka keeps no such cache: it leaves reuse to the OS
+page cache, outside its heap).
 """
 
 from __future__ import annotations
