@@ -57,6 +57,8 @@ def test_the_interval_is_a_broker_property() -> None:
     assert options.log_flush_scheduler_interval_ms == 250
     section = parse_service_config({"kafka": {"log.flush.scheduler.interval.ms": 300}}, "s.toml").kafka
     assert section.endpoint_options().log_flush_scheduler_interval_ms == 300
+    section = parse_service_config({"kafka": {"log_flush_scheduler_interval_ms": 400}}, "s.toml").kafka
+    assert section.endpoint_options().log_flush_scheduler_interval_ms == 400
     with pytest.raises(BrokerConfigError, match=r"log.flush.scheduler.interval.ms: 0 is below 1"):
         endpoint_options({"log.flush.scheduler.interval.ms": "0"}, "server.properties", EndpointOptions())
     with pytest.raises(ValueError, match=r"log_flush_scheduler_interval_ms is 0; it must be at least 1"):

@@ -25,9 +25,8 @@ LIMITS = ("socket_request_max_bytes", "fetch_max_bytes", "connections_max_idle_m
 """EndpointOptions' bounds on what one client may ask, named as Kafka's broker configs with dots made underscores;
 each at least 1."""
 SETTINGS = (*LIMITS, "queued_max_request_bytes", "offsets_retention_minutes", "offsets_retention_check_interval_ms",
-            "frame_stall_timeout_ms")
-"""Every integer setting of EndpointOptions but log_flush_scheduler_interval_ms (a broker property only, not a
-command-line option or a plain [kafka] key), named as its broker property (Kafka's, but frame.stall.timeout.ms)
+            "frame_stall_timeout_ms", "log_flush_scheduler_interval_ms")
+"""Every integer setting of EndpointOptions, named as its broker property (Kafka's, but frame.stall.timeout.ms)
 with dots made underscores; each at least 1, or -1 (no bound) for those in UNBOUNDED_AT_MINUS_ONE."""
 UNBOUNDED_AT_MINUS_ONE = ("queued_max_request_bytes",)
 
@@ -92,7 +91,7 @@ class EndpointOptions:
     runs it (a value too large to wait for turns it off here); ledgerview's looks every second."""
 
     def __post_init__(self) -> None:
-        for name in (*SETTINGS, "log_flush_scheduler_interval_ms"):
+        for name in SETTINGS:
             value, unbounded = getattr(self, name), name in UNBOUNDED_AT_MINUS_ONE
             if value < 1 and not (unbounded and value == -1):
                 raise ValueError(f"EndpointOptions.{name} is {value}; it must be at least 1"

@@ -140,8 +140,6 @@ _ENDPOINT_KEYS = (
               "SASL_SSL)"),
     *(ConfigKey(name.replace("_", "."), _int_at_least(1, or_minus_one=name in UNBOUNDED_AT_MINUS_ONE),
                 f"EndpointOptions.{name} (docs/kafka.md)") for name in SETTINGS),
-    ConfigKey("log.flush.scheduler.interval.ms", _int_at_least(1), "how often partitions past their flush.ms are "
-              "flushed (EndpointOptions.log_flush_scheduler_interval_ms, docs/kafka.md)"),
 )
 _STORE_TYPES = (ConfigKey("ssl.keystore.type", _pem_only, "PEM only"),
                 ConfigKey("ssl.truststore.type", _pem_only, "PEM only"))

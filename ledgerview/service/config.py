@@ -187,6 +187,8 @@ class KafkaSection:
     """Kafka's offsets.retention.check.interval.ms."""
     frame_stall_timeout_ms: int = EndpointOptions.frame_stall_timeout_ms
     """A request frame whose bytes stop arriving this long closes its connection (ledgerview's own)."""
+    log_flush_scheduler_interval_ms: int = EndpointOptions.log_flush_scheduler_interval_ms
+    """Kafka's log.flush.scheduler.interval.ms: how often partitions past their flush.ms are flushed."""
     insecure: bool = False
     """Allow a listener on a non-loopback address without TLS and authentication (docs/security.md)."""
     broker_properties: dict[str, Any] = field(default_factory=dict)
