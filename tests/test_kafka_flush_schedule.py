@@ -18,6 +18,8 @@ from tests.kafka_support import wait_for
 
 FLUSH_MESSAGES = 5
 """The first produce reaches flush.messages, so its append flushes and flush.ms counts from there."""
+FLUSH_CHECK_MS = 100
+"""log.flush.scheduler.interval.ms here (off by default, as in Kafka)."""
 FLUSH_MS = 500
 """Far longer than one produce's round trip, so the second produce's append is not itself past flush.ms."""
 
@@ -37,7 +39,8 @@ def test_a_partition_that_goes_quiet_is_flushed_once_flush_ms_has_passed(tmp_pat
     with Store.open(data) as store:
         store.create_topic("quiet", partitions=1, config={"flush.ms": str(FLUSH_MS),
                                                           "flush.messages": str(FLUSH_MESSAGES)})
-    with KafkaEndpoint(data, port=0) as endpoint:
+    options = EndpointOptions(port=0, log_flush_scheduler_interval_ms=FLUSH_CHECK_MS)
+    with KafkaEndpoint(data, options=options) as endpoint:
         producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{endpoint.port}", acks="all", linger_ms=1000,
                                  request_timeout_ms=60000)
         try:
@@ -52,7 +55,7 @@ def test_a_partition_that_goes_quiet_is_flushed_once_flush_ms_has_passed(tmp_pat
 
 
 def test_the_interval_is_a_broker_property() -> None:
-    assert EndpointOptions().log_flush_scheduler_interval_ms == 1000
+    assert EndpointOptions().log_flush_scheduler_interval_ms == 2**63 - 1  # Kafka's default: in effect never
     options = endpoint_options({"log.flush.scheduler.interval.ms": "250"}, "server.properties", EndpointOptions())
     assert options.log_flush_scheduler_interval_ms == 250
     section = parse_service_config({"kafka": {"log.flush.scheduler.interval.ms": 300}}, "s.toml").kafka
@@ -66,7 +69,8 @@ def test_the_interval_is_a_broker_property() -> None:
 
 
 def test_kafkas_default_interval_is_taken_and_the_endpoint_serves(tmp_path: Path) -> None:
-    """Kafka's default, Long.MAX_VALUE milliseconds: a flusher that in effect never runs, beside a working endpoint."""
+    """Kafka's default, Long.MAX_VALUE milliseconds, written out: a flusher that in effect never runs, beside a
+    working endpoint."""
     options = endpoint_options({"log.flush.scheduler.interval.ms": str(2**63 - 1)}, "server.properties",
                                EndpointOptions(port=0))
     with Store.open(tmp_path / "data") as store:

@@ -84,11 +84,11 @@ class EndpointOptions:
     """``frame.stall.timeout.ms`` (ledgerview's; Kafka waits connections.max.idle.ms): a connection whose request
     frame has started but whose next MiB (or its end) does not arrive within this long is closed, so frames sent in
     part do not hold queued.max.request.bytes for long."""
-    log_flush_scheduler_interval_ms: int = 1000
+    log_flush_scheduler_interval_ms: int = 2**63 - 1
     """Kafka's ``log.flush.scheduler.interval.ms``: how often the log flusher flushes the partitions past their topic's
-    ``flush.ms`` (appended to since a flush that long ago; Store.flush_due, on a thread of its own), so that a
-    partition that goes quiet after a produce is fsynced all the same. Kafka's default, Long.MAX_VALUE, in effect never
-    runs it (a value too large to wait for turns it off here); ledgerview's looks every second."""
+    ``flush.ms`` (appended to since a flush that long ago; Store.flush_due, on the event loop), so that a partition
+    that goes quiet after a produce is fsynced all the same. Kafka's default, Long.MAX_VALUE: in effect never, so
+    a topic that sets flush.ms wants this set too (docs/kafka.md, Flushing)."""
 
     def __post_init__(self) -> None:
         for name in SETTINGS:
