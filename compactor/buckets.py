@@ -69,8 +69,8 @@ def bucketed(batches: list[pa.RecordBatch], coding: KeyCoding, bits: int) -> Buc
 
 def latest_per_key(parts: list[Pairs]) -> Pairs:
     """Each key's largest number among ``parts`` (one bucket's): Arrow's hash kernel gives each key a slot, numpy
-    keeps each slot's largest number. On a bucket's 30k-120k pairs this is 15-30% faster than Arrow's group_by,
-    whose plan costs more per call than the hashing."""
+    keeps each slot's largest number. On buckets of 31k to 1M pairs this took 18-30% less time than Arrow's
+    group_by, whose plan costs more per call than the hashing (bench/RESULTS.md, issue 19)."""
     codes = parts[0][0] if len(parts) == 1 else pa.concat_arrays([codes for codes, _ in parts])
     slots = pc.dictionary_encode(codes)
     latest = np.full(len(slots.dictionary), -1, np.int64)

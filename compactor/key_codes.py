@@ -185,8 +185,8 @@ def _single_length(keys: pa.Array) -> int:
 
 def _rows_start_with(matrix: npt.NDArray[np.uint8], prefix: bytes) -> bool:
     """Whether every row of a (rows, width) byte matrix starts with ``prefix``: compared as up to 8 bytes at a time,
-    one integer column each, since numpy compares a 2-D slice of a few bytes per row about 15 times slower (7.9
-    against 0.5 ns a row for a 2-byte prefix)."""
+    one integer column each. numpy's compare of a 2-D slice took 7.9 ns a row for a 2-byte prefix (0.5 for a 1-byte
+    one); encoding 10-byte keys with a 2-byte prefix went from 9.0 to 1.1 ns a key."""
     position = 0
     while position < len(prefix) and len(matrix):
         size = next(size for size in (8, 4, 2, 1) if size <= len(prefix) - position)

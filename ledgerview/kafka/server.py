@@ -16,10 +16,11 @@ sent (response_sender.py); the fetch cache holds only room that pool leaves free
 buffers go back to the system (large_buffers.py), and segment pages fetches read are dropped from the process as
 they are encoded (mapped_pages.py).
 Connections run concurrently on one event loop, which owns the store: no locks. The loop also runs Kafka's log
-flusher: every log.flush.scheduler.interval.ms it calls Store.flush_due, so that a partition that goes quiet after a
-produce is still fsynced, and its recovery point moved, once its topic's flush.ms has passed. The fsync holds up the
-loop as long as it takes, as the flushes flush.messages and flush.ms make inside a produce already do: a thread of
-its own would share the store, whose objects are not shared across threads (storage/periodic.py).
+flusher: every log.flush.scheduler.interval.ms (by default Kafka's, in effect never) it calls Store.flush_due, so
+that a partition that goes quiet after a produce is still fsynced, and its recovery point moved, once its topic's
+flush.ms has passed. The fsync holds up the loop as long as it takes, as the flushes flush.messages and flush.ms
+make inside a produce already do: a thread of its own would share the store, whose objects are not shared across
+threads (storage/periodic.py).
 
 Every listener (EndpointOptions.bound_listeners) is a server on that loop. On SSL and SASL_SSL listeners the
 connection is TLS (ledgerview/kafka/tls.py); an SSL client's principal is its certificate's subject. On SASL
