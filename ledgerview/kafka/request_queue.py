@@ -1,8 +1,8 @@
 """Kafka's ``queued.max.request.bytes``: the bytes of requests read but not answered yet, across all connections,
 are bounded. A connection whose next request would pass the bound waits, its body unread, until answers free
 enough: the endpoint stops reading from that socket and TCP pushes back on the client (Kafka mutes its channels
-while its memory pool is exhausted). As in Kafka's pool, a request is let in whenever nothing else is queued, so
-one request as large as socket.request.max.bytes always passes.
+while its memory pool is exhausted). As in Kafka's pool, a request is let in whenever nothing else is queued (here:
+nothing but stalled responses, below), so one request as large as socket.request.max.bytes always passes.
 
 A frame's declared size is reserved before its body arrives, so frames sent in part (slowly, or never finished)
 hold room they do not fill. So that large frames, complete or not, can never take the room small requests
@@ -11,20 +11,26 @@ SMALL_REQUEST_BYTES may fill the bound only up to its last 1/SMALL_REQUEST_SHARE
 A frame whose bytes stop arriving is closed after frame.stall.timeout.ms (ledgerview/kafka/server.py).
 
 The batches of Fetch responses are counted here too, each from before it is encoded until it is sent
-(ledgerview/kafka/response_sender.py), under the same rules (a batch is a request's size here), and so are the
-bytes the worker thread decompresses from produced batches, each grant reserved before it is produced and kept until
-the decoded records are appended or refused (ledgerview/kafka/heavy_work.py). The frames of requests waiting for the
-worker are parked: they cannot be freed before the step running there ends, so that step's grants pass once
-nothing but parked frames and its own grants are queued, and one request always progresses; what such a step
-produces past the bound for large requests is not counted, so small requests keep their share.
+(ledgerview/kafka/response_sender.py), under the same rules (a batch is a request's size here). A connection holds at
+most one piece not yet sent: it takes room for the next one only once the kernel has taken that one, as its client reads
+(a Kafka channel likewise holds the response it built until it is sent, and reads nothing meanwhile). While it waits for
+its client, its piece is stalled: it cannot be freed until that client reads. Once nothing but stalled pieces is queued,
+the next request or piece passes whatever its size, as when nothing is queued: so a client that reads always progresses,
+however many others never read, and the count passes the bound by at most one piece per connection whose client has not
+read its last one, plus one request or piece. The same rules count the bytes the worker thread decompresses from
+produced batches, each grant reserved before it is produced and kept until the decoded records are appended or refused
+(ledgerview/kafka/heavy_work.py). The frames of requests waiting for the worker are parked: they cannot be freed before
+the step running there ends, so that step's grants pass once nothing but parked frames, stalled pieces and its own
+grants are queued, and one request always progresses; what such a step produces past the bound for large requests is not
+counted, so small requests keep their share.
 
 The fetch cache's encoded batches (batch_cache.py) live in the same bound, in the room nothing else uses: the cache
 takes room only while requests and responses leave it free (never the small requests' share, never by waiting),
 and whenever a request, a fetched batch or a worker step needs room its least recently used entries are evicted
 first. The free buffers kept for receiving frames and encoding fetched batches (reused_buffers.py) and the kept
 batch layouts (batch_layouts.py) live there the same way, evicted before the cache. So requests, responses and
-these caches together stay under queued.max.request.bytes (Kafka keeps no such cache: it leaves reuse to the OS
-page cache, outside its heap).
+these caches together stay under queued.max.request.bytes, but for the passes above (Kafka keeps no such cache: it
+leaves reuse to the OS page cache, outside its heap).
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ class QueuedRequestBytes:
         """How many requests (or fetched batches) had to wait for room so far."""
         self.parked_bytes = 0
         """Bytes of request frames waiting for (or at) the worker thread."""
+        self.stalled_bytes = 0
+        """Bytes of response pieces whose connections wait for their clients to read them (stall)."""
         self.cached_bytes = 0
         """Bytes the caches (free frame buffers, the fetch cache) hold in the bound (not in queued_bytes); evicted
         whenever room is needed."""
@@ -64,14 +72,15 @@ class QueuedRequestBytes:
         self._evictors.append(evict)
 
     def fits(self, size: int) -> bool:
-        """Whether a request of ``size`` bytes may be read now, evicting cached bytes to make room."""
+        """Whether a request of ``size`` bytes may be read now, evicting cached bytes to make room: it fits under
+        the bound, or nothing is queued but stalled responses (so the request passes whatever its size)."""
         limit = self.limit_bytes if size <= SMALL_REQUEST_BYTES else self.large_limit_bytes
         for evict in self._evictors:
             over = self.queued_bytes + self.cached_bytes + size - limit
             if over <= 0 or not self.cached_bytes:
                 break
             evict(over)
-        return not self.queued_bytes or self.queued_bytes + self.cached_bytes + size <= limit
+        return self.queued_bytes <= self.stalled_bytes or self.queued_bytes + self.cached_bytes + size <= limit
 
     @property
     def cache_room(self) -> int:
@@ -101,12 +110,12 @@ class QueuedRequestBytes:
         self.peak_bytes = max(self.peak_bytes, self.queued_bytes)
 
     async def reserve_produced(self, size: int, held: int) -> int:
-        """Wait until ``size`` more bytes of the worker's step fit, or until nothing but parked frames and the
-        ``held`` bytes the step already counts is queued; then count them and return how many were counted. Past
-        the bound for large requests (the progress case) only what fits under it is counted, so the step never
-        takes the share kept for small requests: those bytes exist but are left out of the count."""
+        """Wait until ``size`` more bytes of the worker's step fit, or until nothing but parked frames, stalled
+        responses and the ``held`` bytes the step already counts is queued; then count them and return how many
+        were counted. Past the bound for large requests (the progress case) only what fits under it is counted, so
+        the step never takes the share kept for small requests: those bytes exist but are left out of the count."""
         def fits() -> bool:
-            return self.fits(size) or self.queued_bytes - self.parked_bytes - held <= 0
+            return self.fits(size) or self.queued_bytes - self.parked_bytes - self.stalled_bytes - held <= 0
 
         if not fits():
             self.waits += 1
@@ -121,6 +130,12 @@ class QueuedRequestBytes:
     def park(self, size: int) -> None:
         """A request frame of ``size`` bytes waits for the worker thread (negative: its step ended)."""
         self.parked_bytes += size
+        self._wake()
+
+    def stall(self, size: int) -> None:
+        """``size`` bytes of response pieces wait for their client to read them (negative: it read them, or its
+        connection ends)."""
+        self.stalled_bytes += size
         self._wake()
 
     def release(self, size: int) -> None:

@@ -6,13 +6,17 @@ endpoint's queued.max.request.bytes pool (request_queue.py) before the piece is 
 transport has handed them to the kernel: the pool thus bounds the bytes of requests read and not answered plus the
 bytes of fetch responses being built or waiting in a connection's write buffer. Python 3.11's socket transport
 copies what it cannot send at once, so a piece's buffer is free for reuse as soon as it is written (batch_cache.py
-reuses it only when nothing views it any more: a transport may keep a view instead, as Python 3.12's does). A piece
-that does not fit waits (back-pressure) instead of being encoded. Before it waits, the connection first sends what
-it holds itself, so connections waiting for room never hold room, and a response whose pieces are larger than the
-whole bound still passes when nothing else is queued (as a request). The connection drains its write buffer past
-WRITE_BUFFER_BYTES_MAX, and yields to the event loop every YIELD_BYTES written, so other connections are served
-while a large response is encoded and sent. A response is written whole before the connection reads its next
-request, so responses keep request order.
+reuses it only when nothing views it any more: a transport may keep a view instead, as Python 3.12's does).
+
+A connection holds at most one piece not yet handed to the kernel: before it reserves room for the next, it waits
+until its client has read enough for the kernel to take the last one (as a Kafka channel holds the response it
+built until it is sent, and reads no request meanwhile). While it waits, that piece is stalled in the pool: once
+nothing but stalled pieces is queued, a request or piece passes whatever the bound, so a client that reads always
+progresses even when every other connection holds a piece its client never reads; connections waiting for room
+hold none. A response whose pieces are larger than the whole bound passes the same way when nothing else is
+queued (as a request). The connection yields to the event loop every YIELD_BYTES written, so other connections
+are served while a large response is encoded and sent. A response is written whole before the connection reads
+its next request, so responses keep request order.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from ledgerview.kafka.fetch_response import FramedResponse, Piece
 from ledgerview.kafka.request_queue import QueuedRequestBytes
 
 WRITE_BUFFER_BYTES_MAX = 4 * 1024 * 1024
-"""A connection waits for its client to read once this much of its responses is in its write buffer."""
+"""A connection waits for its client to read once this much of its responses (those not streamed here: server.py)
+is in its write buffer."""
 YIELD_BYTES = 1024 * 1024
 """A connection writing a streamed response lets the event loop run other connections every this many bytes."""
 
@@ -46,17 +51,12 @@ class ResponseSender:
         try:
             unyielded = 0
             for piece in response.pieces:
-                self._settle()
-                if self.held_bytes and not self._pool.fits(piece.charge):
-                    await self._flush()
+                await self._flush()
                 await self._pool.reserve(piece.charge)
                 self.held_bytes += piece.charge
                 self._write(piece)
                 unyielded += piece.size
-                if self._writer.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_MAX:
-                    await self._drain()
-                    unyielded = 0
-                elif unyielded >= YIELD_BYTES:
+                if unyielded >= YIELD_BYTES:
                     await asyncio.sleep(0)
                     unyielded = 0
             await self._flush()
@@ -78,15 +78,19 @@ class ResponseSender:
         self.held_bytes = 0
 
     async def _flush(self) -> None:
-        """Wait until the write buffer is empty, then release what this connection holds."""
+        """Release what the transport has handed to the kernel; if it holds more, wait until the write buffer is
+        empty, those bytes stalled in the pool meanwhile, then release them."""
         self._settle()
         if not self.held_bytes:
             return
         transport = self._writer.transport
         transport.set_write_buffer_limits(high=0)  # drain now waits for an empty buffer
+        stalled = self.held_bytes
+        self._pool.stall(stalled)
         try:
             await self._drain()
         finally:
+            self._pool.stall(-stalled)
             if not transport.is_closing():
                 transport.set_write_buffer_limits()
         self._settle()

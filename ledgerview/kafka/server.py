@@ -6,15 +6,16 @@ request order as the protocol requires; a long-polling Fetch holds its connectio
 socket.request.max.bytes (or negative) closes the connection before its body is read. A connection is closed when
 idle for connections.max.idle.ms, when its frame is still incomplete that long after its size came or its
 frame's bytes stop arriving for frame.stall.timeout.ms, or when it reads none of its pending responses (past
-WRITE_BUFFER_BYTES_MAX) for connections.max.idle.ms. A connection that arrives while max.connections are open,
-or max.connections.per.ip from its address, is closed at once. A request body is read only once the bytes of
-requests read and not answered yet, across all connections, leave room for it under queued.max.request.bytes
-(ledgerview/kafka/request_queue.py): until then that socket is read no further than its staging buffer. Large
-frames' buffers are reused from a free list that lives in that pool's free room (frame_buffers.py). A Fetch
-response is written piece by piece, each batch encoded when its turn comes and counted in that same pool until
-sent (response_sender.py); the fetch cache holds only room that pool leaves free (batch_cache.py). Freed large
-buffers go back to the system (large_buffers.py), and segment pages fetches read are dropped from the process as
-they are encoded (mapped_pages.py).
+WRITE_BUFFER_BYTES_MAX, or the piece of a streamed Fetch the kernel did not take) for connections.max.idle.ms. A
+connection that arrives while max.connections are open, or max.connections.per.ip from its address, is closed at
+once. A request body is read only once the bytes of requests read and not answered yet, across all connections,
+leave room for it under queued.max.request.bytes (ledgerview/kafka/request_queue.py), or once all that pool holds
+is response pieces stalled on clients that do not read them: until then that socket is read no further than its
+staging buffer. Large frames' buffers are reused from a free list that lives in that pool's free room
+(frame_buffers.py). A Fetch response is written piece by piece, each batch encoded when its turn comes and counted
+in that same pool until sent (response_sender.py); the fetch cache holds only room that pool leaves free
+(batch_cache.py). Freed large buffers go back to the system (large_buffers.py), and segment pages fetches read are
+dropped from the process as they are encoded (mapped_pages.py).
 Connections run concurrently on one event loop, which owns the store: no locks. The loop also runs Kafka's log
 flusher: every log.flush.scheduler.interval.ms (by default Kafka's, in effect never) it calls Store.flush_due, so
 that a partition that goes quiet after a produce is still fsynced, and its recovery point moved, once its topic's
