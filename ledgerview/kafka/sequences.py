@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import time
 
 from storage.errors import LedgerviewError
@@ -30,11 +31,14 @@ class ProducerSequences:
 
     def state_of(self, partition_log: PartitionLog) -> ProducerState:
         """The producer state of ``partition_log``, loaded on first use; the caller holds its writer lock and has
-        refreshed it. A log opened again (its topic deleted and created anew) gets its state loaded again."""
+        refreshed it. A log opened again (its topic deleted and created anew) gets its state loaded again, and the
+        old state's journal is closed (it must not be used after)."""
         key = (partition_log.topic, partition_log.partition)
         known = self._states.get(key)
         if known is not None and known[0] is partition_log:
             return known[1]
+        if known is not None:
+            _close_journal(known[1])
         state = ProducerState.load(partition_log.folder, end_offset=partition_log.end_offset,
                                    now_ms=partition_log.clock())
         partition_log.register_before_fsync(state.sync)  # the journal is durable whenever the log is
@@ -51,3 +55,11 @@ class ProducerSequences:
             except (LedgerviewError, OSError) as error:
                 log.warning("could not snapshot the producer state of %s-%d on close: %s", topic, partition, error)
         self._states.clear()
+
+
+def _close_journal(state: ProducerState) -> None:
+    """Close the journal descriptor of ``state``, whose log is gone, without the snapshot ProducerState.close
+    writes first: its folder may be the new log's by now. (storage/producer_state.py has no call for this.)"""
+    if state._fd >= 0:
+        os.close(state._fd)
+        state._fd = -1
