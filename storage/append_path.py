@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from storage.config import TopicConfig
 from storage.errors import InvalidMessagesError, KeylessMessageError, MessageTooLargeError, UnknownPartitionError
-from storage.partition_log import Clock, estimated_message_bytes
+from storage.partition_log import Clock, estimated_message_bytes, estimated_total_bytes
 from storage.partitioner import partition_for_keys
 from storage.schema import normalize_input
 from storage.topics import TopicMetadata
@@ -64,8 +64,9 @@ class PreparedAppend:
 
     table: pa.Table
     """The messages, timestamped, without a partition column."""
-    sizes: np.ndarray
-    """Each message's estimated size in bytes."""
+    sizes: np.ndarray | None
+    """Each message's estimated size in bytes; None when the messages' total is within max.message.bytes (the
+    partition log computes them should it need to split the table)."""
     targets: np.ndarray
     """Each message's partition (int32), in input order."""
     codec: str | None
@@ -86,8 +87,7 @@ class AppendPath:
         table = normalize_input(data)
         if table.num_rows == 0:
             return None
-        sizes = estimated_message_bytes(table)
-        _check_sizes(metadata.name, sizes, config.max_message_bytes)
+        sizes = _checked_sizes(metadata.name, table, config.max_message_bytes)
         if config.is_compact and not config.is_delete and table.column("key").null_count:
             raise KeylessMessageError(metadata.name, int(np.flatnonzero(
                 table.column("key").is_null().to_numpy(zero_copy_only=False))[0]))
@@ -101,7 +101,7 @@ class AppendPath:
         """``data`` through steps 1 and 4 (keyless messages to ``keyless_partition``), with a ``partition`` column
         saying where each message goes and no timestamp column if none was given."""
         table = normalize_input(data)
-        _check_sizes(metadata.name, estimated_message_bytes(table), metadata.config.max_message_bytes)
+        _checked_sizes(metadata.name, table, metadata.config.max_message_bytes)
         targets = self._choose_partitions(metadata, table, None, keyless_partition=keyless_partition)
         unset = [name for name in ("partition", "timestamp") if name in table.column_names
                  and (name == "partition" or table.column(name).null_count == table.num_rows)]
@@ -143,11 +143,17 @@ class AppendPath:
         return chosen
 
 
-def _check_sizes(topic: str, sizes: np.ndarray, limit_bytes: int) -> None:
+def _checked_sizes(topic: str, table: pa.Table, limit_bytes: int) -> np.ndarray | None:
+    """Each message's estimated size, having checked none is over ``limit_bytes``; None, without sizing each
+    message, when all of them together are within it (an append's usual case)."""
+    if estimated_total_bytes(table) <= limit_bytes:
+        return None
+    sizes = estimated_message_bytes(table)
     too_big = np.flatnonzero(sizes > limit_bytes)
     if len(too_big):
         row = int(too_big[0])
         raise MessageTooLargeError(topic, row, int(sizes[row]), limit_bytes)
+    return sizes
 
 
 def _choose_codec(config: TopicConfig, compression: str | None) -> str | None:

@@ -10,7 +10,8 @@ dictionary-encoded (storage/dictionary_columns.py), which ``decode_payload`` tur
     12 uint32  crc                CRC-32C of bytes 0 .. 12 then 16 .. batch_length: all but itself
     16 uint8   magic              format version, 1
     17 uint8   attributes         bits 0-1 compression (0 none, 1 lz4, 2 zstd), bit 2 timestamps are LogAppendTime,
-                                  bit 3 first_timestamp holds the delete horizon (set by the cleaner)
+                                  bit 3 first_timestamp holds the delete horizon (set by the cleaner), bit 4 the
+                                  payload has no offset column, bit 5 no headers column (the columns it implies)
     18 int16   reserved           0
     20 int32   last_offset_delta  last offset - base_offset (the cleaner keeps a batch's offset range)
     24 int32   record_count       0 only in a batch the cleaner emptied, kept for its offset range
@@ -20,6 +21,10 @@ dictionary-encoded (storage/dictionary_columns.py), which ``decode_payload`` tur
 
 The CRC covers every byte of the batch except its own four, so any corruption of a header or payload is detected
 (the offsets too: unlike Kafka we never rewrite a batch's offsets in place).
+
+A payload leaves out the columns its header implies: the offsets when they are contiguous (every
+appended batch), the headers when no message has any. That is 12 bytes a message that every append would
+otherwise write, fsync and checksum; decoding puts the columns back, so readers always see STORED_SCHEMA.
 See docs/FORMAT.md.
 """
 
@@ -34,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from storage.dictionary_columns import with_dictionaries, without_dictionaries
-from storage.schema import STORED_SCHEMA, null_headers
+from storage.schema import APPENDED_SCHEMA, STORED_SCHEMA, null_headers
 
 HEADER = struct.Struct("<qiIBBhiiqqi")
 HEADER_BYTES: Final = HEADER.size
@@ -48,7 +53,12 @@ LOG_APPEND_TIME_FLAG: Final = 0b100
 DELETE_HORIZON_FLAG: Final = 0b1000
 """Kafka's KIP-534: the cleaner kept tombstones in this batch and stamped ``first_timestamp`` with the time after
 which a later pass may remove them."""
-_KNOWN_ATTRIBUTES: Final = 0b1111
+OFFSETS_IMPLIED_FLAG: Final = 0b1_0000
+"""The payload has no offset column: the messages' offsets are base_offset, base_offset + 1, ..., last_offset."""
+NO_HEADERS_FLAG: Final = 0b10_0000
+"""The payload has no headers column: no message of the batch has headers."""
+_IMPLIED_MASK: Final = OFFSETS_IMPLIED_FLAG | NO_HEADERS_FLAG
+_KNOWN_ATTRIBUTES: Final = 0b11_1111
 
 assert HEADER_BYTES == 48
 
@@ -91,6 +101,11 @@ class BatchHeader:
         return self.position + self.batch_length
 
     @property
+    def offsets_implied(self) -> bool:
+        """Whether the payload leaves its offsets out: they are base_offset .. last_offset, decoded from here."""
+        return bool(self.attributes & OFFSETS_IMPLIED_FLAG)
+
+    @property
     def compression(self) -> str | None:
         return _COMPRESSION_NAMES.get(self.attributes & _COMPRESSION_MASK)
 
@@ -105,19 +120,32 @@ class BatchHeader:
         return None if self.attributes & DELETE_HORIZON_FLAG else self.first_timestamp
 
 
-def _ipc_schema_prefix_bytes(compression: str | None) -> int:
+def _payload_schema(implied: int) -> pa.Schema:
+    """STORED_SCHEMA without the columns the ``implied`` attribute bits leave out."""
+    left_out = {"offset"} if implied & OFFSETS_IMPLIED_FLAG else set()
+    left_out |= {"headers"} if implied & NO_HEADERS_FLAG else set()
+    return pa.schema([field for field in STORED_SCHEMA if field.name not in left_out])
+
+
+_OFFSET_FIELD: Final = STORED_SCHEMA.field("offset")
+_HEADERS_FIELD: Final = STORED_SCHEMA.field("headers")
+_PAYLOAD_SCHEMAS: Final = {implied: _payload_schema(implied) for implied in (0, OFFSETS_IMPLIED_FLAG, NO_HEADERS_FLAG,
+                                                                             _IMPLIED_MASK)}
+
+
+def _ipc_schema_prefix_bytes(schema: pa.Schema, compression: str | None) -> int:
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, STORED_SCHEMA, options=pa.ipc.IpcWriteOptions(compression=compression)):
+    with pa.ipc.new_stream(sink, schema, options=pa.ipc.IpcWriteOptions(compression=compression)):
         pass
     return int(sink.getvalue().size) - 8  # the stream ends with an 8-byte end-of-stream marker
 
 
-_SCHEMA_PREFIX = {name: _ipc_schema_prefix_bytes(name) for name in COMPRESSION_CODES}
+_SCHEMA_PREFIX = {(name, implied): _ipc_schema_prefix_bytes(schema, name)
+                  for name in COMPRESSION_CODES for implied, schema in _PAYLOAD_SCHEMAS.items()}
 _WRITE_OPTIONS = {name: pa.ipc.IpcWriteOptions(compression=name) for name in COMPRESSION_CODES}
 _READ_OPTIONS: Final = pa.ipc.IpcReadOptions(use_threads=False)
 """Decompression on Arrow's thread pool costs more than it saves on batches of this size."""
 
-_HEADERS_COLUMN: Final = STORED_SCHEMA.get_field_index("headers")
 
 Piece: TypeAlias = pa.Buffer | bytes
 """Part of a payload: a zero-copy slice of a column's buffer, or bytes Arrow made (metadata, padding)."""
@@ -175,16 +203,20 @@ class _PayloadCollector:
         pass
 
 
-def _payload(batch: pa.RecordBatch, compression: str | None) -> tuple[tuple[Piece, ...], int]:
-    """The batch's payload as pieces, and its size: one Arrow IPC record-batch message, or (compressed batches
-    whose key or value column pays for a dictionary) an Arrow IPC stream without its end-of-stream marker."""
-    headers = batch.column(_HEADERS_COLUMN)
-    if 0 < headers.null_count == batch.num_rows:  # children of pa.nulls hold rows + 1 offsets each, all stored
-        batch = batch.set_column(_HEADERS_COLUMN, STORED_SCHEMA.field(_HEADERS_COLUMN), null_headers(batch.num_rows))
+def _payload(batch: pa.RecordBatch, compression: str | None, *, offsets_implied: bool
+             ) -> tuple[tuple[Piece, ...], int, int]:
+    """The batch's payload as pieces, its size and the attribute bits of the columns it leaves out: one Arrow IPC
+    record-batch message, or (compressed batches whose key or value column pays for a dictionary) an Arrow IPC
+    stream without its end-of-stream marker."""
+    rows = batch.num_rows
+    implied = (OFFSETS_IMPLIED_FLAG if offsets_implied else 0) | (
+        NO_HEADERS_FLAG if 0 < batch.column("headers").null_count == rows else 0)
+    if batch.schema.names != _PAYLOAD_SCHEMAS[implied].names:
+        batch = batch.select(_PAYLOAD_SCHEMAS[implied].names)
     encoded = with_dictionaries(batch) if compression else None
-    if encoded is None:
-        return _ipc_pieces(batch, compression, skip_bytes=_SCHEMA_PREFIX[compression])
-    return _ipc_pieces(encoded, compression, skip_bytes=0)
+    if encoded is not None:
+        return (*_ipc_pieces(encoded, compression, skip_bytes=0), implied)
+    return (*_ipc_pieces(batch, compression, skip_bytes=_SCHEMA_PREFIX[compression, implied]), implied)
 
 
 def _ipc_pieces(batch: pa.RecordBatch, compression: str | None, *, skip_bytes: int) -> tuple[tuple[Piece, ...], int]:
@@ -202,20 +234,31 @@ def encode_batch(
     offset_range: tuple[int, int] | None = None, delete_horizon_ms: int | None = None,
     timestamp_range: tuple[int, int] | None = None,
 ) -> EncodedBatch:
-    """Encode a record batch of STORED_SCHEMA.
+    """Encode a record batch of STORED_SCHEMA (offsets increasing), or of APPENDED_SCHEMA with ``offset_range``
+    giving its rows' offsets, one each from base to last.
 
-    Appends give at least one row and nothing else. The cleaner may also give ``offset_range`` (base and last
+    Appends give at least one row and ``offset_range``. The cleaner may also give ``offset_range`` (base and last
     offset, wider than the rows' when cleaning removed messages at either end), ``delete_horizon_ms`` and, for a
     batch left without rows, ``timestamp_range`` (first and max timestamp of the messages it replaced).
     """
     if compression not in COMPRESSION_CODES:
         raise ValueError(f"compression {compression!r}; allowed: none, lz4, zstd")
-    payload, payload_bytes = _payload(batch, compression)
-    offsets = batch.column(0).to_numpy()
-    timestamps = batch.column(1).to_numpy()
-    base_offset, last_offset = offset_range or (int(offsets[0]), int(offsets[-1]))
+    rows = batch.num_rows
+    timestamps = batch.column("timestamp").to_numpy()
     first_timestamp, max_timestamp = timestamp_range or (int(timestamps[0]), int(np.max(timestamps)))
-    attributes = COMPRESSION_CODES[compression] | (LOG_APPEND_TIME_FLAG if log_append_time else 0)
+    if batch.schema.names == APPENDED_SCHEMA.names:
+        if offset_range is None or rows != offset_range[1] - offset_range[0] + 1:
+            raise ValueError(f"{rows} messages without offsets need an offset range of as many, not {offset_range}")
+        base_offset, last_offset = offset_range
+        offsets_implied = True
+    else:
+        offsets = batch.column(0).to_numpy()
+        base_offset, last_offset = offset_range or (int(offsets[0]), int(offsets[-1]))
+        # Offsets increase within a batch, so rows spanning exactly the header's range are every offset in it.
+        offsets_implied = 0 < rows == last_offset - base_offset + 1 and (
+            int(offsets[0]) == base_offset and int(offsets[-1]) == last_offset)
+    payload, payload_bytes, implied = _payload(batch, compression, offsets_implied=offsets_implied)
+    attributes = COMPRESSION_CODES[compression] | (LOG_APPEND_TIME_FLAG if log_append_time else 0) | implied
     if delete_horizon_ms is not None:
         attributes |= DELETE_HORIZON_FLAG
         first_timestamp = delete_horizon_ms
@@ -225,7 +268,7 @@ def encode_batch(
         crc=0,
         attributes=attributes,
         last_offset_delta=last_offset - base_offset,
-        record_count=batch.num_rows,
+        record_count=rows,
         first_timestamp=first_timestamp,
         max_timestamp=max_timestamp,
         position=0,
@@ -291,15 +334,29 @@ def decode_payload(buffer: pa.Buffer, header: BatchHeader) -> pa.RecordBatch:
     """Decode the payload into a batch of STORED_SCHEMA; zero-copy from ``buffer`` (e.g. a memory map) when
     uncompressed, dictionary columns turned back into plain ones when the payload is a stream."""
     payload = payload_of(buffer, header)
+    implied = header.attributes & _IMPLIED_MASK
     try:
-        batch = _read_payload(payload) if header.attributes & _COMPRESSION_MASK else (
-            pa.ipc.read_record_batch(payload, STORED_SCHEMA))
+        batch = _read_payload(payload, _PAYLOAD_SCHEMAS[implied]) if header.attributes & _COMPRESSION_MASK else (
+            pa.ipc.read_record_batch(payload, _PAYLOAD_SCHEMAS[implied]))
     except (pa.ArrowException, OSError) as error:
         raise BatchFormatError(f"payload is not a valid Arrow record batch: {error}", header.base_offset) from error
     if batch.num_rows != header.record_count:
         raise BatchFormatError(
             f"payload holds {batch.num_rows} messages, header says {header.record_count}", header.base_offset
         )
+    return _with_implied_columns(batch, header) if implied else batch
+
+
+def _with_implied_columns(batch: pa.RecordBatch, header: BatchHeader) -> pa.RecordBatch:
+    """A payload's batch with the columns its header implies put back, as STORED_SCHEMA."""
+    if header.offsets_implied:
+        if header.record_count != header.last_offset_delta + 1:
+            raise BatchFormatError("the header implies the offsets but its offset range and message count differ",
+                                   header.base_offset)
+        offsets = pa.array(np.arange(header.base_offset, header.next_offset, dtype=np.int64))
+        batch = batch.add_column(0, _OFFSET_FIELD, offsets)
+    if header.attributes & NO_HEADERS_FLAG:
+        batch = batch.append_column(_HEADERS_FIELD, null_headers(header.record_count))
     return batch
 
 
@@ -319,13 +376,14 @@ def dictionary_columns(buffer: pa.Buffer, header: BatchHeader) -> tuple[str, ...
     return tuple(field.name for field in schema if pa.types.is_dictionary(field.type))
 
 
-def _read_payload(payload: pa.Buffer) -> pa.RecordBatch:
-    """A compressed payload: a record-batch message, or a stream (schema message first) with dictionaries."""
+def _read_payload(payload: pa.Buffer, schema: pa.Schema) -> pa.RecordBatch:
+    """A compressed payload: a record-batch message of ``schema``, or a stream (schema message first) with
+    dictionaries."""
     message = pa.ipc.read_message(payload)
     if message.type != "schema":
-        return pa.ipc.read_record_batch(message, STORED_SCHEMA)
+        return pa.ipc.read_record_batch(message, schema)
     try:
         batch = pa.ipc.open_stream(payload, options=_READ_OPTIONS).read_next_batch()
     except StopIteration:
         raise pa.ArrowInvalid("the stream ends before its record batch") from None
-    return without_dictionaries(batch)
+    return without_dictionaries(batch, schema)

@@ -26,24 +26,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.schema import STORED_SCHEMA
-
 MIN_ROWS: Final = 1024
 """A dictionary payload starts with a schema message of about 1 kB."""
 SAMPLE_ROWS: Final = 256
 """256 draws from 5,000 values (a 10,000-message batch at ``DISTINCT_SHARE_MAX``) repeat one with probability
 0.998; from a million keys, with probability 0.03."""
 DISTINCT_SHARE_MAX: Final = 0.5
-ENCODED_COLUMNS: Final = tuple(STORED_SCHEMA.get_field_index(name) for name in ("key", "value"))
+ENCODED_COLUMNS: Final = ("key", "value")
 
 
 def with_dictionaries(batch: pa.RecordBatch) -> pa.RecordBatch | None:
-    """``batch`` (STORED_SCHEMA) with its key and value columns dictionary-encoded where that pays; None when
-    neither column pays."""
+    """``batch`` (a payload's columns) with its key and value columns dictionary-encoded where that pays; None
+    when neither column pays."""
     if batch.num_rows < MIN_ROWS:
         return None
     schema, columns, encoded_any = batch.schema, list(batch.columns), False
-    for index in ENCODED_COLUMNS:
+    for index in map(schema.get_field_index, ENCODED_COLUMNS):
         encoded = _dictionary_encoded(columns[index])
         if encoded is not None:
             columns[index], encoded_any = encoded, True
@@ -67,19 +65,19 @@ def _sample_rows(rows: int) -> pa.Array:
     return pa.array(np.arange(SAMPLE_ROWS) * (rows // SAMPLE_ROWS))
 
 
-def without_dictionaries(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The batch of STORED_SCHEMA a dictionary payload's ``batch`` stands for.
+def without_dictionaries(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """The batch of ``schema`` (the payload's plain columns) a dictionary payload's ``batch`` stands for.
 
-    Raises pyarrow's errors: ArrowInvalid for columns that do not decode to STORED_SCHEMA or a dictionary that
+    Raises pyarrow's errors: ArrowInvalid for columns that do not decode to ``schema`` or a dictionary that
     fails validation, ArrowIndexError for an index outside its dictionary.
     """
-    if batch.schema.names != STORED_SCHEMA.names:
-        raise pa.ArrowInvalid(f"columns {batch.schema.names}, expected {STORED_SCHEMA.names}")
+    if batch.schema.names != schema.names:
+        raise pa.ArrowInvalid(f"columns {batch.schema.names}, expected {schema.names}")
     columns = [_plain(column) for column in batch.columns]
-    for column, field in zip(columns, STORED_SCHEMA, strict=True):
+    for column, field in zip(columns, schema, strict=True):
         if column.type != field.type:
             raise pa.ArrowInvalid(f"column {field.name!r} decodes to {column.type}, expected {field.type}")
-    return pa.RecordBatch.from_arrays(columns, schema=STORED_SCHEMA)
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def _plain(column: pa.Array) -> pa.Array:

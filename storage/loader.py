@@ -156,10 +156,11 @@ def _read_segments_once(folder: Path, index_interval_bytes: int, known: dict[int
             if suffix == LOG_SUFFIX and temporary in (None, SWAP_SUFFIX)}
     swapped = sorted(base for base, temporary in logs if temporary == SWAP_SUFFIX)
     segments: dict[int, Segment] = {}
-    for base in sorted(base for base, temporary in logs if temporary is None):
-        segments[base] = _open_for_reading(folder, base, None, index_interval_bytes, known)
-    for base in swapped:
-        new = _open_for_reading(folder, base, SWAP_SUFFIX, index_interval_bytes, known)
+    bases = sorted(base for base, temporary in logs if temporary is None)
+    for base in bases:  # only the last, the active segment, may have a batch still being written
+        segments[base] = _open_for_reading(folder, base, None, index_interval_bytes, known, sealed=base != bases[-1])
+    for base in swapped:  # the cleaner never cleans the active segment
+        new = _open_for_reading(folder, base, SWAP_SUFFIX, index_interval_bytes, known, sealed=True)
         for replaced in [other for other in segments if base <= other < new.next_offset]:
             del segments[replaced]
         segments[base] = new
@@ -167,14 +168,15 @@ def _read_segments_once(folder: Path, index_interval_bytes: int, known: dict[int
 
 
 def _open_for_reading(folder: Path, base: int, temporary_suffix: str | None, index_interval_bytes: int,
-                      known: dict[int, Segment]) -> Segment:
+                      known: dict[int, Segment], *, sealed: bool) -> Segment:
     segment = known.get(base)
     path = Segment(folder, base, index_interval_bytes=index_interval_bytes,
                    temporary_suffix=temporary_suffix).log_path
     if segment is not None and segment.inode == path.stat().st_ino:
         if segment.temporary_suffix != temporary_suffix:
             segment.follow_rename(temporary_suffix)
-        segment.follow_growth()
+        if segment.follow_growth() > segment.size_bytes and sealed:
+            segment.raise_unparsed_tail()
         return segment
-    return Segment.load(folder, base, index_interval_bytes=index_interval_bytes, recovering=False,
+    return Segment.load(folder, base, index_interval_bytes=index_interval_bytes, recovering=False, sealed=sealed,
                         temporary_suffix=temporary_suffix)

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from storage import faults
-from storage.binary_arrays import value_lengths
+from storage.binary_arrays import value_bytes, value_lengths
 from storage.codec import HEADER_BYTES, BatchHeader, encode_batch
 from storage.config import TopicConfig
 from storage.errors import OffsetOutOfRangeError
@@ -38,7 +38,7 @@ from storage.fileio import fsync_folder
 from storage.files import CLEANED_SUFFIX, SWAP_SUFFIX
 from storage.loader import complete_interrupted_swaps, read_segments
 from storage.locks import FileLock
-from storage.schema import STORED_SCHEMA
+from storage.schema import APPENDED_SCHEMA
 from storage.segment import NO_TIMESTAMP, Segment, SegmentReads, batches_of_segments, segments_from
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
@@ -87,6 +87,8 @@ class PartitionLog:
         self._last_flush_ms = clock()
         self._folder_mtime_ns = folder.stat().st_mtime_ns
         self._listing = _listing(folder)
+        self._active_file_bytes = 0
+        """The active segment's file size when ``refresh`` last looked."""
         self._load_remote = load_remote
         self._remote_segments: list[SegmentReads] | None = None
         self._sync_before_fsync: list[Callable[[], None]] = []
@@ -158,7 +160,7 @@ class PartitionLog:
             if listing != self._listing:
                 self._listing = listing
                 self._relist_segments()
-        self.active.follow_growth()
+        self._active_file_bytes = self.active.follow_growth()
         # A tiered log's first local segment may be well above its start (local retention): its checkpoint, which
         # retention moves on both tiers, is the start then, and the remote tier is not asked.
         first = self._remote_segments[0] if self._remote_segments else None if self.is_tiered else self.segments[0]
@@ -185,10 +187,11 @@ class PartitionLog:
             self.refresh()
 
     # ------------------------------------------------------------------------------------------------ append
-    def append(self, table: pa.Table, *, sizes: np.ndarray, compression: str | None) -> int:
+    def append(self, table: pa.Table, *, sizes: np.ndarray | None, compression: str | None) -> int:
         """Append messages (key, value, timestamp, headers; timestamps set) and return the first offset.
 
-        ``sizes`` are the messages' estimated_message_bytes, used to split the table into batches.
+        ``sizes`` are the messages' estimated_message_bytes, used to split the table into batches (None: computed
+        only if the table may need splitting).
         """
         with self.writer_lock:
             self.refresh()
@@ -201,20 +204,19 @@ class PartitionLog:
 
     def _cut_torn_tail(self) -> None:
         """Under the writer lock nobody else is writing: bytes past the last complete batch are what a writer
-        that died mid-append left. Cut them, or the next batch would land after them and never be read."""
+        that died mid-append left. Cut them, or the next batch would land after them and never be read. Called
+        right after ``refresh`` under the lock, so the file's size refresh saw is still its size."""
         active = self.active
-        if active.log_path.stat().st_size > active.size_bytes:
+        if self._active_file_bytes > active.size_bytes:
             active.truncate(active.size_bytes)
 
     def _append_batch(self, table: pa.Table, compression: str | None) -> None:
         base = self.end_offset
-        offsets = pa.array(np.arange(base, base + table.num_rows, dtype=np.int64))
-        batch = pa.RecordBatch.from_arrays(
-            [offsets, *(_single_array(table.column(name)) for name in STORED_SCHEMA.names[1:])],
-            schema=STORED_SCHEMA,
-        )
+        batch = pa.RecordBatch.from_arrays([_single_array(table.column(name)) for name in APPENDED_SCHEMA.names],
+                                           schema=APPENDED_SCHEMA)
         log_append_time = self.config.message_timestamp_type == "LogAppendTime"
-        encoded = encode_batch(batch, compression=compression, log_append_time=log_append_time)
+        encoded = encode_batch(batch, compression=compression, log_append_time=log_append_time,
+                               offset_range=(base, base + table.num_rows - 1))
         if self._should_roll(encoded.header):
             self.roll()
         self.active.append(encoded)
@@ -415,10 +417,15 @@ def _single_array(column: pa.ChunkedArray) -> pa.Array:
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
-def _batches_of(table: pa.Table, sizes: np.ndarray, segment_bytes: int) -> Iterator[pa.Table]:
-    """Split into batches of at most TARGET_BATCH_BYTES (or segment.bytes, if smaller) by estimated size."""
+def _batches_of(table: pa.Table, sizes: np.ndarray | None, segment_bytes: int) -> Iterator[pa.Table]:
+    """Split into batches of at most TARGET_BATCH_BYTES (or segment.bytes, if smaller) by estimated size
+    (``sizes``: estimated_message_bytes, computed here when None and the table may need cutting)."""
     target = max(1, min(TARGET_BATCH_BYTES, segment_bytes - HEADER_BYTES))
-    ends = np.cumsum(sizes)
+    total = estimated_total_bytes(table) if sizes is None else int(sizes.sum())
+    if table.num_rows <= MAX_BATCH_MESSAGES and total <= target:
+        yield table
+        return
+    ends = np.cumsum(estimated_message_bytes(table) if sizes is None else sizes)
     start = 0
     while start < table.num_rows:
         before = int(ends[start - 1]) if start else 0
@@ -437,6 +444,16 @@ def _binary_lengths(column: pa.ChunkedArray) -> np.ndarray:
     """Length of each binary value from the offsets buffer (a null's slot is empty, so it counts 0)."""
     parts = [value_lengths(chunk) for chunk in column.chunks]
     return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+
+def estimated_total_bytes(table: pa.Table) -> int:
+    """The sum of ``estimated_message_bytes``; without a pass over the messages when none has headers."""
+    if table.column("headers").null_count < table.num_rows:
+        return int(estimated_message_bytes(table).sum())
+    total: int = MESSAGE_OVERHEAD_BYTES * table.num_rows
+    for name in ("key", "value"):
+        total += sum(value_bytes(chunk) for chunk in table.column(name).chunks)
+    return total
 
 
 def estimated_message_bytes(table: pa.Table) -> np.ndarray:

@@ -30,6 +30,8 @@ STORED_SCHEMA = pa.schema(
     ]
 )
 MESSAGE_SCHEMA = pa.schema([pa.field("partition", pa.int32(), nullable=False), *STORED_SCHEMA])
+APPENDED_SCHEMA = pa.schema(list(STORED_SCHEMA)[1:])
+"""STORED_SCHEMA without its offset column: an append's messages, whose offsets follow from the log's end."""
 INPUT_COLUMNS = ("key", "value", "timestamp", "headers", "partition")
 
 Headers = list[tuple[str, bytes | None]]
@@ -119,9 +121,9 @@ def _to_timestamp_ms(table: pa.Table) -> pa.ChunkedArray:
             f"Column 'timestamp' has type {column.type}; allowed: int64 milliseconds since the epoch or a timestamp."
         )
     # numpy over the values (zero-copy for one chunk): two Arrow kernel calls cost more than this at 10k rows.
-    negatives = np.flatnonzero(milliseconds.to_numpy() < 0)
-    if len(negatives):
-        negative = int(negatives[0])
+    values = milliseconds.to_numpy()
+    if len(values) and values.min() < 0:
+        negative = int(np.flatnonzero(values < 0)[0])
         raise InvalidMessagesError(
             f"Message at row {negative} has timestamp {milliseconds[negative].as_py()}; allowed: 0 or more "
             "milliseconds since the epoch (leave it out to stamp the append time)."
@@ -160,19 +162,20 @@ def normalize_input(data: pa.Table | pa.RecordBatch | Iterable[Any]) -> pa.Table
                 "messages (mappings with 'key' and 'value', or (key, value) pairs)."
             )
         data = _table_from_messages(data)
-    unknown = [name for name in data.column_names if name not in INPUT_COLUMNS]
+    names = data.column_names
+    unknown = [name for name in names if name not in INPUT_COLUMNS]
     if unknown:
         raise InvalidMessagesError(f"Unknown columns {unknown}; allowed: {', '.join(INPUT_COLUMNS)}.")
-    if "value" not in data.column_names:
+    if "value" not in names:
         raise InvalidMessagesError("Messages need a 'value' column (null values are tombstones).")
     rows = data.num_rows
     columns: dict[str, pa.ChunkedArray | pa.Array] = {
-        "key": _to_binary(data, "key") if "key" in data.column_names else pa.nulls(rows, pa.binary()),
+        "key": _to_binary(data, "key") if "key" in names else pa.nulls(rows, pa.binary()),
         "value": _to_binary(data, "value"),
-        "timestamp": _to_timestamp_ms(data) if "timestamp" in data.column_names else pa.nulls(rows, pa.int64()),
-        "headers": _to_headers(data) if "headers" in data.column_names else null_headers(rows),
+        "timestamp": _to_timestamp_ms(data) if "timestamp" in names else pa.nulls(rows, pa.int64()),
+        "headers": _to_headers(data) if "headers" in names else null_headers(rows),
     }
-    if "partition" in data.column_names:
+    if "partition" in names:
         if not pa.types.is_integer(data["partition"].type) or data["partition"].null_count:
             raise InvalidMessagesError("Column 'partition' must be integers without nulls.")
         columns["partition"] = _cast_checked(data["partition"], pa.int32(), "partition")

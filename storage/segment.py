@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -93,7 +93,7 @@ class SegmentReads:
     def decode(self, buffer: pa.Buffer, header: BatchHeader) -> pa.RecordBatch:
         """The batch at ``header`` (from ``scan``), its offsets placed where the log has them."""
         batch = decode_payload(buffer, header)
-        if not self.offset_shift:
+        if not self.offset_shift or header.offsets_implied:  # those came from ``header``, placed already
             return batch
         offsets = pc.add(batch.column(0), pa.scalar(self.offset_shift, pa.int64()))
         return pa.RecordBatch.from_arrays([offsets, *batch.columns[1:]], schema=batch.schema)
@@ -197,14 +197,15 @@ class Segment(SegmentReads):
 
     @classmethod
     def load(cls, folder: Path, base_offset: int, *, index_interval_bytes: int, recovering: bool,
-             temporary_suffix: str | None = None) -> Segment:
+             sealed: bool = False, temporary_suffix: str | None = None) -> Segment:
         """Open a segment without verifying it: trust its indexes when they look sound, rebuild them from batch
         headers otherwise, and read only the tail to find its end.
 
         ``recovering``: the caller holds the writer lock and the segment lies below the recovery point, so a
         rebuilt index is written back and an invalid batch is corruption. Otherwise (a reader, or a writer
         catching up with another process) nothing is written, and the segment ends at its last complete batch:
-        the one after it may still be being written.
+        the one after it may still be being written, unless the segment is ``sealed`` (a later one exists, so
+        every write to this one has ended): then an invalid batch is corruption too.
         """
         segment = cls(folder, base_offset, index_interval_bytes=index_interval_bytes,
                       temporary_suffix=temporary_suffix)
@@ -228,10 +229,15 @@ class Segment(SegmentReads):
             failure = segment.rebuild_indexes(verify_from=None, persist=recovering)
             if failure is not None and not recovering:
                 segment.size_bytes = failure.position
-        if recovering and segment.size_bytes < file_bytes:
-            raise CorruptSegmentError(str(segment.log_path), segment.size_bytes, segment.next_offset,
-                                      "a batch below the recovery point does not parse")
+        if (recovering or sealed) and segment.size_bytes < file_bytes:
+            segment.raise_unparsed_tail()
         return segment
+
+    def raise_unparsed_tail(self) -> NoReturn:
+        """Raise CorruptSegmentError for the bytes after the last batch that parses, in a segment that no write
+        can be adding to (sealed, or below the recovery point)."""
+        raise CorruptSegmentError(str(self.log_path), self.size_bytes, self.next_offset,
+                                  "a batch of a sealed segment, or below the recovery point, does not parse")
 
     def rebuild_indexes(self, *, verify_from: int | None, persist: bool = True) -> BatchFormatError | None:
         """Rebuild both indexes and the end state from the log, keeping every batch until the first invalid one.
@@ -416,18 +422,17 @@ class Segment(SegmentReads):
                 self._map = mapped.read_buffer()
         return self._map.slice(0, self.size_bytes)
 
-    def follow_growth(self) -> bool:
-        """Take in batches another process appended since we last looked; True if the segment grew (a segment
-        whose file is not there yet, as a read-only store sees a partition never written, has not)."""
+    def follow_growth(self) -> int:
+        """Take in batches another process appended since we last looked; returns the file's size as seen (0 for
+        a file not there yet, as a read-only store sees a partition never written): bytes past ``size_bytes`` are
+        a batch still being written, or one a dead writer left torn."""
         try:
             file_bytes = self.log_path.stat().st_size
         except FileNotFoundError:
-            return False
-        if file_bytes <= self.size_bytes:
-            return False
-        start = self.size_bytes
-        self._follow(file_bytes)
-        return self.size_bytes > start
+            return 0
+        if file_bytes > self.size_bytes:
+            self._follow(file_bytes)
+        return file_bytes
 
     def _follow(self, file_bytes: int) -> None:
         """Take in every complete batch between the valid end and ``file_bytes`` (in memory only)."""

@@ -237,7 +237,11 @@ class Store:
     # ---------------------------------------------------------------------------------------------- partitions
     def partition_log(self, topic: str, partition: int) -> PartitionLog:
         """The open log of one partition, recovered on first use (see storage/loader.py)."""
-        metadata = self.topic_metadata(topic)
+        return self._log_of(self.topic_metadata(topic), partition)
+
+    def _log_of(self, metadata: TopicMetadata, partition: int) -> PartitionLog:
+        """``partition_log`` for metadata just read (each read stats the topic's metadata file)."""
+        topic = metadata.name
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < metadata.partitions:
             raise UnknownPartitionError(topic, partition, metadata.partitions)
         log = self._logs.get((topic, partition))
@@ -310,17 +314,18 @@ class Store:
         ``compression``: none, "lz4" or "zstd", used when the topic's compression.type is "producer".
         Everything is validated before anything is written.
         """
-        prepared = self._append_path.prepare(self.topic_metadata(topic), data, partition, compression=compression)
+        metadata = self.topic_metadata(topic)
+        prepared = self._append_path.prepare(metadata, data, partition, compression=compression)
         if prepared is None:
             return AppendResult(np.empty(0, np.int32), np.empty(0, np.int64))
         table, sizes, targets, codec = prepared.table, prepared.sizes, prepared.targets, prepared.codec
         if partition is not None:  # the common producer case: no grouping to do
-            first = self.partition_log(topic, partition).append(table, sizes=sizes, compression=codec)
+            first = self._log_of(metadata, partition).append(table, sizes=sizes, compression=codec)
             return AppendResult(targets, np.arange(first, first + table.num_rows, dtype=np.int64))
         offsets = np.empty(table.num_rows, dtype=np.int64)
         order = np.argsort(targets, kind="stable")
         groups = np.split(order, np.flatnonzero(np.diff(targets[order])) + 1)
-        logs = [self.partition_log(topic, int(targets[rows[0]])) for rows in groups]
+        logs = [self._log_of(metadata, int(targets[rows[0]])) for rows in groups]
         with ExitStack() as held:
             # Every target's writer lock first, in partition order (no deadlock between two such appends): a
             # busy partition then fails the call before any partition is written, so a retry duplicates nothing.
@@ -328,7 +333,8 @@ class Store:
                 held.enter_context(log.writer_lock)
             for log, rows in zip(logs, groups, strict=True):
                 whole = len(rows) == table.num_rows
-                part, part_sizes = (table, sizes) if whole else (table.take(pa.array(rows)), sizes[rows])
+                part, part_sizes = (table, sizes) if whole else (
+                    table.take(pa.array(rows)), None if sizes is None else sizes[rows])
                 first = log.append(part, sizes=part_sizes, compression=codec)
                 offsets[rows] = np.arange(first, first + len(rows))
         return AppendResult(targets, offsets)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -9,13 +11,16 @@ import pytest
 from storage.codec import (
     CRC_START,
     HEADER_BYTES,
+    NO_HEADERS_FLAG,
+    OFFSETS_IMPLIED_FLAG,
     BatchFormatError,
     decode_payload,
     encode_batch,
     read_header,
     verify_batch,
+    with_checksum,
 )
-from storage.schema import HEADER_TYPE, STORED_SCHEMA
+from storage.schema import HEADER_TYPE, STORED_SCHEMA, null_headers
 
 
 def make_batch(rows: int = 20, base: int = 100) -> pa.RecordBatch:
@@ -60,8 +65,8 @@ def test_a_slice_is_stored_as_its_own_rows(compression: str | None) -> None:
     header = read_header(data, 0, len(data))
     verify_batch(data, header)
     assert decode_payload(pa.py_buffer(data), header).equals(part)
-    if compression is None:
-        assert data[HEADER_BYTES:] == part.serialize().to_pybytes()
+    if compression is None:  # contiguous offsets, so the payload leaves their column out
+        assert data[HEADER_BYTES:] == part.select(["timestamp", "key", "value", "headers"]).serialize().to_pybytes()
 
 
 def test_offsets_with_gaps_keep_their_values() -> None:
@@ -69,7 +74,52 @@ def test_offsets_with_gaps_keep_their_values() -> None:
     data = encoded_bytes(batch)
     header = read_header(data, 0, len(data))
     assert (header.base_offset, header.last_offset, header.record_count) == (100, 118, 10)
+    assert not header.attributes & OFFSETS_IMPLIED_FLAG
     assert decode_payload(pa.py_buffer(data), header).column(0).to_pylist() == list(range(100, 119, 2))
+
+
+def without_headers(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return batch.set_column(4, STORED_SCHEMA.field(4), null_headers(batch.num_rows))
+
+
+@pytest.mark.parametrize("compression", [None, "lz4", "zstd"])
+def test_an_appended_batch_stores_neither_its_offsets_nor_its_empty_headers(compression: str | None) -> None:
+    """Contiguous offsets and no headers (every plain append): 12 bytes a message the header implies."""
+    batch = without_headers(make_batch(rows=1000, base=7_000))
+    data = encoded_bytes(batch, compression)
+    header = read_header(data, 0, len(data))
+    verify_batch(data, header)
+    assert header.attributes & (OFFSETS_IMPLIED_FLAG | NO_HEADERS_FLAG) == OFFSETS_IMPLIED_FLAG | NO_HEADERS_FLAG
+    decoded = decode_payload(pa.py_buffer(data), header)
+    assert decoded.schema == STORED_SCHEMA and decoded.equals(batch)
+    if compression is None:
+        assert data[HEADER_BYTES:] == batch.select(["timestamp", "key", "value"]).serialize().to_pybytes()
+
+
+def test_a_batch_of_the_format_before_implied_columns_still_decodes() -> None:
+    """Batches written before bits 4 and 5 existed hold every column and set neither bit."""
+    batch = without_headers(make_batch(rows=30))
+    encoded = encode_batch(batch)
+    old_header = replace(encoded.header, attributes=0, batch_length=HEADER_BYTES + batch.serialize().size)
+    old = with_checksum(old_header, (batch.serialize(),))
+    data = b"".join(bytes(piece) for piece in old.pieces)
+    header = read_header(data, 0, len(data))
+    verify_batch(data, header)
+    assert decode_payload(pa.py_buffer(data), header).equals(batch)
+
+
+def test_implied_offsets_that_do_not_fill_the_header_range_are_a_corrupt_batch() -> None:
+    """A header (CRC and all) whose range is wider than its messages cannot imply their offsets."""
+    batch = make_batch(rows=10)
+    encoded = encode_batch(batch)
+    assert encoded.header.attributes & OFFSETS_IMPLIED_FLAG
+    wider = with_checksum(replace(encoded.header, last_offset_delta=encoded.header.last_offset_delta + 5),
+                          encoded.payload)
+    data = b"".join(bytes(piece) for piece in wider.pieces)
+    header = read_header(data, 0, len(data))
+    verify_batch(data, header)
+    with pytest.raises(BatchFormatError, match="implies the offsets"):
+        decode_payload(pa.py_buffer(data), header)
 
 
 def test_decoding_from_a_memory_buffer_does_not_copy() -> None:

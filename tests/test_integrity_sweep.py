@@ -21,7 +21,8 @@ import pytest
 from compactor import Compactor
 from readers import Consumer, Reader, TableView
 from storage import Store
-from storage.errors import LedgerviewError
+from storage.codec import read_header
+from storage.errors import CorruptSegmentError, LedgerviewError
 from tests.cli_runner import run_main
 
 KEYS = [b"key-%03d" % number for number in range(120)]
@@ -151,6 +152,41 @@ def test_a_flip_in_the_active_segment_is_not_cut_as_a_torn_write(pristine: Path,
     flip(active_segment(root), 100)
     with pytest.raises(LedgerviewError), Reader(root, "t") as opened:
         list(opened.batches())
+
+
+def last_batch_position(segment: Path) -> int:
+    data, position = segment.read_bytes(), 0
+    while (end := position + read_header(data, position, len(data) - position).batch_length) < len(data):
+        position = end
+    return position
+
+
+def test_a_damaged_last_batch_of_a_sealed_segment_is_corruption_not_its_end(pristine: Path, tmp_path: Path) -> None:
+    """Only the active segment may end in a batch still being written: in a sealed one, a batch header that does
+    not parse (here its reserved field) must fail every read, never end the segment early."""
+    root = tmp_path / "data"
+    shutil.copytree(pristine, root)
+    sealed = sorted((root / "t-0").glob("*.log"))[0]
+    flip(sealed, last_batch_position(sealed) + 44)
+    with Store.open(root, read_only=True) as store, pytest.raises(CorruptSegmentError):
+        list(store.read_batches("t", 0))
+    with pytest.raises(CorruptSegmentError), Reader(root, "t") as opened:
+        list(opened.batches())
+
+
+def test_a_reader_that_saw_a_segment_active_finds_its_damaged_tail_once_sealed(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    with Store.open(root) as store:
+        store.create_topic("t", config=CONFIG)
+        store.append("t", [(b"k", b"v")] * 10, partition=0)
+        with Store.open(root, read_only=True) as reading:
+            assert sum(batch.num_rows for batch in reading.read_batches("t", 0)) == 10  # segment 0 is active
+            store.append("t", [(b"k", b"w")] * 10, partition=0)
+            store.partition_log("t", 0).roll()
+            first = sorted((root / "t-0").glob("*.log"))[0]
+            flip(first, last_batch_position(first) + 44)
+            with pytest.raises(CorruptSegmentError):
+                list(reading.read_batches("t", 0))
 
 
 def sweep(pristine: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], per_file: int) -> None:
