@@ -20,10 +20,3 @@ def value_lengths(array: pa.Array) -> npt.NDArray[np.int32]:
     """Bytes of each value (0 for a null)."""
     return np.diff(value_offsets(array))
 
-
-def value_bytes(array: pa.Array) -> int:
-    """Bytes of all the values together, from the first and last offsets."""
-    if not len(array):
-        return 0
-    offsets = value_offsets(array)
-    return int(offsets[-1]) - int(offsets[0])

@@ -31,6 +31,7 @@ See docs/FORMAT.md.
 from __future__ import annotations
 
 import struct
+import threading
 from dataclasses import dataclass, replace
 from typing import Final, TypeAlias
 
@@ -166,10 +167,10 @@ class EncodedBatch:
 
 
 class _PayloadCollector:
-    """The file Arrow's IPC stream writer writes one record batch to.
+    """The file Arrow's IPC stream writer writes record batches to.
 
     It keeps the pieces instead of copying them (column buffers arrive as zero-copy ``pa.Buffer`` slices) and drops
-    the schema message every stream starts with: an appended batch is never assembled in memory, only checksummed
+    the stream's first ``skip_bytes`` (the schema message): a batch is never assembled in memory, only checksummed
     and written with one ``writev``, as the Arrow IPC file writer writes it.
     """
 
@@ -215,18 +216,54 @@ def _payload(batch: pa.RecordBatch, compression: str | None, *, offsets_implied:
         batch = batch.select(_PAYLOAD_SCHEMAS[implied].names)
     encoded = with_dictionaries(batch) if compression else None
     if encoded is not None:
-        return (*_ipc_pieces(encoded, compression, skip_bytes=0), implied)
-    return (*_ipc_pieces(batch, compression, skip_bytes=_SCHEMA_PREFIX[compression, implied]), implied)
+        return (*_stream_pieces(encoded, compression), implied)
+    schema = _PAYLOAD_SCHEMAS[implied]
+    if not batch.schema.equals(schema):  # same columns, other field attributes (nullability, metadata)
+        batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+    return (*_message_writer(compression, implied).pieces(batch), implied)
 
 
-def _ipc_pieces(batch: pa.RecordBatch, compression: str | None, *, skip_bytes: int) -> tuple[tuple[Piece, ...], int]:
-    """What Arrow's IPC stream writer writes for ``batch``, past its first ``skip_bytes``, as pieces, and its size."""
-    collector = _PayloadCollector(skip_bytes)
+def _stream_pieces(batch: pa.RecordBatch, compression: str | None) -> tuple[tuple[Piece, ...], int]:
+    """A whole Arrow IPC stream of ``batch`` but its end-of-stream marker, as pieces, and its size."""
+    collector = _PayloadCollector(skip_bytes=0)
     writer = pa.ipc.new_stream(pa.PythonFile(collector, mode="w"), batch.schema, options=_WRITE_OPTIONS[compression])
     writer.write_batch(batch)
-    pieces, size = tuple(collector.pieces), collector.position - collector.skip_bytes
+    pieces, size = tuple(collector.pieces), collector.position
     writer.close()  # its end-of-stream marker lands after the pieces taken above
     return pieces, size
+
+
+class _MessageWriter:
+    """An Arrow IPC stream writer of one payload schema and codec, kept open so that each batch costs only its
+    record-batch message: opening a writer for every batch cost as much as writing a 10,000-message batch's pieces
+    (12 us, bench/RESULTS.md, issue 19)."""
+
+    def __init__(self, compression: str | None, implied: int) -> None:
+        self._collector = _PayloadCollector(skip_bytes=_SCHEMA_PREFIX[compression, implied])
+        self._writer = pa.ipc.new_stream(pa.PythonFile(self._collector, mode="w"), _PAYLOAD_SCHEMAS[implied],
+                                         options=_WRITE_OPTIONS[compression])
+
+    def pieces(self, batch: pa.RecordBatch) -> tuple[tuple[Piece, ...], int]:
+        """The record-batch message of ``batch`` as pieces, and its size."""
+        collector = self._collector
+        start = max(collector.position, collector.skip_bytes)
+        self._writer.write_batch(batch)
+        pieces, collector.pieces = tuple(collector.pieces), []  # keeps no view of the batch's buffers
+        return pieces, collector.position - start
+
+
+_THREAD_WRITERS = threading.local()
+"""Each thread's _MessageWriter by (codec, implied columns): a writer is not shared between threads."""
+
+
+def _message_writer(compression: str | None, implied: int) -> _MessageWriter:
+    writers: dict[tuple[str | None, int], _MessageWriter] | None = getattr(_THREAD_WRITERS, "writers", None)
+    if writers is None:
+        writers = _THREAD_WRITERS.writers = {}
+    writer = writers.get((compression, implied))
+    if writer is None:
+        writer = writers[compression, implied] = _MessageWriter(compression, implied)
+    return writer
 
 
 def encode_batch(

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from storage import faults
-from storage.binary_arrays import value_bytes, value_lengths
+from storage.binary_arrays import value_lengths
 from storage.codec import HEADER_BYTES, BatchHeader, encode_batch
 from storage.config import TopicConfig
 from storage.errors import OffsetOutOfRangeError
@@ -452,7 +452,7 @@ def estimated_total_bytes(table: pa.Table) -> int:
         return int(estimated_message_bytes(table).sum())
     total: int = MESSAGE_OVERHEAD_BYTES * table.num_rows
     for name in ("key", "value"):
-        total += sum(value_bytes(chunk) for chunk in table.column(name).chunks)
+        total += sum(chunk.total_values_length for chunk in table.column(name).chunks)
     return total
 
 

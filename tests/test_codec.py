@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -152,3 +153,21 @@ def test_a_truncated_batch_is_detected() -> None:
 def test_unknown_compression_is_refused() -> None:
     with pytest.raises(ValueError, match="allowed: none, lz4, zstd"):
         encode_batch(make_batch(), compression="gzip")
+
+
+def test_batches_encoded_on_several_threads_at_once_decode_to_their_own_rows() -> None:
+    """The encoder keeps an open IPC writer per thread: batches written at the same moment never share one."""
+    def round_trip(number: int) -> bool:
+        batch = without_headers(make_batch(rows=200 + number % 7, base=number * 1_000))
+        data = encoded_bytes(batch)
+        return decode_payload(pa.py_buffer(data), read_header(data, 0, len(data))).equals(batch)
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(round_trip, range(400)))
+
+
+def test_a_batch_whose_fields_differ_only_in_nullability_encodes() -> None:
+    batch = without_headers(make_batch())
+    loose = pa.schema([field.with_nullable(True) for field in STORED_SCHEMA])
+    data = encoded_bytes(pa.RecordBatch.from_arrays(batch.columns, schema=loose))
+    assert decode_payload(pa.py_buffer(data), read_header(data, 0, len(data))).equals(batch)
