@@ -1,7 +1,8 @@
 """The batch: the unit of writing, checksumming and indexing in segments and compacted ledgers.
 
 A batch is a 48-byte little-endian header followed by a columnar payload, one Arrow IPC record-batch message
-(schema ``storage.schema.STORED_SCHEMA``, body optionally lz4- or zstd-compressed by Arrow itself); a compressed
+(the columns of ``storage.schema.STORED_SCHEMA`` less those the header implies, below; body optionally lz4- or
+zstd-compressed by Arrow itself); a compressed
 batch whose keys or values repeat enough is instead an Arrow IPC stream whose key and value columns may be
 dictionary-encoded (storage/dictionary_columns.py), which ``decode_payload`` turns back into STORED_SCHEMA::
 
@@ -22,8 +23,8 @@ dictionary-encoded (storage/dictionary_columns.py), which ``decode_payload`` tur
 The CRC covers every byte of the batch except its own four, so any corruption of a header or payload is detected
 (the offsets too: unlike Kafka we never rewrite a batch's offsets in place).
 
-A payload leaves out the columns its header implies: the offsets when they are contiguous (every
-appended batch), the headers when no message has any. That is 12 bytes a message that every append would
+A payload leaves out the columns its header implies: the offsets when they run on from base_offset one by one
+(every appended batch), the headers when no message has any. That is 12 bytes a message that every append would
 otherwise write, fsync and checksum; decoding puts the columns back, so readers always see STORED_SCHEMA.
 See docs/FORMAT.md.
 """
@@ -55,7 +56,8 @@ DELETE_HORIZON_FLAG: Final = 0b1000
 """Kafka's KIP-534: the cleaner kept tombstones in this batch and stamped ``first_timestamp`` with the time after
 which a later pass may remove them."""
 OFFSETS_IMPLIED_FLAG: Final = 0b1_0000
-"""The payload has no offset column: the messages' offsets are base_offset, base_offset + 1, ..., last_offset."""
+"""The payload has no offset column: message i has offset base_offset + i (the cleaner may stretch the batch's range
+past its last message, as it does any batch's)."""
 NO_HEADERS_FLAG: Final = 0b10_0000
 """The payload has no headers column: no message of the batch has headers."""
 _IMPLIED_MASK: Final = OFFSETS_IMPLIED_FLAG | NO_HEADERS_FLAG
@@ -220,7 +222,7 @@ def _payload(batch: pa.RecordBatch, compression: str | None, *, offsets_implied:
     schema = _PAYLOAD_SCHEMAS[implied]
     if not batch.schema.equals(schema):  # same columns, other field attributes (nullability, metadata)
         batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
-    return (*_message_writer(compression, implied).pieces(batch), implied)
+    return (*_message_pieces(batch, compression, implied), implied)
 
 
 def _stream_pieces(batch: pa.RecordBatch, compression: str | None) -> tuple[tuple[Piece, ...], int]:
@@ -247,6 +249,7 @@ class _MessageWriter:
         """The record-batch message of ``batch`` as pieces, and its size."""
         collector = self._collector
         start = max(collector.position, collector.skip_bytes)
+        collector.pieces = []
         self._writer.write_batch(batch)
         pieces, collector.pieces = tuple(collector.pieces), []  # keeps no view of the batch's buffers
         return pieces, collector.position - start
@@ -266,13 +269,23 @@ def _message_writer(compression: str | None, implied: int) -> _MessageWriter:
     return writer
 
 
+def _message_pieces(batch: pa.RecordBatch, compression: str | None, implied: int) -> tuple[tuple[Piece, ...], int]:
+    """``batch``'s record-batch message from this thread's writer; a writer that failed mid-message (an
+    interrupt, no memory) is dropped, since what it wrote so far is unknown."""
+    try:
+        return _message_writer(compression, implied).pieces(batch)
+    except BaseException:
+        _THREAD_WRITERS.writers.pop((compression, implied), None)
+        raise
+
+
 def encode_batch(
     batch: pa.RecordBatch, *, compression: str | None = None, log_append_time: bool = False,
     offset_range: tuple[int, int] | None = None, delete_horizon_ms: int | None = None,
     timestamp_range: tuple[int, int] | None = None,
 ) -> EncodedBatch:
     """Encode a record batch of STORED_SCHEMA (offsets increasing), or of APPENDED_SCHEMA with ``offset_range``
-    giving its rows' offsets, one each from base to last.
+    whose base is its first row's offset, the next rows' following one by one.
 
     Appends give at least one row and ``offset_range``. The cleaner may also give ``offset_range`` (base and last
     offset, wider than the rows' when cleaning removed messages at either end), ``delete_horizon_ms`` and, for a
@@ -284,16 +297,15 @@ def encode_batch(
     timestamps = batch.column("timestamp").to_numpy()
     first_timestamp, max_timestamp = timestamp_range or (int(timestamps[0]), int(np.max(timestamps)))
     if batch.schema.names == APPENDED_SCHEMA.names:
-        if offset_range is None or rows != offset_range[1] - offset_range[0] + 1:
+        if offset_range is None or not 0 < rows <= offset_range[1] - offset_range[0] + 1:
             raise ValueError(f"{rows} messages without offsets need an offset range of as many, not {offset_range}")
         base_offset, last_offset = offset_range
         offsets_implied = True
     else:
         offsets = batch.column(0).to_numpy()
         base_offset, last_offset = offset_range or (int(offsets[0]), int(offsets[-1]))
-        # Offsets increase within a batch, so rows spanning exactly the header's range are every offset in it.
-        offsets_implied = 0 < rows == last_offset - base_offset + 1 and (
-            int(offsets[0]) == base_offset and int(offsets[-1]) == last_offset)
+        offsets_implied = rows > 0 and int(offsets[0]) == base_offset and (
+            int(offsets[-1]) - base_offset == rows - 1 and bool((np.diff(offsets) == 1).all()))
     payload, payload_bytes, implied = _payload(batch, compression, offsets_implied=offsets_implied)
     attributes = COMPRESSION_CODES[compression] | (LOG_APPEND_TIME_FLAG if log_append_time else 0) | implied
     if delete_horizon_ms is not None:
@@ -386,11 +398,8 @@ def decode_payload(buffer: pa.Buffer, header: BatchHeader) -> pa.RecordBatch:
 
 def _with_implied_columns(batch: pa.RecordBatch, header: BatchHeader) -> pa.RecordBatch:
     """A payload's batch with the columns its header implies put back, as STORED_SCHEMA."""
-    if header.offsets_implied:
-        if header.record_count != header.last_offset_delta + 1:
-            raise BatchFormatError("the header implies the offsets but its offset range and message count differ",
-                                   header.base_offset)
-        offsets = pa.array(np.arange(header.base_offset, header.next_offset, dtype=np.int64))
+    if header.offsets_implied:  # read_header checked that record_count fits the offset range
+        offsets = pa.array(np.arange(header.base_offset, header.base_offset + header.record_count, dtype=np.int64))
         batch = batch.add_column(0, _OFFSET_FIELD, offsets)
     if header.attributes & NO_HEADERS_FLAG:
         batch = batch.append_column(_HEADERS_FIELD, null_headers(header.record_count))

@@ -96,6 +96,22 @@ def test_a_pass_keeps_each_keys_latest_message_at_its_offset(store: Store, data_
         assert reopened.end_offset("t", 0) == 160
 
 
+def test_a_kept_batch_stretched_over_its_removed_neighbour_reads_back(store: Store, data_dir: Path) -> None:
+    """A group whose last batch is removed whole: the batch before it, kept byte for byte with its offsets left
+    out of the payload (an append's), is stretched to the group's end and must still read at its offsets."""
+    store.create_topic("t", config={**EAGER, "segment.bytes": "2048"})
+    store.append("t", [(b"a", b"x" * 300), (b"b", b"x" * 300)], partition=0)  # offsets 0-1, kept
+    store.append("t", [(b"c", b"x" * 300)], partition=0)  # offset 2, superseded by 3
+    store.roll("t", 0)
+    store.append("t", [(b"c", b"y" * 900)], partition=0)
+    store.roll("t", 0)
+    store.append("t", [(b"z", b"1")], partition=0)  # the active segment
+    store.clean("t")
+    assert [offset for offset, _, _ in rows(store)] == [0, 1, 3, 4]
+    with Store.open(data_dir) as reopened:
+        assert [offset for offset, _, _ in rows(reopened)] == [0, 1, 3, 4]
+
+
 def test_the_active_segment_is_never_cleaned(store: Store) -> None:
     store.create_topic("t", config=EAGER)
     store.append("t", changelog(0, 30), partition=0)

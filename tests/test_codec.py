@@ -109,8 +109,9 @@ def test_a_batch_of_the_format_before_implied_columns_still_decodes() -> None:
     assert decode_payload(pa.py_buffer(data), header).equals(batch)
 
 
-def test_implied_offsets_that_do_not_fill_the_header_range_are_a_corrupt_batch() -> None:
-    """A header (CRC and all) whose range is wider than its messages cannot imply their offsets."""
+def test_implied_offsets_stay_right_when_the_header_range_is_stretched() -> None:
+    """The cleaner stretches a kept batch's range to its group's end, reusing its payload: message i is still at
+    base_offset + i."""
     batch = make_batch(rows=10)
     encoded = encode_batch(batch)
     assert encoded.header.attributes & OFFSETS_IMPLIED_FLAG
@@ -119,8 +120,42 @@ def test_implied_offsets_that_do_not_fill_the_header_range_are_a_corrupt_batch()
     data = b"".join(bytes(piece) for piece in wider.pieces)
     header = read_header(data, 0, len(data))
     verify_batch(data, header)
-    with pytest.raises(BatchFormatError, match="implies the offsets"):
-        decode_payload(pa.py_buffer(data), header)
+    assert decode_payload(pa.py_buffer(data), header).equals(batch)
+
+
+def test_offsets_that_repeat_are_stored_not_implied() -> None:
+    """Only offsets that run on one by one from the base are left out; any others keep their column."""
+    batch = make_batch(rows=3)
+    repeated = batch.set_column(0, STORED_SCHEMA.field(0), pa.array([100, 100, 102], pa.int64()))
+    data = encoded_bytes(repeated)
+    header = read_header(data, 0, len(data))
+    assert not header.attributes & OFFSETS_IMPLIED_FLAG
+    assert decode_payload(pa.py_buffer(data), header).column(0).to_pylist() == [100, 100, 102]
+
+
+def test_a_writer_interrupted_mid_message_leaves_the_next_batch_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose encoding fails part way (an interrupt, no memory) must not leave pieces for the next one."""
+    from storage import codec
+    batch = without_headers(make_batch(rows=40))
+    encoded_bytes(batch)  # this thread's writer exists
+    writes = 0
+    original = codec._PayloadCollector.write
+
+    def failing(self: codec._PayloadCollector, data: bytes) -> int:
+        nonlocal writes
+        writes += 1
+        if writes == 3:
+            raise KeyboardInterrupt
+        return original(self, data)
+
+    monkeypatch.setattr(codec._PayloadCollector, "write", failing)
+    with pytest.raises(KeyboardInterrupt):
+        encoded_bytes(batch)
+    data = encoded_bytes(batch)
+    header = read_header(data, 0, len(data))
+    assert header.batch_length == len(data)
+    verify_batch(data, header)
+    assert decode_payload(pa.py_buffer(data), header).equals(batch)
 
 
 def test_decoding_from_a_memory_buffer_does_not_copy() -> None:

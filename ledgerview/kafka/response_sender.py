@@ -4,7 +4,8 @@ no response is ever built whole, and bounds the bytes of such responses across a
 Each piece's bytes (its ``charge``: the buffer it may be encoded into, when that can be larger) are reserved in the
 endpoint's queued.max.request.bytes pool (request_queue.py) before the piece is encoded, and stay counted until the
 transport has handed them to the kernel: the pool thus bounds the bytes of requests read and not answered plus the
-bytes of fetch responses being built or waiting in a connection's write buffer. Python 3.11's socket transport
+bytes of fetch responses being built or waiting in a connection's write buffer (but for one stalled piece per
+connection whose client does not read, below). Python 3.11's socket transport
 copies what it cannot send at once, so a piece's buffer is free for reuse as soon as it is written (batch_cache.py
 reuses it only when nothing views it any more: a transport may keep a view instead, as Python 3.12's does).
 
