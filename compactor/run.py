@@ -30,7 +30,7 @@ from storage.compacted import CompactedLedgers, CompactionCursor
 from storage.errors import PartitionLockedError
 from storage.ledger import LedgerWriter
 from storage.partition_log import Clock, PartitionLog
-from storage.schema import STORED_SCHEMA
+from storage.schema import STORED_SCHEMA, null_headers
 
 HEADERS_COLUMN = STORED_SCHEMA.get_field_index("headers")
 HEADERS_FIELD = STORED_SCHEMA.field(HEADERS_COLUMN)
@@ -184,5 +184,4 @@ def _take(batch: pa.RecordBatch, rows: np.ndarray) -> pa.RecordBatch:
     headers = batch.column(HEADERS_COLUMN)
     if headers.null_count != len(headers):
         return batch.take(rows)
-    return batch.drop_columns([HEADERS_FIELD.name]).take(rows).append_column(
-        HEADERS_FIELD, pa.nulls(len(rows), HEADERS_FIELD.type))
+    return batch.drop_columns([HEADERS_FIELD.name]).take(rows).append_column(HEADERS_FIELD, null_headers(len(rows)))
