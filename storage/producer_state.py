@@ -183,6 +183,12 @@ class ProducerState:
         """Snapshot (a clean shutdown) and close the journal."""
         if self._fd >= 0:
             self.snapshot(end_offset, now_ms)
+            self.close_journal()
+
+    def close_journal(self) -> None:
+        """Close the journal without a snapshot: for a state whose log is gone (its topic deleted, maybe created
+        anew in the same folder), which must not be used after."""
+        if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import time
 
 from storage.errors import LedgerviewError
@@ -38,7 +37,7 @@ class ProducerSequences:
         if known is not None and known[0] is partition_log:
             return known[1]
         if known is not None:
-            _close_journal(known[1])
+            known[1].close_journal()  # no snapshot: its folder may be the new log's by now
         state = ProducerState.load(partition_log.folder, end_offset=partition_log.end_offset,
                                    now_ms=partition_log.clock())
         partition_log.register_before_fsync(state.sync)  # the journal is durable whenever the log is
@@ -56,10 +55,3 @@ class ProducerSequences:
                 log.warning("could not snapshot the producer state of %s-%d on close: %s", topic, partition, error)
         self._states.clear()
 
-
-def _close_journal(state: ProducerState) -> None:
-    """Close the journal descriptor of ``state``, whose log is gone, without the snapshot ProducerState.close
-    writes first: its folder may be the new log's by now. (storage/producer_state.py has no call for this.)"""
-    if state._fd >= 0:
-        os.close(state._fd)
-        state._fd = -1
