@@ -19,4 +19,3 @@ def value_offsets(array: pa.Array) -> npt.NDArray[np.int32]:
 def value_lengths(array: pa.Array) -> npt.NDArray[np.int32]:
     """Bytes of each value (0 for a null)."""
     return np.diff(value_offsets(array))
-
