@@ -27,7 +27,7 @@ from ledgerview.kafka.batch_layouts import LAYOUTS_BYTES_MAX, BatchLayouts
 from ledgerview.kafka.broker import Broker
 from ledgerview.kafka.connection import KafkaConnection
 from ledgerview.kafka.fetch import handle_fetch
-from ledgerview.kafka.record_encoding import encode_batch, encoded_batch_bytes, record_layout
+from ledgerview.kafka.record_encoding import encode_batch, record_layout
 from ledgerview.kafka.request_queue import QueuedRequestBytes
 from ledgerview.kafka.response_sender import ResponseSender
 from storage import Store
@@ -61,7 +61,7 @@ def _batch(count: int, *, general: bool) -> pa.RecordBatch:
 @pytest.mark.parametrize("general", [False, True], ids=["uniform", "general"])
 def test_a_batch_encoded_into_a_used_buffer_is_the_batch_a_fresh_buffer_gets(general: bool) -> None:
     batch = _batch(1000, general=general)
-    used = memoryview(bytearray(b"\xa5" * encoded_batch_bytes(batch)))
+    used = memoryview(bytearray(b"\xa5" * record_layout(batch).batch_bytes))
     assert bytes(encode_batch(batch, into=used)) == bytes(encode_batch(batch))
     assert DefaultRecordBatch(bytes(used)).validate_crc()
 

@@ -15,7 +15,7 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from ledgerview.kafka.fetch_response import PartitionAnswer, StreamedFetchResponse, fixed
 from ledgerview.kafka.protocol import ErrorCode, encode_response
-from ledgerview.kafka.record_encoding import encode_batch, encoded_batch_bytes
+from ledgerview.kafka.record_encoding import encode_batch, record_layout
 from storage.schema import HEADER_TYPE
 
 TopicResponse = FetchResponse.FetchableTopicResponse
@@ -55,7 +55,7 @@ def test_batch_size_is_known_before_encoding_and_the_batch_decodes(
         pa.array([[{"key": k, "value": v} for k, v in pairs] or None for _, _, _, pairs in rows], HEADER_TYPE),
     ], names=["offset", "timestamp", "key", "value", "headers"])
     encoded = bytes(encode_batch(batch))
-    assert encoded_batch_bytes(batch) == len(encoded)
+    assert record_layout(batch).batch_bytes == len(encoded)
     # kafka-python's own decoder, not ours, reads the batch back: every record, its CRC checked.
     decoded = DefaultRecordBatch(encoded)
     assert decoded.validate_crc()

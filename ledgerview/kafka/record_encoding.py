@@ -53,7 +53,8 @@ class RecordLayout:
 
     @property
     def batch_bytes(self) -> int:
-        """The size of the encoded batch, header included."""
+        """The exact size of the encoded batch, header included, known before encoding it (a fetch response's
+        sizes come first)."""
         return BATCH_HEADER_BYTES + self.records_bytes
 
     @property
@@ -83,18 +84,13 @@ def record_layout(batch: pa.RecordBatch) -> RecordLayout:
                          key_lengths, value_lengths, headers, header_bytes)
 
 
-def encoded_batch_bytes(batch: pa.RecordBatch) -> int:
-    """The exact size of ``encode_batch(batch)``, without encoding it (a fetch response's sizes come first)."""
-    return record_layout(batch).batch_bytes
-
-
 def encode_batch(batch: pa.RecordBatch, *, last_offset: int | None = None, into: memoryview | None = None,
                  layout: RecordLayout | None = None) -> bytearray | memoryview:
     """One uncompressed RecordBatch v2 of the messages of ``batch`` (columns offset, timestamp, key, value,
     headers; offsets increasing, gaps allowed). ``last_offset``: the batch's last offset when it must reach past
     its last message (a compacted view's removed tail); default the last message's offset. The records are
     written in place after the header (one buffer, no copy), into ``into`` when given (exactly
-    ``encoded_batch_bytes(batch)`` writable bytes, whatever they hold: every byte is written, so a buffer can be
+    ``record_layout(batch).batch_bytes`` writable bytes, whatever they hold: every byte is written, so a buffer can be
     reused), else into a new bytearray, not Arrow's pool, so the memory leaves the process once the batch is sent
     (ledgerview/kafka/large_buffers.py). ``layout``: ``record_layout(batch)`` when it was computed already.
     Returns the buffer written."""
