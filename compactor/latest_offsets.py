@@ -84,6 +84,11 @@ class LiveKeys:
     codes: pa.Array
     offsets: npt.NDArray[np.int64]
 
+    def above(self, offset: int) -> LiveKeys:
+        """The survivors whose offsets are above ``offset``."""
+        mask = self.offsets > offset
+        return self if mask.all() else LiveKeys(self.coding, self.codes.filter(pa.array(mask)), self.offsets[mask])
+
     def sorted_by_key(self) -> tuple[pa.Array, npt.NDArray[np.int64]]:
         """The keys (binary) in bytewise order, and their offsets in the same order."""
         order = self.coding.sort_order(self.codes)

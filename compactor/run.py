@@ -3,14 +3,18 @@
 1. Under the partition's compaction lock (a second run fails at once), remove orphan ledgers of crashed runs and
    retired ledgers past ``file.delete.delay.ms``; record the status RUNNING.
 2. Take the end offset now: messages appended later are left for the next run.
-3. Phase one reads the current ledger, then the raw log above its horizon up to that end offset, and finds the
+3. Phase one reads the current view, then the raw log above its horizon up to that end offset, and finds the
    latest live message per key (compactor/latest_offsets.py). Each of its runs hands its survivors' keys and
    offsets to the new ledger's key index as a sorted run (compactor/index_runs.py; the last one on a thread,
    while phase two runs).
-4. Phase two reads the same input again and writes the survivors, in offset order with their original offsets,
-   timestamps and headers, to the new ledger; then the ledger is fsynced and the key index's runs ingested.
+4. Phase two writes the survivors, in offset order with their original offsets, timestamps and headers, to the
+   new ledger; then the ledger is fsynced and the key index's runs ingested. It writes either
+   - the whole view, reading phase one's input again (Pulsar's way), or
+   - a layered view (storage/ledger_layers.py, see ``_layered``): only the survivors from the raw log, over the
+     current view's ledgers, in each of which the rows that did not survive are marked deleted. Its cost then
+     follows the new messages, not the size of the view.
 5. Publish: replace the compaction cursor atomically (storage/compacted.py). A crash before it leaves the old view
-   and an orphan; after it, the new view and a retired or orphaned old ledger. The raw log is never written.
+   and an orphan; after it, the new view and retired or orphaned old ledgers. The raw log is never written.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ import pyarrow as pa
 
 from compactor.errors import CompactionInProgressError
 from compactor.index_runs import KeyIndexRuns
-from compactor.latest_offsets import Survivors, find_survivors
+from compactor.latest_offsets import LiveKeys, Survivors, find_survivors
 from compactor.status import CompactionState, CompactionStatus, read_status, write_status
 from storage import faults
 from storage.compacted import CompactedLedgers, CompactionCursor
 from storage.errors import PartitionLockedError
-from storage.ledger import LedgerWriter
+from storage.ledger import Ledger, LedgerReads, LedgerWriter
+from storage.ledger_layers import LayeredLedger, LowerLayer, deleted_rows, write_layer_record
 from storage.partition_log import Clock, PartitionLog
 from storage.schema import STORED_SCHEMA, null_headers
 
@@ -102,7 +107,7 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
     log.refresh()
     end_offset = log.end_offset
     current = None if rebuild else ledgers.open_current()
-    previous_cursor, previous_ledger = current if current else (None, None)
+    previous_cursor, previous_view = current if current else (None, None)
     try:
         horizon = previous_cursor.horizon if previous_cursor else -1
         if end_offset - 1 <= horizon or end_offset == log.log_start_offset == 0:
@@ -110,38 +115,79 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
         raw_start = max(horizon + 1, log.log_start_offset)
 
         def input_batches() -> Iterator[pa.RecordBatch]:
-            if previous_ledger is not None:
-                yield from previous_ledger.read_batches()
+            if previous_view is not None:
+                yield from previous_view.read_batches()
             yield from log.read_batches(raw_start, end_offset)
 
         ledger_id = ledgers.next_ledger_id()
+        layered = _layered(log, ledgers, previous_cursor, previous_view)
         compression = log.config.compression_type if log.config.compression_type in ("lz4", "zstd") else None
         writer = LedgerWriter(*ledgers.ledger_paths(ledger_id), compression=compression)
         try:
             with KeyIndexRuns(writer.keys) as runs:
-                bound = (previous_ledger.messages if previous_ledger else 0) + end_offset - raw_start
+                def index_run(live: LiveKeys) -> None:
+                    runs.submit(live.above(horizon) if layered else live)
+
+                bound = (previous_view.messages if previous_view else 0) + end_offset - raw_start
                 survivors = find_survivors(input_batches, messages_bound=bound,
                                            memory_budget_bytes=log.config.compaction_memory_bytes,
                                            retain_null_key=log.config.compaction_retain_null_key,
-                                           on_pass=runs.submit)
+                                           on_pass=index_run)
                 try:
                     faults.crash_point("compactor.after_phase_one")
-                    _write_ledger(writer, input_batches(), survivors, budget=log.config.compaction_memory_bytes)
+                    written = log.read_batches(raw_start, end_offset) if layered else input_batches()
+                    _write_ledger(writer, written, survivors, budget=log.config.compaction_memory_bytes)
+                    lower = _lower_layers(previous_cursor, previous_view, survivors) if layered else []
                 finally:
                     survivors.close()
+            write_layer_record(ledgers.layer_record_path(ledger_id), lower)
             writer.finish()
         except BaseException:
             writer.abort()
+            ledgers.layer_record_path(ledger_id).unlink(missing_ok=True)
             raise
-        cursor = CompactionCursor(ledger_id, end_offset - 1, survivors.messages_read, writer.messages,
-                                  writer.size_bytes, clock())
+        kept = writer.messages + sum(int((~layer.deleted).sum()) for layer in lower)
+        size = writer.size_bytes + (previous_view.size_bytes if lower and previous_view else 0)
+        cursor = CompactionCursor(ledger_id, end_offset - 1, survivors.messages_read, kept, size, clock(),
+                                  lower_layers=tuple(layer.ledger_id for layer in lower))
         faults.crash_point("compactor.before_publish")
         ledgers.publish(cursor)
         return CompactionResult(log.partition, cursor.ledger_id, cursor.horizon, cursor.messages_read,
                                 cursor.messages_kept, cursor.ledger_bytes, survivors.runs, skipped=False)
     finally:
-        if previous_ledger is not None:
-            previous_ledger.close()
+        if previous_view is not None:
+            previous_view.close()
+
+
+def _layered(log: PartitionLog, ledgers: CompactedLedgers, cursor: CompactionCursor | None,
+             view: LedgerReads | None) -> bool:
+    """Whether this run writes a layered view over the current one rather than the whole view: not once the view
+    would read more than compaction.max.layers ledgers (each costs a point lookup that misses the layers above it
+    one more key-index seek, and holds raw data from retention: storage/compacted.py's
+    ``retention_hold_offset``), nor once half the rows its ledgers hold are deleted (a reader would read twice
+    what it serves), nor for a topic with remote.storage.enable (the remote tier copies a view of one ledger), nor
+    over a view an earlier release published (it has no layer record to retire)."""
+    if cursor is None or view is None or log.config.remote_storage_enable:
+        return False
+    if not ledgers.has_layer_record(cursor.ledger_id):
+        return False
+    stored = sum(header.record_count for header in view.headers)
+    return len(cursor.ledger_ids) < log.config.compaction_max_layers and 2 * (stored - view.messages) < stored
+
+
+def _lower_layers(cursor: CompactionCursor | None, view: LedgerReads | None, survivors: Survivors) -> (
+    list[LowerLayer]
+):
+    """The current view's ledgers, bottom first, each with the rows phase one did not keep marked deleted."""
+    assert cursor is not None and view is not None
+    if isinstance(view, LayeredLedger):
+        layers = [(layer.ledger_id, layer.horizon, ledger) for layer, ledger in view.lower]
+        layers.append((cursor.ledger_id, cursor.horizon, view.top))
+    else:
+        assert isinstance(view, Ledger)
+        layers = [(cursor.ledger_id, cursor.horizon, view)]
+    return [LowerLayer(ledger_id, horizon, deleted_rows(ledger, survivors.within))
+            for ledger_id, horizon, ledger in layers]
 
 
 def _unchanged(partition: int, cursor: CompactionCursor | None) -> CompactionResult:

@@ -28,7 +28,7 @@ from readers.batches import first_offset_at_or_after
 from readers.positions import Earliest, Latest, Position, Resume, Timestamp
 from storage.compacted import CompactionCursor
 from storage.errors import OffsetOutOfRangeError
-from storage.ledger import Ledger
+from storage.ledger import LedgerReads
 from storage.readable import ReadableStore
 from storage.schema import with_partition_column
 
@@ -43,7 +43,7 @@ class PartitionRead:
     partition: int
     cursor: CompactionCursor | None
     """The compaction cursor of the ledger this read serves; None when it serves no ledger."""
-    ledger: Ledger | None
+    ledger: LedgerReads | None
     ledger_start: int
     raw_start: int
     end_offset: int
@@ -174,7 +174,7 @@ def _resolve_compacted(read: PartitionRead, position: Position, log_start: int) 
             read.raw_start = position
 
 
-def _ledger_batches_reaching(ledger: Ledger, timestamp_ms: int) -> Iterator[pa.RecordBatch]:
+def _ledger_batches_reaching(ledger: LedgerReads, timestamp_ms: int) -> Iterator[pa.RecordBatch]:
     """The ledger batches whose max timestamp reaches ``timestamp_ms``; the others are skipped by header."""
     for header in ledger.headers:
         if header.max_timestamp >= timestamp_ms:

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from readers.snapshot import FOLD_ROWS, last_rows
 from storage.batch_groups import grouped
 from storage.compacted import CompactionCursor
-from storage.ledger import Ledger
+from storage.ledger import LedgerReads
 from storage.readable import ReadableStore
 
 
@@ -52,7 +52,7 @@ class PartitionTable:
         self.store, self.topic, self.partition = store, topic, partition
         self._ledgers = store.compacted_ledgers(topic, partition)
         self._cursor: CompactionCursor | None = None
-        self._ledger: Ledger | None = None
+        self._ledger: LedgerReads | None = None
         self._ledger_keys: int | None = None
         """Keys in the ledger, counted on first need (the ledger never changes)."""
         self._tail: dict[bytes, TailEntry] = {}

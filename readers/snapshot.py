@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from storage.batch_groups import grouped
 from storage.errors import LedgerviewError
-from storage.ledger import Ledger
+from storage.ledger import LedgerReads
 from storage.readable import ReadableStore
 from storage.schema import with_partition_column
 
@@ -98,7 +98,7 @@ class LedgerRemovedError(LedgerviewError):
                          "file.delete.delay.ms ago). Run the read again: it plans on the current ledger.")
 
 
-def _ledger_rows(ledger: Ledger, partition: int, tail: pa.Table | None, keys: frozenset[bytes] | None,
+def _ledger_rows(ledger: LedgerReads, partition: int, tail: pa.Table | None, keys: frozenset[bytes] | None,
                  offsets: tuple[int, int | None], horizon: int) -> Iterator[pa.RecordBatch]:
     shadowed = tail["key"].combine_chunks() if tail is not None else pa.array([], pa.binary())
     low, high = offsets

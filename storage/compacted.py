@@ -2,9 +2,10 @@
 retiring of old ledgers.
 
 The compaction cursor (``compacted/cursor.json``) is the only thing readers consult to choose the compacted view:
-it names the ledger and the horizon, the last offset the ledger covers. Publishing a new ledger is one atomic
-replace of that record; the ledger it replaces is renamed ``.deleted`` (readers that already opened it keep their
-memory map and index handles) and removed after ``file.delete.delay.ms``. A ledger that neither the cursor names
+it names the ledger and the horizon, the last offset the ledger covers, and, for a layered view
+(storage/ledger_layers.py), the ledgers beneath it. Publishing a new view is one atomic replace of that record;
+the ledgers the new view no longer reads are renamed ``.deleted`` (readers that already opened them keep their
+memory maps and index handles) and removed after ``file.delete.delay.ms``. A ledger that neither the cursor names
 nor is retiring is an orphan of a crashed run; it is removed under the compaction lock.
 """
 
@@ -22,18 +23,22 @@ from storage.files import (
     COMPACTION_CURSOR,
     COMPACTION_LOCK,
     DELETED_SUFFIX,
+    LAYER_RECORD_SUFFIX,
     key_index_folder,
+    layer_record_file,
     ledger_file,
     ledgers_folder,
     parse_ledger_file,
 )
-from storage.ledger import Ledger
+from storage.ledger import Ledger, LedgerReads
+from storage.ledger_layers import LayeredLedger, read_layer_record
 from storage.locks import FileLock
 from storage.records import CorruptRecordError, decode_record, encode_record
 
 CURSOR_RECORD = "compaction-cursor"
-CURSOR_VERSION = 2
-"""1: the unchecksummed record of earlier releases (still read); 2: storage/records.py's format."""
+CURSOR_VERSION = 3
+"""1: the unchecksummed record of earlier releases (still read); 2: storage/records.py's format; 3: a layered view
+(``lower_layers``), which releases that read up to 2 must refuse. A view of one ledger is still written as 2."""
 
 
 class CorruptCompactionCursorError(LedgerviewError):
@@ -46,20 +51,28 @@ class CompactionCursor:
     """The cursor-metadata record of a partition's two-phase compaction."""
 
     ledger_id: int
-    """The ledger that holds the compacted view."""
+    """The ledger that holds the compacted view: the top one of a layered view."""
     horizon: int
     """The last raw offset the ledger covers; readers of the compacted view read the raw log above it."""
     messages_read: int
     """Messages phase one read (previous ledger plus raw tail)."""
     messages_kept: int
-    """Messages in the ledger: one per live key (plus keyless ones when they are retained)."""
+    """Messages the view serves: one per live key (plus keyless ones when they are retained)."""
     ledger_bytes: int
-    """Size of the ledger file."""
+    """Size of the view's ledger files."""
     published_ms: int
     """Wall-clock time of the publish."""
     retiring: tuple[tuple[int, int], ...] = ()
     """``(ledger id, horizon)`` of the ledgers this one replaced whose files were still there at the publish:
     a reader that opened one of them reads the raw log above its horizon, so retention holds that too."""
+    lower_layers: tuple[int, ...] = ()
+    """The ledgers beneath ``ledger_id``, bottom first, when the view is layered (their record:
+    ``<ledger_id>.layers``)."""
+
+    @property
+    def ledger_ids(self) -> tuple[int, ...]:
+        """Every ledger the view reads."""
+        return (*self.lower_layers, self.ledger_id)
 
     def __post_init__(self) -> None:
         if self.ledger_id < 0 or self.horizon < -1 or min(self.messages_read, self.messages_kept) < 0:
@@ -100,33 +113,86 @@ class CompactedLedgers:
         try:
             _, record = decode_record(self.cursor_path, data, CURSOR_RECORD, max_version=CURSOR_VERSION, legacy=True)
             record["retiring"] = tuple(tuple(pair) for pair in record.get("retiring", ()))
+            record["lower_layers"] = tuple(record.get("lower_layers", ()))
             return CompactionCursor(**record)
         except CorruptRecordError as error:
             raise CorruptCompactionCursorError(self.cursor_path, error.reason) from error
         except (ValueError, TypeError, KeyError) as error:
             raise CorruptCompactionCursorError(self.cursor_path, str(error)) from error
 
-    def open_current(self, *, verify: bool = True) -> tuple[CompactionCursor, Ledger] | None:
-        """The cursor and its ledger, opened; None before the first compaction.
+    def open_current(self, *, verify: bool = True) -> tuple[CompactionCursor, LedgerReads] | None:
+        """The cursor and its view, opened; None before the first compaction.
 
-        A publish may retire the ledger between reading the cursor and opening it: then read the cursor again.
+        A publish may retire the view between reading the cursor and opening it: then read the cursor again.
         """
         for _ in range(100):
             cursor = self.read_cursor()
             if cursor is None:
                 return None
-            try:
-                return cursor, Ledger(ledger_file(self.partition_folder, cursor.ledger_id),
-                                      key_index_folder(self.partition_folder, cursor.ledger_id), verify=verify)
-            except FileNotFoundError:
-                if self.read_cursor() == cursor:
-                    raise
-                continue
+            unnamed = cursor.lower_layers and not self.has_layer_record(cursor.ledger_id)  # its layers are unknown
+            view = None if unnamed else self.open_ledger(cursor.ledger_id, verify=verify)
+            if view is not None:
+                return cursor, view
+            if self.read_cursor() == cursor:
+                raise FileNotFoundError(f"{ledger_file(self.partition_folder, cursor.ledger_id)}, which the "
+                                        "compaction cursor names, or a ledger beneath it, is missing")
         raise LedgerviewError(f"The compacted ledger of {self.partition_folder} keeps changing under the reader.")
 
-    def open_ledger(self, ledger_id: int, *, verify: bool = True) -> Ledger | None:
-        """Ledger ``ledger_id`` opened whether it is current or retiring (renamed ``.deleted`` by a later
-        publish); None once it is removed. Lets the tasks of one query read the ledger it was planned on."""
+    def open_ledger(self, ledger_id: int, *, verify: bool = True) -> LedgerReads | None:
+        """The view ledger ``ledger_id`` tops, opened whether it is current or retiring (its layer record, and the
+        ledgers no later view reads, renamed ``.deleted`` by a later publish); None once it is removed. Lets the
+        tasks of one query read the view they were planned on."""
+        record = self._layer_record(ledger_id)
+        if record is None:
+            return self._open_one(ledger_id, verify=verify) if self._plain_view_exists(ledger_id) else None
+        try:
+            lower = read_layer_record(record)
+        except FileNotFoundError:
+            return None
+        if not lower:
+            return self._open_one(ledger_id, verify=verify)
+        opened: list[Ledger] = []
+        try:
+            for layer_id in (*(layer.ledger_id for layer in lower), ledger_id):
+                ledger = self._open_one(layer_id, verify=verify)
+                if ledger is None:
+                    break
+                opened.append(ledger)
+            if len(opened) == len(lower) + 1:
+                return LayeredLedger(list(zip(lower, opened[:-1], strict=True)), opened[-1])
+        except BaseException:
+            for ledger in opened:
+                ledger.close()
+            raise
+        for ledger in opened:
+            ledger.close()
+        return None
+
+    def _layer_record(self, ledger_id: int) -> Path | None:
+        path = layer_record_file(self.partition_folder, ledger_id)
+        for candidate in (path, path.with_name(path.name + DELETED_SUFFIX)):
+            if candidate.exists():
+                return candidate
+        return None
+
+    def has_layer_record(self, ledger_id: int) -> bool:
+        """Whether the view ``ledger_id`` tops was published by a release that writes layer records (it has one,
+        current or retiring): only such a view can have a layered one published over it."""
+        return self._layer_record(ledger_id) is not None
+
+    def _plain_view_exists(self, ledger_id: int) -> bool:
+        """For a view without a layer record (published by an earlier release): whether it is still there. Once
+        a layered view reads its ledger, the record is gone only because the view was retired and removed."""
+        try:
+            cursor = self.read_cursor()
+        except CorruptCompactionCursorError:
+            cursor = None
+        if cursor is not None and ledger_id in cursor.lower_layers:
+            return False
+        ledger, _ = self.ledger_paths(ledger_id)
+        return ledger.with_name(ledger.name + DELETED_SUFFIX).exists() or ledger.exists()
+
+    def _open_one(self, ledger_id: int, *, verify: bool) -> Ledger | None:
         for _ in range(3):  # a publish renames the ledger, then its index: look again if caught between
             for suffix in ("", DELETED_SUFFIX):
                 ledger = ledger_file(self.partition_folder, ledger_id)
@@ -147,26 +213,35 @@ class CompactedLedgers:
         self.folder.mkdir(exist_ok=True)
         return ledger_file(self.partition_folder, ledger_id), key_index_folder(self.partition_folder, ledger_id)
 
+    def layer_record_path(self, ledger_id: int) -> Path:
+        return layer_record_file(self.partition_folder, ledger_id)
+
     def publish(self, cursor: CompactionCursor) -> None:
         """Make ``cursor`` (whose ledger is finished and durable) the partition's compacted view.
 
         1. Replace the cursor record atomically (write, fsync, rename, fsync the folder). A crash before the
            rename leaves the old view and an orphan ledger, removed by the next run; after it, the new view.
-           The record lists the previous ledger and those still retiring, with their horizons, so retention
-           keeps the raw data their readers still need (``retention_hold_offset``).
-        2. Rename the previous ledger and its index ``.deleted``. A crash before this leaves the old ledger as an
-           orphan, removed by the next run. Readers that opened it keep reading it.
+           The record lists the previous view's top ledger and those still retiring, with their horizons, so
+           retention keeps the raw data their readers still need (``retention_hold_offset``).
+        2. Rename ``.deleted`` the ledgers of the previous view that the new one does not read (with their
+           indexes and layer records). A crash before this leaves them as orphans, removed by the next run.
+           Readers that opened them keep reading them.
 
         A damaged cursor record is replaced like any other; the ledgers it named become orphans.
         """
         previous = self._cursor_unless_damaged()
         if previous is not None and previous.ledger_id != cursor.ledger_id:
-            still_there = tuple(pair for pair in previous.retiring if self._retired_exists(pair[0]))
+            still_there = tuple(pair for pair in previous.retiring if self._view_exists(pair[0]))
             cursor = replace(cursor, retiring=((previous.ledger_id, previous.horizon), *still_there))
-        write_atomically(self.cursor_path, encode_record(CURSOR_RECORD, CURSOR_VERSION, asdict(cursor)))
+        version = CURSOR_VERSION if cursor.lower_layers else 2
+        write_atomically(self.cursor_path, encode_record(CURSOR_RECORD, version, asdict(cursor)))
         faults.crash_point("compacted.publish_before_retire")
-        if previous is not None and previous.ledger_id != cursor.ledger_id:
-            for path in self.ledger_paths(previous.ledger_id):
+        if previous is not None:
+            gone = set(previous.ledger_ids) - set(cursor.ledger_ids)
+            # a layer record after its ledger: a retired ledger is removed no later than its record
+            retired = [*(path for ledger_id in sorted(gone) for path in self.ledger_paths(ledger_id)),
+                       *(self.layer_record_path(ledger_id) for ledger_id in previous.ledger_ids)]
+            for path in retired:
                 if path.exists():
                     path.rename(path.with_name(path.name + DELETED_SUFFIX))
 
@@ -182,9 +257,9 @@ class CompactedLedgers:
         except PartitionLockedError:
             return []
 
-    def _retired_exists(self, ledger_id: int) -> bool:
-        ledger, _ = self.ledger_paths(ledger_id)
-        return ledger.with_name(ledger.name + DELETED_SUFFIX).exists() or ledger.exists()
+    def _view_exists(self, ledger_id: int) -> bool:
+        """Whether the view ``ledger_id`` tops can still be opened (``open_ledger``)."""
+        return self.has_layer_record(ledger_id) or self._plain_view_exists(ledger_id)
 
     def _cursor_unless_damaged(self) -> CompactionCursor | None:
         try:
@@ -197,7 +272,7 @@ class CompactedLedgers:
         cursor = self.read_cursor()
         if cursor is None:
             return None
-        retiring = [horizon for ledger_id, horizon in cursor.retiring if self._retired_exists(ledger_id)]
+        retiring = [horizon for ledger_id, horizon in cursor.retiring if self._view_exists(ledger_id)]
         return min([cursor.horizon, *retiring])
 
     def remove_orphans_and_retired(self, *, delete_delay_ms: int) -> list[str]:
@@ -216,11 +291,15 @@ class CompactedLedgers:
             parsed = parse_ledger_file(name)
             if parsed is None:
                 continue
-            ledger_id, _, temp = parsed
+            ledger_id, suffix, temp = parsed
             path = self.folder / name
             retired_at = path.stat().st_ctime  # a rename updates ctime: the time it was retired
             retired_long_enough = temp == DELETED_SUFFIX and retired_at <= now_seconds - delete_delay_ms / 1000
-            orphan = temp is None and not damaged and (cursor is None or ledger_id != cursor.ledger_id)
+            # a layer record belongs to the view its ledger tops: one beneath the current top is the record of a
+            # view a crash kept its publish from retiring
+            named = cursor is not None and (
+                ledger_id == cursor.ledger_id if suffix == LAYER_RECORD_SUFFIX else ledger_id in cursor.ledger_ids)
+            orphan = temp is None and not damaged and not named
             if retired_long_enough or orphan:
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
                 removed.append(name)

@@ -144,6 +144,11 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("cleanup.policy", "list", frozenset({"delete"}),
               "delete drops segments past retention; compact keeps the latest value per key; or both.",
               choices=("compact", "delete")),
+    ConfigKey("compaction.max.layers", "int", 4,
+              "Ledgers a two-phase compacted view may read: while under half the rows of its ledgers are replaced, "
+              "a run writes only what changed, over them, up to this many; 1 = every run rewrites the view whole "
+              "(as Pulsar does). Topics with remote.storage.enable are always rewritten whole.",
+              minimum=1, maximum=64),
     ConfigKey("compaction.memory.bytes", "long", 268435456,
               "Memory budget of the two-phase compactor's key map before it spills to disk.", minimum=1024),
     ConfigKey("compaction.retain.null.key", "boolean", False,
@@ -206,6 +211,7 @@ class TopicConfig:
     """
 
     cleanup_policy: frozenset[str]
+    compaction_max_layers: int
     compaction_memory_bytes: int
     compaction_retain_null_key: bool
     compaction_threshold_bytes: int

@@ -98,12 +98,13 @@ def folder_to_delete(root: Path) -> Path:
 LEDGERS_FOLDER = "compacted"
 LEDGER_SUFFIX = ".ledger"
 KEY_INDEX_SUFFIX = ".keys"
+LAYER_RECORD_SUFFIX = ".layers"
 COMPACTION_CURSOR = "cursor.json"
 COMPACTION_STATUS = "status.json"
 COMPACTION_LOCK = ".compaction.lock"
 SUBSCRIPTIONS_FOLDER = "subscriptions"
 SUBSCRIPTIONS_LOCK = ".subscriptions.lock"
-_LEDGER_FILE = re.compile(r"(?P<id>\d{20})(?P<suffix>\.ledger|\.keys)(?P<temp>\.[a-z]+)?")
+_LEDGER_FILE = re.compile(r"(?P<id>\d{20})(?P<suffix>\.ledger|\.keys|\.layers)(?P<temp>\.[a-z]+)?")
 
 
 def ledgers_folder(partition: Path) -> Path:
@@ -117,6 +118,12 @@ def ledger_file(partition: Path, ledger_id: int) -> Path:
 
 def key_index_folder(partition: Path, ledger_id: int) -> Path:
     return ledgers_folder(partition) / f"{ledger_id:020d}{KEY_INDEX_SUFFIX}"
+
+
+def layer_record_file(partition: Path, ledger_id: int) -> Path:
+    """The record naming the ledgers beneath ledger ``ledger_id`` when it tops a layered view
+    (storage/ledger_layers.py)."""
+    return ledgers_folder(partition) / f"{ledger_id:020d}{LAYER_RECORD_SUFFIX}"
 
 
 def parse_ledger_file(name: str) -> tuple[int, str, str | None] | None:

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -111,6 +112,29 @@ class LedgerWriter:
         self.keys.abort()
 
 
+class LedgerReads(Protocol):
+    """What readers ask of a compacted view: one ledger (``Ledger``, ``RemoteLedger``) or several layered ones
+    (storage/ledger_layers.py)."""
+
+    source: str
+    headers: list[BatchHeader]
+    """The batch headers of every ledger the view reads, in offset order (offsets never overlap)."""
+
+    @property
+    def messages(self) -> int: ...
+
+    @property
+    def size_bytes(self) -> int: ...
+
+    def read_batches(self, start_offset: int = 0, end_offset: int | None = None) -> Iterator[pa.RecordBatch]: ...
+
+    def offset_of(self, key: bytes) -> int | None: ...
+
+    def lookup(self, key: bytes) -> pa.RecordBatch | None: ...
+
+    def close(self) -> None: ...
+
+
 class Ledger:
     """A finished ledger opened for reading: memory-mapped, its batch headers read once, its key index open.
     storage/remote_ledger.py reads one from the remote tier with the same methods."""
@@ -136,6 +160,7 @@ class Ledger:
         self.keys = keys
         self.verify = verify
         self._bases = [header.base_offset for header in headers]
+        self._first_rows = np.concatenate(([0], np.cumsum([header.record_count for header in headers])))
         self._verified: set[int] = set()
         self._scanned_keys: ScannedKeys | None = None
 
@@ -164,19 +189,28 @@ class Ledger:
 
     def read_batches(self, start_offset: int = 0, end_offset: int | None = None) -> Iterator[pa.RecordBatch]:
         """Batches of STORED_SCHEMA with start_offset <= offset < end_offset, in offset order."""
+        for _, batch in self.read_numbered_batches(start_offset, end_offset):
+            yield batch
+
+    def read_numbered_batches(self, start_offset: int = 0, end_offset: int | None = None) -> (
+        Iterator[tuple[int, pa.RecordBatch]]
+    ):
+        """``read_batches``, each batch with the number of its first row among all the ledger's rows (what a
+        layer's deleted rows are counted by, storage/ledger_layers.py)."""
         first = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
-        for header in self.headers[first:]:
+        for index in range(first, len(self.headers)):
+            header = self.headers[index]
             if header.last_offset < start_offset:
                 continue
             if end_offset is not None and header.base_offset >= end_offset:
                 return
-            batch = self._decode(header)
+            batch, row = self._decode(header), int(self._first_rows[index])
             if header.base_offset < start_offset or (end_offset is not None and header.last_offset >= end_offset):
                 offsets = batch.column(0).to_numpy()
                 lower, upper = np.searchsorted(offsets, [start_offset, end_offset or offsets[-1] + 1])
-                batch = batch.slice(int(lower), int(upper - lower))
+                batch, row = batch.slice(int(lower), int(upper - lower)), row + int(lower)
             if batch.num_rows:
-                yield batch
+                yield row, batch
 
     def offset_of(self, key: bytes) -> int | None:
         """The offset of ``key``'s message, found through the key index; None if the ledger lacks the key. A key
@@ -193,6 +227,11 @@ class Ledger:
 
     def lookup(self, key: bytes) -> pa.RecordBatch | None:
         """The one-row batch holding ``key``'s message (see ``offset_of``); None if absent."""
+        found = self.lookup_row(key)
+        return None if found is None else found[1]
+
+    def lookup_row(self, key: bytes) -> tuple[int, pa.RecordBatch] | None:
+        """``lookup``, with the number of the row among all the ledger's rows."""
         offset = self.offset_of(key)
         if offset is None:
             return None
@@ -207,7 +246,7 @@ class Ledger:
         if batch.column(2)[row].as_py() != key:  # nor another key's message (an index that passed its checks)
             raise CorruptKeyIndexError(self.keys.path, key, f"it sends the key to offset {offset}, which holds "
                                        "another key")
-        return batch.slice(row, 1)
+        return int(self._first_rows[index]) + row, batch.slice(row, 1)
 
     def close(self) -> None:
         self.keys.close()

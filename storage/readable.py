@@ -9,7 +9,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from storage.compacted import CompactionCursor
-from storage.ledger import Ledger
+from storage.ledger import LedgerReads
 from storage.segment import SegmentReads
 from storage.topics import TopicMetadata
 
@@ -19,9 +19,9 @@ class CompactedView(Protocol):
 
     def read_cursor(self) -> CompactionCursor | None: ...
 
-    def open_current(self, *, verify: bool = True) -> tuple[CompactionCursor, Ledger] | None: ...
+    def open_current(self, *, verify: bool = True) -> tuple[CompactionCursor, LedgerReads] | None: ...
 
-    def open_ledger(self, ledger_id: int, *, verify: bool = True) -> Ledger | None: ...
+    def open_ledger(self, ledger_id: int, *, verify: bool = True) -> LedgerReads | None: ...
 
 
 class ReadableStore(Protocol):

@@ -33,6 +33,7 @@ from storage.compacted import CompactedLedgers
 from storage.errors import RemoteTierMismatchError
 from storage.fileio import write_atomically
 from storage.files import REMOTE_LOCK, REMOTE_TIER_RECORD
+from storage.ledger import Ledger
 from storage.locks import FileLock
 from storage.object_store import DEFAULT_TIMEOUT_S, ObjectStore, RemoteStorageError, open_object_store
 from storage.partition_log import PartitionLog
@@ -200,6 +201,8 @@ def _sync_compacted(log: PartitionLog, writer: RemoteLogWriter, manifest: Remote
         cursor, ledger = opened
         try:
             known = manifest.compacted
+            if not isinstance(ledger, Ledger):
+                return known  # a layered view (made before remote.storage.enable): the next compaction makes one
             if (known and (known.ledger_id, known.horizon) == (cursor.ledger_id, cursor.horizon)) or (
                     cursor.horizon >= manifest.end_offset):
                 return known

@@ -34,6 +34,7 @@ from storage.files import (
 )
 from storage.index import OffsetIndex, TimeIndex
 from storage.key_index import CorruptKeyIndexError, KeyIndex, UnreadableKeyIndexError
+from storage.ledger_layers import LowerLayer, read_layer_record
 from storage.partition_log import PartitionLog
 from storage.remote_tier import RemoteTier
 from storage.store import Store
@@ -232,43 +233,75 @@ def _verify_compacted(folder: Path, report: Report, *, end_offset: int) -> None:
     if cursor.horizon >= end_offset:
         report.problems.append(f"{ledgers.cursor_path}: names horizon {cursor.horizon}, at or above the partition's "
                                f"end offset {end_offset}: it would serve a view of messages the log does not hold")
-    path = ledger_file(folder, cursor.ledger_id)
-    if not path.exists():
-        report.problems.append(f"{ledgers.cursor_path}: names ledger {cursor.ledger_id}, but {path} is missing")
+    lower: list[LowerLayer] = []
+    try:
+        lower = read_layer_record(ledgers.layer_record_path(cursor.ledger_id))
+    except FileNotFoundError:
+        if cursor.lower_layers:  # a view of one ledger published by an earlier release has none
+            report.problems.append(f"{ledgers.cursor_path}: names a layered view, but its layer record "
+                                   f"{ledgers.layer_record_path(cursor.ledger_id)} is missing")
+            return
+    except LedgerviewError as error:
+        report.problems.append(str(error))
         return
+    if tuple(layer.ledger_id for layer in lower) != cursor.lower_layers:
+        report.problems.append(f"{ledgers.cursor_path}: names ledgers {cursor.lower_layers} beneath ledger "
+                               f"{cursor.ledger_id}, its layer record {[layer.ledger_id for layer in lower]}")
+        return
+    live = 0
+    for ledger_id, horizon, deleted in [*((layer.ledger_id, layer.horizon, layer.deleted) for layer in lower),
+                                        (cursor.ledger_id, cursor.horizon, None)]:
+        messages = _verify_ledger(folder, ledger_id, horizon, report, cursor_path=ledgers.cursor_path)
+        if messages is None:
+            return
+        if deleted is not None and len(deleted) != messages:
+            report.problems.append(f"{ledger_file(folder, ledger_id)}: holds {messages} messages, its layer record "
+                                   f"counts {len(deleted)}")
+            return
+        live += messages - (int(deleted.sum()) if deleted is not None else 0)
+    if live != cursor.messages_kept:
+        report.problems.append(f"{ledgers.cursor_path}: says its view serves {cursor.messages_kept} messages, its "
+                               f"ledgers hold {live} live ones")
+
+
+def _verify_ledger(folder: Path, ledger_id: int, horizon: int, report: Report, *, cursor_path: Path) -> int | None:
+    """Check one ledger of the view and its key index; returns the messages it holds (None: it is missing)."""
+    path = ledger_file(folder, ledger_id)
+    if not path.exists():
+        report.problems.append(f"{cursor_path}: names ledger {ledger_id}, but {path} is missing")
+        return None
     report.ledgers += 1
     scanned = _check_batches(path, report, first_allowed=0, tail_is_warning=False)
     keyed = _keyed_messages(path, scanned, report)
     messages = sum(batch.header.record_count for batch in scanned)
-    if messages != cursor.messages_kept:
-        report.problems.append(f"{path}: holds {messages} messages, its cursor says {cursor.messages_kept}")
-    if scanned and scanned[-1].header.last_offset > cursor.horizon:
+    if scanned and scanned[-1].header.last_offset > horizon:
         report.problems.append(f"{path}: holds offset {scanned[-1].header.last_offset}, above the horizon "
-                               f"{cursor.horizon}")
+                               f"{horizon}")
     try:
-        keys = KeyIndex(key_index_folder(folder, cursor.ledger_id))
+        keys = KeyIndex(key_index_folder(folder, ledger_id))
     except FileNotFoundError:
-        report.problems.append(f"{key_index_folder(folder, cursor.ledger_id)}: is missing")
-        return
+        report.problems.append(f"{key_index_folder(folder, ledger_id)}: is missing")
+        return messages
     try:
         indexed = sum(1 for _ in keys.keys())  # noqa: SIM118  # KeyIndex is no dict
     except UnreadableKeyIndexError as error:
         report.warnings.append(f"{error} Not checked.")
-        return
+        return messages
     except CorruptKeyIndexError as error:
         report.problems.append(str(error))
-        return
+        return messages
     finally:
         keys.close()
     if keyed is not None and indexed != keyed:
-        report.problems.append(f"{key_index_folder(folder, cursor.ledger_id)}: indexes {indexed} keys, the ledger "
+        report.problems.append(f"{key_index_folder(folder, ledger_id)}: indexes {indexed} keys, the ledger "
                                f"holds {keyed} keyed messages")
+    return messages
 
 
 def _first_ledger_offset(folder: Path) -> int:
     try:
         cursor = CompactedLedgers(folder).read_cursor()
-        first = next(BatchFile(ledger_file(folder, cursor.ledger_id)).scan(), None) if cursor else None
+        first = next(BatchFile(ledger_file(folder, cursor.ledger_ids[0])).scan(), None) if cursor else None
     except (LedgerviewError, OSError):
         return 0
     return first.header.base_offset if first is not None else 0

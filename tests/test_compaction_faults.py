@@ -58,10 +58,13 @@ def expected_view(messages: list[Pair], horizon: int) -> list[Row]:
     ["compactor.after_phase_one", "compactor.phase_two_write:2", "compactor.before_publish",
      "atomic_write.before_rename:2", "compacted.publish_before_retire"],
 )
-def test_a_killed_compaction_leaves_the_old_or_the_new_view_and_no_orphan(tmp_path: Path, point: str) -> None:
+@pytest.mark.parametrize("layers", ["1", "4"], ids=["whole", "layered"])
+def test_a_killed_compaction_leaves_the_old_or_the_new_view_and_no_orphan(tmp_path: Path, point: str,
+                                                                         layers: str) -> None:
+    """The killed run is the second: it rewrites the view whole, or (layered) writes a ledger over the first."""
     messages = changelog(0, 4000)
     with Store.open(tmp_path) as store:
-        store.create_topic("t", config=CONFIG)
+        store.create_topic("t", config={**CONFIG, "compaction.max.layers": layers})
         store.append("t", messages, partition=0)
         Compactor(store).compact("t")
         more = changelog(4000, 3000)
@@ -84,5 +87,7 @@ def test_a_killed_compaction_leaves_the_old_or_the_new_view_and_no_orphan(tmp_pa
         cursor = ledgers.read_cursor()
         assert cursor is not None
         live = {parse_ledger_file(p.name) for p in ledgers.folder.iterdir() if parse_ledger_file(p.name)}
+        assert len(cursor.ledger_ids) == (1 if layers == "1" else 2)
         assert {(ledger_id, suffix) for ledger_id, suffix, temp in live if temp is None} == {
-            (cursor.ledger_id, ".ledger"), (cursor.ledger_id, ".keys")}
+            *((ledger_id, suffix) for ledger_id in cursor.ledger_ids for suffix in (".ledger", ".keys")),
+            (cursor.ledger_id, ".layers")}

@@ -346,7 +346,7 @@ def test_raw_data_above_the_horizon_is_held_from_retention(store: Store) -> None
 
 
 def test_orphan_ledgers_are_removed_and_retired_ones_after_the_delay(store: Store) -> None:
-    store.create_topic("t", config={"file.delete.delay.ms": "60000"})
+    store.create_topic("t", config={"file.delete.delay.ms": "60000", "compaction.max.layers": "1"})
     compactor = Compactor(store)
     store.append("t", MESSAGES, partition=0)
     compactor.compact("t")

@@ -343,8 +343,10 @@ def test_a_live_reader_gets_the_tombstones_a_newer_compaction_folded_away(store:
 
 
 # ------------------------------------------------------------------------------------ compaction during a read
-def test_a_read_finishes_on_the_ledger_it_opened_while_a_new_one_is_published(store: Store) -> None:
-    model = Model(store, "prices", partitions=2)
+@pytest.mark.parametrize("layers", ["1", "4"], ids=["whole", "layered"])
+def test_a_read_finishes_on_the_ledger_it_opened_while_a_new_one_is_published(store: Store, layers: str) -> None:
+    """The new view rewrites the old ledger (retired), or is layered over it (the old view's record retired)."""
+    model = Model(store, "prices", partitions=2, config={**TINY, "compaction.max.layers": layers})
     rng = random.Random(7)
     model.append(random_rows(rng, 30, keys=6))
     model.compact()
@@ -361,7 +363,8 @@ def test_a_read_finishes_on_the_ledger_it_opened_while_a_new_one_is_published(st
     model.append(random_rows(rng, 20, keys=6))  # a tombstone or two for keys of the old ledgers, surely
     model.compact()
     assert model.horizons != old_horizons
-    assert not old_ledger.exists() and old_ledger.with_name(old_ledger.name + DELETED_SUFFIX).exists()
+    retired = old_ledger if layers == "1" else old_ledger.with_suffix(".layers")
+    assert not retired.exists() and retired.with_name(retired.name + DELETED_SUFFIX).exists()
     rest = list(read)
 
     table = pa.Table.from_batches([first, *rest], schema=MESSAGE_SCHEMA)
