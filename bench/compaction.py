@@ -47,7 +47,7 @@ from storage import Store
 from storage.binary_arrays import value_offsets
 from storage.compacted import CompactedLedgers
 from storage.files import LOG_SUFFIX, key_index_folder, ledgers_folder, parse_segment_file, partition_folder
-from storage.ledger import Ledger
+from storage.ledger import Ledger, LedgerReads
 
 MiB = 2**20
 INPUT_BATCH_ROWS = 1_000_000
@@ -181,7 +181,7 @@ def mmap_scan(target: Path, output: Path) -> Outcome:
     return Outcome(None, notes=f"{len(segments)} segment files, checksum {total % 1000:03d}")
 
 
-def _open_ledger(target: Path) -> Ledger:
+def _open_ledger(target: Path) -> LedgerReads:
     opened = CompactedLedgers(_partition_folder(target)).open_current()
     assert opened is not None, f"no compacted ledger in {target}"
     return opened[1]
@@ -230,6 +230,7 @@ def get_job(path: str) -> Job:
                 view = table_view(target, TOPIC)
                 lookup, how = view.get, "readers.TableView(path, topic).get(key)"
             elif path == "key index":
+                assert isinstance(ledger, Ledger), "the key-index path reads a view of one ledger"
                 lookup, how = ledger.keys.locate, "ledger.keys.locate(key)"
             else:
                 def lookup(key: bytes) -> object:

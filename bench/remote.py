@@ -43,6 +43,7 @@ from storage import Store
 from storage.compacted import CompactedLedgers
 from storage.files import LOG_SUFFIX, partition_folder
 from storage.key_index import KeyIndex
+from storage.ledger import Ledger
 from storage.object_store import ObjectStore
 from storage.remote_key_index import write_flat_key_index
 from storage.remote_tier import open_remembered_tier
@@ -248,7 +249,7 @@ def result_copy_floor(target: Path, output: Path) -> Outcome:
     opened = ledgers.open_current()
     assert opened is not None
     try:
-        assert isinstance(opened[1].keys, KeyIndex)
+        assert isinstance(opened[1], Ledger) and isinstance(opened[1].keys, KeyIndex)
         write_flat_key_index(opened[1].keys.entries(), flat)
     finally:
         opened[1].close()

@@ -155,8 +155,11 @@ WORKLOADS: dict[str, Workload] = {
             (
                 _ledgerview("ledgerview first", "the first compaction of the dataset"),
                 _ledgerview("ledgerview second", f"after the first, {compaction.NEW_MESSAGES_SHARE:.0%} new "
-                            "messages appended (fresh seed): reads the previous ledger + the new messages",
-                            compact=True, new_messages=True),
+                            "messages appended (fresh seed): reads the previous view + the new messages, writes "
+                            "a layered view", compact=True, new_messages=True),
+                _ledgerview("ledgerview second, whole", "the same, with compaction.max.layers 1: writes the whole "
+                            "view again (Pulsar's way)", compact=True, new_messages=True,
+                            config={"compaction.max.layers": 1}),
                 _ledgerview("ledgerview from scratch", "the same log (dataset + new messages), never compacted",
                             new_messages=True),
             ),

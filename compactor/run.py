@@ -65,6 +65,8 @@ class CompactionResult:
     be split to stay within compaction.memory.bytes."""
     skipped: bool
     """True when nothing new was above the horizon, so the previous ledger stays."""
+    layers: int = 1
+    """Ledgers the view reads: more than one for a layered view (storage/ledger_layers.py)."""
 
     @property
     def messages_removed(self) -> int:
@@ -153,7 +155,8 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
         faults.crash_point("compactor.before_publish")
         ledgers.publish(cursor)
         return CompactionResult(log.partition, cursor.ledger_id, cursor.horizon, cursor.messages_read,
-                                cursor.messages_kept, cursor.ledger_bytes, survivors.runs, skipped=False)
+                                cursor.messages_kept, cursor.ledger_bytes, survivors.runs, skipped=False,
+                                layers=len(cursor.ledger_ids))
     finally:
         if previous_view is not None:
             previous_view.close()
@@ -194,7 +197,7 @@ def _unchanged(partition: int, cursor: CompactionCursor | None) -> CompactionRes
     if cursor is None:
         return CompactionResult(partition, None, -1, 0, 0, 0, 0, skipped=True)
     return CompactionResult(partition, cursor.ledger_id, cursor.horizon, 0, cursor.messages_kept,
-                            cursor.ledger_bytes, 0, skipped=True)
+                            cursor.ledger_bytes, 0, skipped=True, layers=len(cursor.ledger_ids))
 
 
 def _write_ledger(writer: LedgerWriter, batches: Iterator[pa.RecordBatch], survivors: Survivors, *,

@@ -182,6 +182,9 @@ def test_compaction_status_in_pulsar_states(data_dir: Path) -> None:
     assert sum(r["messages_read"] for r in compacted) == 40
     after = run_cli(data_dir, "compaction-status", "prices", "--wait")
     assert after.code == 0 and after.out.count("SUCCESS") == 2
+    produce_keys(data_dir, "prices", 1, 8)  # one key replaced: its partition gets a ledger over the first
+    again = run_cli(data_dir, "compact", "prices", "--json").json_lines()
+    assert sorted((r["layers"], r["skipped"]) for r in again) == [(1, True), (2, False)]
 
 
 @pytest.mark.slow

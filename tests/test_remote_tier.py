@@ -19,6 +19,7 @@ from compactor import Compactor
 from ledgerview.kafka import KafkaEndpoint
 from readers import Consumer, Reader, TableView
 from storage import Store
+from storage.compacted import CompactedLedgers
 from storage.config import InvalidConfigError
 from storage.errors import CorruptSegmentError, LedgerviewError, OffsetOutOfRangeError
 from storage.files import REMOTE_TIER_RECORD
@@ -282,6 +283,22 @@ def tiered_and_compacted(data_dir: Path, s3_uri: str, clock: ManualClock) -> dic
     latest[b"k1"] = None
     latest.update({f"k{i % KEYS}".encode(): f"v{i}".encode() * 20 for i in range(301, 341)})
     return latest
+
+
+def test_a_tiered_topic_is_compacted_whole_so_the_remote_tier_gets_each_view(data_dir: Path, s3_uri: str,
+                                                                            clock: ManualClock) -> None:
+    """The remote tier copies views of one ledger: a tiered topic never gets a layered view."""
+    with tiered_store(data_dir, s3_uri, clock, {**TIERED, "compaction.threshold.bytes": "1"}) as store:
+        produce(store, "t", 300)
+        store.roll("t", 0)
+        Compactor(store).compact("t")
+        produce(store, "t", 5, start=300)  # five keys replaced: a layered view, were the topic not tiered
+        store.roll("t", 0)
+        [second] = Compactor(store).compact("t")
+        cursor = CompactedLedgers(store.partition_log("t", 0).folder).read_cursor()
+        assert cursor is not None and cursor.ledger_ids == (second.ledger_id,)
+        [synced] = store.sync_remote()
+        assert synced.compacted is not None and synced.compacted.ledger_id == second.ledger_id
 
 
 def test_a_machine_without_the_folder_reads_both_views_from_the_remote_tier(data_dir: Path, s3_uri: str,

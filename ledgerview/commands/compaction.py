@@ -103,8 +103,8 @@ def _report(args: argparse.Namespace, results: Sequence[CompactionResult]) -> in
         for result in results:
             print_json({**vars(result), "messages_removed": result.messages_removed})
         return 0
-    print_table(["partition", "ledger", "horizon", "read", "kept", "removed", "ledger_bytes", "skipped"],
-                [(r.partition, r.ledger_id, r.horizon, r.messages_read, r.messages_kept, r.messages_removed,
+    print_table(["partition", "ledger", "layers", "horizon", "read", "kept", "removed", "ledger_bytes", "skipped"],
+                [(r.partition, r.ledger_id, r.layers, r.horizon, r.messages_read, r.messages_kept, r.messages_removed,
                   r.ledger_bytes, "yes" if r.skipped else "no") for r in results])
     say(f"Compacted {args.topic}: {sum(r.messages_kept for r in results)} messages in the compacted view.")
     return 0

@@ -1,0 +1,148 @@
+"""Layered compacted views (storage/ledger_layers.py): a run whose new messages replace few of the view's rows
+writes only what changed, over the view's ledgers. Whatever the layers, every reader must see the view a whole
+rewrite would give."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from compactor import Compactor
+from ledgerview.commands.verify_repair import repair_views
+from readers import Reader, TableView
+from storage import Store
+from storage.compacted import CompactedLedgers, CompactionCursor
+from storage.ledger_layers import CorruptLayerRecordError
+from storage.schema import MESSAGE_SCHEMA, STORED_SCHEMA
+from storage.verification import verify_topics
+
+Pair = tuple[bytes | None, bytes | None]
+Row = tuple[int, bytes | None, bytes | None]
+
+
+def cursor_of(store: Store, topic: str) -> CompactionCursor:
+    cursor = CompactedLedgers(store.partition_log(topic, 0).folder).read_cursor()
+    assert cursor is not None
+    return cursor
+
+
+def compacted_rows(store: Store, topic: str, start: int = 0) -> list[Row]:
+    with Reader(store, topic, read_compacted=True, start={0: start}) as reader:
+        table = pa.Table.from_batches(list(reader.batches()), schema=MESSAGE_SCHEMA)
+    return list(zip(table["offset"].to_pylist(), table["key"].to_pylist(), table["value"].to_pylist(), strict=True))
+
+
+def view_model(log: list[Pair], *, retain_null_key: bool, start: int = 0) -> list[Row]:
+    """The compacted view of a log compacted to its end: each key's latest message unless it is a tombstone
+    (keyless messages only when retained), from ``start`` on."""
+    latest = {key: offset for offset, (key, _) in enumerate(log) if key is not None}
+    kept = {offset for offset in latest.values() if log[offset][1] is not None}
+    if retain_null_key:
+        kept |= {offset for offset, (key, _) in enumerate(log) if key is None}
+    return [(offset, *log[offset]) for offset in sorted(kept) if offset >= start]
+
+
+def changes(rng: random.Random, count: int, keys: int) -> list[Pair]:
+    """Messages over ``keys`` keys: a tenth tombstones, a twentieth keyless."""
+    pairs: list[Pair] = []
+    for _ in range(count):
+        roll = rng.random()
+        key = None if roll < 0.05 else b"k%04d" % rng.randrange(keys)
+        pairs.append((key, None if key is not None and roll > 0.9 else b"v%d" % rng.randrange(10**6)))
+    return pairs
+
+
+@pytest.mark.parametrize("retain_null_key", [False, True])
+def test_a_layered_view_reads_as_the_whole_rewrite_of_the_same_log(store: Store, retain_null_key: bool) -> None:
+    """Rounds that touch a few keys (layered) and rounds that touch most (until a rewrite): after each, the
+    layered topic's reads, lookups and reads from any offset equal the model's and the whole-rewrite topic's."""
+    rng = random.Random(11)
+    config = {"segment.bytes": "4096", "compaction.retain.null.key": str(retain_null_key).lower()}
+    store.create_topic("layered", config=config)
+    store.create_topic("whole", config={**config, "compaction.max.layers": "1"})
+    log: list[Pair] = []
+    depths = []
+    for round_number in range(10):
+        batch = changes(rng, 400 if round_number % 4 == 0 else 40, keys=120 if round_number % 4 == 0 else 15)
+        for topic in ("layered", "whole"):
+            store.append(topic, batch, partition=0)
+            Compactor(store).compact(topic)
+        log += batch
+        depths.append(len(cursor_of(store, "layered").ledger_ids))
+        assert len(cursor_of(store, "whole").ledger_ids) == 1
+        expected = view_model(log, retain_null_key=retain_null_key)
+        assert compacted_rows(store, "layered") == compacted_rows(store, "whole") == expected
+        start = rng.randrange(len(log))
+        assert compacted_rows(store, "layered", start) == view_model(log, retain_null_key=retain_null_key,
+                                                                     start=start)
+        with TableView(store, "layered") as view:
+            latest = {key: value for key, value in log if key is not None}
+            for key in [*latest, b"never"]:
+                assert view.get(key) == latest.get(key)
+        assert cursor_of(store, "layered").messages_kept == cursor_of(store, "whole").messages_kept
+    assert max(depths) == 4 and 1 in depths[1:]  # layers were added, up to the limit, and rewritten whole
+
+
+def test_a_view_half_of_whose_rows_are_replaced_is_rewritten_whole(store: Store) -> None:
+    store.create_topic("t", config={"compaction.max.layers": "64"})
+    compactor = Compactor(store)
+    store.append("t", [(b"k%d" % i, b"a") for i in range(100)], partition=0)
+    compactor.compact("t")
+    store.append("t", [(b"k%d" % i, b"b") for i in range(100)], partition=0)
+    compactor.compact("t")  # the first view had nothing deleted: layered over it, which deletes every row
+    assert cursor_of(store, "t").lower_layers == (1,)
+    store.append("t", [(b"k0", b"c")], partition=0)
+    compactor.compact("t")  # 100 of the 200 rows its ledgers hold are deleted: a reader reads twice what it serves
+    cursor = cursor_of(store, "t")
+    assert cursor.lower_layers == () and cursor.messages_kept == 100
+    assert compacted_rows(store, "t")[-1] == (200, b"k0", b"c")
+
+
+def test_the_replaced_view_stays_readable_until_its_record_is_removed(store: Store) -> None:
+    """A reader that planned on the view before a layered publish keeps reading that view (the old rows the new
+    layer replaces included), and retention holds the raw data it needs, until the old view's record goes."""
+    store.create_topic("t", config={"compaction.threshold.bytes": "1000000000"})
+    compactor = Compactor(store)
+    store.append("t", [(b"k%d" % i, b"old") for i in range(10)], partition=0)
+    compactor.compact("t")
+    store.append("t", [(b"k1", b"new"), (b"k2", None)], partition=0)
+    compactor.compact("t")
+    ledgers = CompactedLedgers(store.partition_log("t", 0).folder)
+    assert cursor_of(store, "t").ledger_ids == (1, 2)
+    old = ledgers.open_ledger(1)
+    assert old is not None
+    try:
+        rows = pa.Table.from_batches(list(old.read_batches()), schema=STORED_SCHEMA)
+        assert rows["value"].to_pylist() == [b"old"] * 10
+    finally:
+        old.close()
+    assert store.retention_hold("t", 0) == 10  # a reader of the old view reads the raw log above its horizon 9
+    ledgers.remove_orphans_and_retired(delete_delay_ms=0)
+    assert ledgers.open_ledger(1) is None  # its ledger is still read by the new view, but not as a view alone
+    assert store.retention_hold("t", 0) == 12
+    assert [(offset, value) for offset, _, value in compacted_rows(store, "t")] == [
+        (0, b"old"), *((offset, b"old") for offset in range(3, 10)), (10, b"new")]
+
+
+def test_a_damaged_layer_record_is_an_error_that_verify_names_and_repair_mends(store: Store, data_dir: Path) -> None:
+    store.create_topic("t")
+    store.append("t", [(b"k%d" % i, b"a") for i in range(50)], partition=0)
+    Compactor(store).compact("t")
+    store.append("t", [(b"k%d" % i, b"b") for i in range(5)], partition=0)
+    Compactor(store).compact("t")
+    expected = compacted_rows(store, "t")
+    record = CompactedLedgers(store.partition_log("t", 0).folder).layer_record_path(2)
+    data = bytearray(record.read_bytes())
+    data[data.index(b'"deleted"') + 14] ^= 0x01  # a bit of the deletion vector: a row would come back
+    record.write_bytes(bytes(data))
+    with pytest.raises(CorruptLayerRecordError, match=r"00000000000000000002\.layers is unreadable: .*CRC-32C"):
+        compacted_rows(store, "t")
+    report = verify_topics(store, ["t"], lambda _: None)
+    assert any("00000000000000000002.layers" in problem for problem in report.problems)
+    repaired, not_repaired = repair_views(store, report.damaged_views)
+    assert len(repaired) == 1 and not not_repaired
+    assert compacted_rows(store, "t") == expected
+    assert verify_topics(store, ["t"], lambda _: None).problems == []
