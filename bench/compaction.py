@@ -85,11 +85,12 @@ Job = Callable[[Path, Path], Outcome]
 
 # ------------------------------------------------------------------------------------------------- preparers
 def ledgerview_store(config: Mapping[str, Any] | None = None, *, compact: bool = False,
-                     new_messages: bool = False) -> Preparer:
+                     new_messages: bool = False, compact_again: bool = False) -> Preparer:
     """A store with one 1-partition topic holding the dataset (``config``: topic overrides).
 
     ``compact``: run a first compaction after the appends; ``new_messages``: then append NEW_MESSAGES_SHARE of
-    the dataset's size of fresh messages (same keys and distribution, another seed) and flush.
+    the dataset's size of fresh messages (same keys and distribution, another seed) and flush;
+    ``compact_again``: then compact again (a layered view, unless ``config`` sets compaction.max.layers to 1).
     """
 
     def prepare(table: pa.Table, spec: ChangelogSpec, target: Path) -> None:
@@ -100,6 +101,8 @@ def ledgerview_store(config: Mapping[str, Any] | None = None, *, compact: bool =
                 Compactor(store).compact(TOPIC)
             if new_messages:
                 append_table(store, changelog.generate(new_messages_spec(spec)))
+            if compact_again:
+                Compactor(store).compact(TOPIC)
 
     return prepare
 

@@ -199,6 +199,14 @@ WORKLOADS: dict[str, Workload] = {
             (
                 Case("ledgerview", reader=compaction.scan_compacted, preparer=compaction.ledgerview_store(compact=True),
                      note="CompactedLedgers(folder).open_current(), sum of num_rows over ledger.read_batches()"),
+                *(Case(f"ledgerview {shape} after +10%", reader=compaction.scan_compacted,
+                       preparer=compaction.ledgerview_store({"compaction.max.layers": layers}, compact=True,
+                                                            new_messages=True, compact_again=True),
+                       note=f"the same, after {compaction.NEW_MESSAGES_SHARE:.0%} new messages and a second "
+                            f"compaction: {note}")
+                  for shape, layers, note in (("whole", 1, "the view rewritten whole"),
+                                              ("layered", 4, "a ledger over the first, whose replaced rows the "
+                                                             "scan reads and drops"))),
             ),
             whole_dataset=False,
         ),

@@ -11,8 +11,8 @@
    new ledger; then the ledger is fsynced and the key index's runs ingested. It writes either
    - the whole view, reading phase one's input again (Pulsar's way), or
    - a layered view (storage/ledger_layers.py, see ``_layered``): only the survivors from the raw log, over the
-     current view's ledgers, in each of which the rows that did not survive are marked deleted. Its cost then
-     follows the new messages, not the size of the view.
+     current view's ledgers, in each of which the rows that did not survive are marked deleted. What it writes
+     then follows the new messages, not the size of the view.
 5. Publish: replace the compaction cursor atomically (storage/compacted.py). A crash before it leaves the old view
    and an orphan; after it, the new view and retired or orphaned old ledgers. The raw log is never written.
 """
@@ -112,7 +112,10 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
     previous_cursor, previous_view = current if current else (None, None)
     try:
         horizon = previous_cursor.horizon if previous_cursor else -1
-        if end_offset - 1 <= horizon or end_offset == log.log_start_offset == 0:
+        # a layered view of a topic that has since turned remote.storage.enable on is rewritten whole even with
+        # nothing new: the remote tier copies only views of one ledger
+        tiered_layers = bool(previous_cursor and previous_cursor.lower_layers) and log.config.remote_storage_enable
+        if (end_offset - 1 <= horizon and not tiered_layers) or end_offset == log.log_start_offset == 0:
             return _unchanged(log.partition, previous_cursor)
         raw_start = max(horizon + 1, log.log_start_offset)
 

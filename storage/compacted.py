@@ -31,14 +31,15 @@ from storage.files import (
     parse_ledger_file,
 )
 from storage.ledger import Ledger, LedgerReads
-from storage.ledger_layers import LayeredLedger, read_layer_record
+from storage.ledger_layers import LayeredLedger, LowerLayer, read_layer_record
 from storage.locks import FileLock
 from storage.records import CorruptRecordError, decode_record, encode_record
 
 CURSOR_RECORD = "compaction-cursor"
 CURSOR_VERSION = 3
-"""1: the unchecksummed record of earlier releases (still read); 2: storage/records.py's format; 3: a layered view
-(``lower_layers``), which releases that read up to 2 must refuse. A view of one ledger is still written as 2."""
+"""1: the unchecksummed record of earlier releases (still read); 2: storage/records.py's format; 3: layered views
+(``lower_layers``, ``layer_records_from``), which releases that read up to 2 refuse (they could not read this
+release's batches either: docs/FORMAT.md, "Implied columns")."""
 
 
 class CorruptCompactionCursorError(LedgerviewError):
@@ -68,6 +69,9 @@ class CompactionCursor:
     lower_layers: tuple[int, ...] = ()
     """The ledgers beneath ``ledger_id``, bottom first, when the view is layered (their record:
     ``<ledger_id>.layers``)."""
+    layer_records_from: int = 0
+    """Ledgers from this id on were published with a layer record; a ledger below it was published by an earlier
+    release, as a view of one ledger (0: the cursor of an earlier release, every ledger is such)."""
 
     @property
     def ledger_ids(self) -> tuple[int, ...]:
@@ -142,13 +146,9 @@ class CompactedLedgers:
         """The view ledger ``ledger_id`` tops, opened whether it is current or retiring (its layer record, and the
         ledgers no later view reads, renamed ``.deleted`` by a later publish); None once it is removed. Lets the
         tasks of one query read the view they were planned on."""
-        record = self._layer_record(ledger_id)
-        if record is None:
+        lower = self._read_layer_record(ledger_id)
+        if lower is None:
             return self._open_one(ledger_id, verify=verify) if self._plain_view_exists(ledger_id) else None
-        try:
-            lower = read_layer_record(record)
-        except FileNotFoundError:
-            return None
         if not lower:
             return self._open_one(ledger_id, verify=verify)
         opened: list[Ledger] = []
@@ -168,26 +168,32 @@ class CompactedLedgers:
             ledger.close()
         return None
 
-    def _layer_record(self, ledger_id: int) -> Path | None:
+    def _layer_records(self, ledger_id: int) -> tuple[Path, Path]:
+        """Where the layer record of the view ``ledger_id`` tops is while it is current, then once retired."""
         path = layer_record_file(self.partition_folder, ledger_id)
-        for candidate in (path, path.with_name(path.name + DELETED_SUFFIX)):
-            if candidate.exists():
-                return candidate
+        return path, path.with_name(path.name + DELETED_SUFFIX)
+
+    def _read_layer_record(self, ledger_id: int) -> list[LowerLayer] | None:
+        """The lower layers the view's record names, current or retired (a publish may rename it between the two
+        reads); None when it has none."""
+        for path in self._layer_records(ledger_id):
+            try:
+                return read_layer_record(path)
+            except FileNotFoundError:
+                continue
         return None
 
     def has_layer_record(self, ledger_id: int) -> bool:
-        """Whether the view ``ledger_id`` tops was published by a release that writes layer records (it has one,
-        current or retiring): only such a view can have a layered one published over it."""
-        return self._layer_record(ledger_id) is not None
+        """Whether the view ``ledger_id`` tops has its layer record, current or retiring: only a view published by
+        this release has one, and only such a view can have a layered one published over it."""
+        return any(path.exists() for path in self._layer_records(ledger_id))
 
     def _plain_view_exists(self, ledger_id: int) -> bool:
-        """For a view without a layer record (published by an earlier release): whether it is still there. Once
-        a layered view reads its ledger, the record is gone only because the view was retired and removed."""
-        try:
-            cursor = self.read_cursor()
-        except CorruptCompactionCursorError:
-            cursor = None
-        if cursor is not None and ledger_id in cursor.lower_layers:
+        """For a view without a layer record: whether it is a view of one ledger that an earlier release
+        published and that is still there. A ledger of this release without its record is a view that was
+        retired and removed, even while a layered view still reads the ledger."""
+        cursor = self._cursor_unless_damaged()
+        if cursor is None or (cursor.layer_records_from and ledger_id >= cursor.layer_records_from):
             return False
         ledger, _ = self.ledger_paths(ledger_id)
         return ledger.with_name(ledger.name + DELETED_SUFFIX).exists() or ledger.exists()
@@ -230,11 +236,12 @@ class CompactedLedgers:
         A damaged cursor record is replaced like any other; the ledgers it named become orphans.
         """
         previous = self._cursor_unless_damaged()
+        records_from = previous.layer_records_from if previous is not None else 0
+        cursor = replace(cursor, layer_records_from=records_from or cursor.ledger_id)
         if previous is not None and previous.ledger_id != cursor.ledger_id:
             still_there = tuple(pair for pair in previous.retiring if self._view_exists(pair[0]))
             cursor = replace(cursor, retiring=((previous.ledger_id, previous.horizon), *still_there))
-        version = CURSOR_VERSION if cursor.lower_layers else 2
-        write_atomically(self.cursor_path, encode_record(CURSOR_RECORD, version, asdict(cursor)))
+        write_atomically(self.cursor_path, encode_record(CURSOR_RECORD, CURSOR_VERSION, asdict(cursor)))
         faults.crash_point("compacted.publish_before_retire")
         if previous is not None:
             gone = set(previous.ledger_ids) - set(cursor.ledger_ids)

@@ -13,9 +13,10 @@ import pytest
 from compactor import Compactor
 from ledgerview.commands.verify_repair import repair_views
 from readers import Reader, TableView
-from storage import Store
+from readers.snapshot import LedgerRemovedError, snapshot_batches
+from storage import Store, compacted
 from storage.compacted import CompactedLedgers, CompactionCursor
-from storage.ledger_layers import CorruptLayerRecordError
+from storage.ledger_layers import CorruptLayerRecordError, LowerLayer, read_layer_record
 from storage.schema import MESSAGE_SCHEMA, STORED_SCHEMA
 from storage.verification import verify_topics
 
@@ -146,3 +147,60 @@ def test_a_damaged_layer_record_is_an_error_that_verify_names_and_repair_mends(s
     assert len(repaired) == 1 and not not_repaired
     assert compacted_rows(store, "t") == expected
     assert verify_topics(store, ["t"], lambda _: None).problems == []
+
+
+def test_a_view_whose_record_is_gone_is_never_opened_as_its_top_ledger_alone(store: Store) -> None:
+    """Once a layered view has been replaced and removed, its top ledger may still be read by a later view; a read
+    planned on the removed view must fail, not serve that ledger alone (retention no longer holds its tail)."""
+    store.create_topic("t", config={"file.delete.delay.ms": "0", "segment.bytes": "1024"})
+    ledgers = CompactedLedgers(store.partition_log("t", 0).folder)
+    store.append("t", [(b"k%d" % i, b"old") for i in range(10)], partition=0)
+    Compactor(store).compact("t")
+    store.append("t", [(b"k1", b"new"), (b"new-key", b"x")], partition=0)
+    Compactor(store).compact("t")  # layered over ledger 1; view 1's record retired
+    store.alter_topic_config("t", set={"compaction.max.layers": "1"})
+    store.append("t", [(b"k2", b"newer")], partition=0)
+    Compactor(store).compact("t")  # removes view 1's record (delay 0), then rewrites the view whole
+    assert cursor_of(store, "t").ledger_ids == (3,)
+    assert ledgers.open_ledger(1) is None
+    with pytest.raises(LedgerRemovedError):
+        list(snapshot_batches(store, "t", 0, store.end_offset("t", 0), pinned=(1, 9)))
+
+
+def test_a_pinned_read_whose_view_retires_while_it_opens_reads_it(store: Store,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A publish renames the pinned view's layer record between finding and reading it: the retired record is
+    read instead (the view is retiring, not removed)."""
+    store.create_topic("t")
+    store.append("t", [(b"k%d" % i, b"old") for i in range(10)], partition=0)
+    Compactor(store).compact("t")
+    real_read = read_layer_record
+    published: list[Path] = []
+
+    def publish_first(path: Path) -> list[LowerLayer]:
+        if not published:
+            published.append(path)
+            store.append("t", [(b"k1", b"new")], partition=0)
+            Compactor(store).compact("t")  # renames 1.layers to 1.layers.deleted
+        return real_read(path)
+
+    monkeypatch.setattr(compacted, "read_layer_record", publish_first)
+    rows = [row for batch in snapshot_batches(store, "t", 0, 10, pinned=(1, 9), with_tail=False)
+            for row in batch["value"].to_pylist()]
+    assert rows == [b"old"] * 10 and published[0].name == f"{1:020d}.layers"
+
+
+def test_a_layered_topic_that_turns_the_remote_tier_on_is_rewritten_whole_for_it(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "data", remote=f"file://{tmp_path / 'tier'}") as store:
+        store.create_topic("t", config={"segment.bytes": "2048"})
+        store.append("t", [(b"k%d" % i, b"v" * 50) for i in range(100)], partition=0)
+        Compactor(store).compact("t")
+        store.append("t", [(b"k1", b"new")], partition=0)
+        Compactor(store).compact("t")
+        assert cursor_of(store, "t").ledger_ids == (1, 2)
+        store.alter_topic_config("t", set={"remote.storage.enable": "true"})
+        store.roll("t", 0)
+        [result] = Compactor(store).compact("t")  # nothing new, but a tiered topic's view must be one ledger
+        assert not result.skipped and result.layers == 1 and result.horizon == 100
+        [synced] = store.sync_remote("t")
+        assert synced.compacted is not None and synced.compacted.ledger_id == result.ledger_id
