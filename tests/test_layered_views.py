@@ -204,3 +204,17 @@ def test_a_layered_topic_that_turns_the_remote_tier_on_is_rewritten_whole_for_it
         assert not result.skipped and result.layers == 1 and result.horizon == 100
         [synced] = store.sync_remote("t")
         assert synced.compacted is not None and synced.compacted.ledger_id == result.ledger_id
+
+
+def test_a_layered_run_over_keys_of_other_lengths_finds_the_rows_it_replaces(store: Store) -> None:
+    """The new messages' keys all have 4 bytes, the view's 4 and 6: phase one's key coding is widened, and the view's
+    4-byte keys must still be found replaced (one by a new value, one by a tombstone)."""
+    store.create_topic("t")
+    store.append("t", [(b"abcd", b"1"), (b"abcdef", b"1"), (b"wxyz", b"1"), (b"uvwxyz", b"1")], partition=0)
+    Compactor(store).compact("t")
+    store.append("t", [(b"abcd", b"2"), (b"wxyz", None)], partition=0)
+    Compactor(store).compact("t")
+    assert cursor_of(store, "t").lower_layers == (1,)
+    assert compacted_rows(store, "t") == [(1, b"abcdef", b"1"), (3, b"uvwxyz", b"1"), (4, b"abcd", b"2")]
+    with TableView(store, "t") as view:
+        assert [view.get(key) for key in (b"abcd", b"wxyz", b"abcdef")] == [b"2", None, b"1"]
