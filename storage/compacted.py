@@ -56,7 +56,7 @@ class CompactionCursor:
     horizon: int
     """The last raw offset the ledger covers; readers of the compacted view read the raw log above it."""
     messages_read: int
-    """Messages phase one read (previous ledger plus raw tail)."""
+    """Messages phase one read (the previous view plus the raw tail)."""
     messages_kept: int
     """Messages the view serves: one per live key (plus keyless ones when they are retained)."""
     ledger_bytes: int
@@ -64,8 +64,8 @@ class CompactionCursor:
     published_ms: int
     """Wall-clock time of the publish."""
     retiring: tuple[tuple[int, int], ...] = ()
-    """``(ledger id, horizon)`` of the ledgers this one replaced whose files were still there at the publish:
-    a reader that opened one of them reads the raw log above its horizon, so retention holds that too."""
+    """``(top ledger id, horizon)`` of the views this one replaced that could still be opened at the publish: a
+    reader that opened one of them reads the raw log above its horizon, so retention holds that too."""
     lower_layers: tuple[int, ...] = ()
     """The ledgers beneath ``ledger_id``, bottom first, when the view is layered (their record:
     ``<ledger_id>.layers``)."""
@@ -146,9 +146,10 @@ class CompactedLedgers:
         """The view ledger ``ledger_id`` tops, opened whether it is current or retiring (its layer record, and the
         ledgers no later view reads, renamed ``.deleted`` by a later publish); None once it is removed. Lets the
         tasks of one query read the view they were planned on."""
-        lower = self._read_layer_record(ledger_id)
-        if lower is None:
+        found = self._read_layer_record(ledger_id)
+        if found is None:
             return self._open_one(ledger_id, verify=verify) if self._plain_view_exists(ledger_id) else None
+        record, lower = found
         if not lower:
             return self._open_one(ledger_id, verify=verify)
         opened: list[Ledger] = []
@@ -159,7 +160,7 @@ class CompactedLedgers:
                     break
                 opened.append(ledger)
             if len(opened) == len(lower) + 1:
-                return LayeredLedger(list(zip(lower, opened[:-1], strict=True)), opened[-1])
+                return LayeredLedger(list(zip(lower, opened[:-1], strict=True)), opened[-1], record=record)
         except BaseException:
             for ledger in opened:
                 ledger.close()
@@ -173,12 +174,12 @@ class CompactedLedgers:
         path = layer_record_file(self.partition_folder, ledger_id)
         return path, path.with_name(path.name + DELETED_SUFFIX)
 
-    def _read_layer_record(self, ledger_id: int) -> list[LowerLayer] | None:
-        """The lower layers the view's record names, current or retired (a publish may rename it between the two
-        reads); None when it has none."""
+    def _read_layer_record(self, ledger_id: int) -> tuple[Path, list[LowerLayer]] | None:
+        """Where the view's record is, current or retired (a publish may rename it between the two reads), and the
+        lower layers it names; None when it has none."""
         for path in self._layer_records(ledger_id):
             try:
-                return read_layer_record(path)
+                return path, read_layer_record(path)
             except FileNotFoundError:
                 continue
         return None

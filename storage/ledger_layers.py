@@ -7,8 +7,9 @@ Iceberg's are). A layered view is read bottom layer first, each layer's unmarked
 offsets never overlap (a layer holds offsets above the horizon of the one beneath it), so that is offset order.
 
 The layers are named by a *layer record* beside the top ledger, ``<ledger id>.layers``: the ledgers beneath it,
-bottom first, with their horizons and their deleted rows. It never changes: a later layered run writes a record of
-its own for its own top, so a reader that opened a view keeps reading that view however many runs follow.
+bottom first, with their horizons and their deleted rows (every ledger a run publishes has one; a view of one
+ledger names none). It never changes: a later layered run writes a record of its own for its own top, so a reader
+that opened a view keeps reading that view however many runs follow.
 See docs/FORMAT.md, "Layered views".
 """
 
@@ -95,13 +96,14 @@ def deleted_rows(ledger: Ledger, kept_within: Callable[[int, int], npt.NDArray[n
 class LayeredLedger:
     """A layered view opened for reading, with the methods of a single ``Ledger`` (storage/ledger.LedgerReads)."""
 
-    def __init__(self, lower: list[tuple[LowerLayer, Ledger]], top: Ledger) -> None:
+    def __init__(self, lower: list[tuple[LowerLayer, Ledger]], top: Ledger, *, record: Path) -> None:
+        """``record``: where the layers were read from, for errors. Takes the ledgers' ownership, even on error."""
         for layer, ledger in lower:
             if len(layer.deleted) != sum(header.record_count for header in ledger.headers):
                 for _, opened in lower:
                     opened.close()
                 top.close()
-                raise CorruptLayerRecordError(Path(top.source), f"it counts {len(layer.deleted)} rows in ledger "
+                raise CorruptLayerRecordError(record, f"it counts {len(layer.deleted)} rows in ledger "
                                               f"{ledger.source}, which holds a different number")
         self.lower = lower
         self.top = top

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -16,7 +17,7 @@ from readers import Reader, TableView
 from readers.snapshot import LedgerRemovedError, snapshot_batches
 from storage import Store, compacted
 from storage.compacted import CompactedLedgers, CompactionCursor
-from storage.ledger_layers import CorruptLayerRecordError, LowerLayer, read_layer_record
+from storage.ledger_layers import CorruptLayerRecordError, LowerLayer, read_layer_record, write_layer_record
 from storage.schema import MESSAGE_SCHEMA, STORED_SCHEMA
 from storage.verification import verify_topics
 
@@ -218,3 +219,20 @@ def test_a_layered_run_over_keys_of_other_lengths_finds_the_rows_it_replaces(sto
     assert compacted_rows(store, "t") == [(1, b"abcdef", b"1"), (3, b"uvwxyz", b"1"), (4, b"abcd", b"2")]
     with TableView(store, "t") as view:
         assert [view.get(key) for key in (b"abcd", b"wxyz", b"abcdef")] == [b"2", None, b"1"]
+
+
+def test_a_layer_record_that_miscounts_a_ledgers_rows_is_an_error(store: Store) -> None:
+    """A record with a valid checksum that does not fit the ledger beneath (restored from another copy, say) must
+    not be applied to it row by row."""
+    store.create_topic("t")
+    store.append("t", [(b"k%d" % i, b"a") for i in range(20)], partition=0)
+    Compactor(store).compact("t")
+    store.append("t", [(b"k1", b"b")], partition=0)
+    Compactor(store).compact("t")
+    record = CompactedLedgers(store.partition_log("t", 0).folder).layer_record_path(2)
+    [layer] = read_layer_record(record)
+    record.unlink()
+    write_layer_record(record, [LowerLayer(layer.ledger_id, layer.horizon, np.append(layer.deleted, False))])
+    with pytest.raises(CorruptLayerRecordError, match=r"\.layers is unreadable: it counts 21 rows in ledger .*"
+                                                      r"00000000000000000001\.ledger"):
+        compacted_rows(store, "t")
