@@ -248,8 +248,14 @@ def test_dump_log_prints_batches_crcs_and_messages(data_dir: Path) -> None:
     assert "| offset: 5 " in dump and "valueSize: -1 key: k0 payload: null" in dump
     ledger = run_cli(data_dir, "dump-log", str(folder / "compacted"), "--print-data-log").out
     assert "key: k1 payload: v3" in ledger and "k0" not in ledger
+    assert "no ledger beneath: a view of one ledger" in ledger
+    produce_keys(data_dir, "prices", 1, 2)  # k0 again: a ledger over the first, replacing none of its rows
+    run_cli(data_dir, "produce", "prices", "--null-marker", "NULL", input="k1\tNULL\n")  # deletes k1's row
+    run_cli(data_dir, "compact", "prices")
+    layers = run_cli(data_dir, "dump-log", str(folder / "compacted" / f"{2:020d}.layers")).out
+    assert "ledger: 1 horizon: 5 rows: 1 deleted: 1" in layers
     not_a_log = run_cli(data_dir, "dump-log", str(folder / "compacted" / "cursor.json"), check=False)
-    assert not_a_log.code == 2 and "not a segment, index or ledger file" in not_a_log.err
+    assert not_a_log.code == 2 and "not a segment, index, ledger or layer record file" in not_a_log.err
 
 
 @pytest.mark.slow

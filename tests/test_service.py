@@ -76,6 +76,7 @@ def test_ingest_compact_report_then_stop_and_restart(tmp_path: Path) -> None:
     assert [p["partition"] for p in partitions] == [0, 1, 2]
     assert sum(p["end_offset"] for p in partitions) == 3000
     assert all(p["horizon"] >= 0 and p["compacted_messages"] > 0 and 0 <= p["dirty_ratio"] < 1 for p in partitions)
+    assert all(1 <= p["compacted_layers"] <= 4 for p in partitions)  # compaction.max.layers' default bounds them
     assert status["status"] == "ok" and status["sources"][0]["state"] == "running"
     assert status["loops"]["compaction"]["runs"] >= 1
     assert any(event["event"] == "compaction.done" for event in service.events)
@@ -85,6 +86,7 @@ def test_ingest_compact_report_then_stop_and_restart(tmp_path: Path) -> None:
     assert 'ledgerview_source_messages_total{source="ticks",topic="prices"} 3000' in metrics
     assert 'ledgerview_partition_compaction_state{topic="prices",partition="0",state="SUCCESS"} 1' in metrics
     assert "# TYPE ledgerview_partition_end_offset gauge" in metrics
+    assert "# TYPE ledgerview_partition_compacted_layers gauge" in metrics
     ends = {line.split(" ")[0]: int(line.split(" ")[1]) for line in metrics.splitlines()
             if line.startswith("ledgerview_partition_end_offset{")}
     assert sum(ends.values()) == 3000

@@ -12,14 +12,23 @@ from ledgerview.errors import UsageError
 from ledgerview.progress import ByteProgress
 from storage.batch_files import BatchFile
 from storage.codec import LOG_APPEND_TIME_FLAG, BatchFormatError, BatchHeader
-from storage.files import LEDGER_SUFFIX, LOG_SUFFIX, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX, parse_ledger_file
+from storage.files import (
+    LAYER_RECORD_SUFFIX,
+    LEDGER_SUFFIX,
+    LOG_SUFFIX,
+    OFFSET_INDEX_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    parse_ledger_file,
+)
 from storage.files import parse_segment_file as parse_segment_name
 from storage.index import OffsetIndex, TimeIndex
+from storage.ledger_layers import read_layer_record
 
 DESCRIPTION = """Print the batches of segment files (.log) and compacted ledgers (.ledger): offsets, counts,
 timestamps, positions, sizes, codec, the columns a compressed batch stores as dictionaries, and CRC-32C with
 whether it verifies; with --print-data-log, every message too. Offset (.index) and time (.timeindex) indexes
-print their entries. A folder stands for the files in it.
+print their entries; a ledger's layer record (.layers), the ledgers beneath it and how many of their rows it
+deletes. A folder stands for the files in it.
 
 examples:
   ledgerview dump-log data/prices-0/00000000000000000000.log
@@ -27,7 +36,7 @@ examples:
   ledgerview dump-log data/prices-0/compacted/00000000000000000001.ledger --print-data-log
 """
 BATCH_SUFFIXES = (LOG_SUFFIX, LEDGER_SUFFIX)
-DUMPABLE_SUFFIXES = (*BATCH_SUFFIXES, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+DUMPABLE_SUFFIXES = (*BATCH_SUFFIXES, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX, LAYER_RECORD_SUFFIX)
 
 
 def register(subparsers: Subparsers) -> None:
@@ -46,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
                 _dump_batches(file, print_data=args.print_data_log)
             elif file.suffix == OFFSET_INDEX_SUFFIX:
                 _dump_offset_index(file)
+            elif file.suffix == LAYER_RECORD_SUFFIX:
+                _dump_layer_record(file)
             else:
                 _dump_time_index(file)
             bar.advance(file.stat().st_size)
@@ -57,7 +68,8 @@ def _expand(path: Path) -> Iterator[Path]:
         raise FileNotFoundError(2, "No such file or folder", str(path))
     if not path.is_dir():
         if path.suffix not in DUMPABLE_SUFFIXES:
-            raise UsageError(f"{path} is not a segment, index or ledger file; dump-log reads files ending in "
+            raise UsageError(f"{path} is not a segment, index, ledger or layer record file; dump-log reads files "
+                             "ending in "
                              f"{', '.join(DUMPABLE_SUFFIXES)}, or a folder of them.")
         yield path
         return
@@ -79,6 +91,15 @@ def _dump_batches(path: Path, *, print_data: bool) -> None:
     if file.tail is not None:
         out.write(f"Unreadable bytes at position {file.tail.position} ({file.tail.remaining_bytes} bytes to the "
                   f"end): {file.tail.reason}\n")
+
+
+def _dump_layer_record(path: Path) -> None:
+    lower = read_layer_record(path)
+    if not lower:
+        sys.stdout.write("no ledger beneath: a view of one ledger\n")
+    for layer in lower:
+        sys.stdout.write(f"ledger: {layer.ledger_id} horizon: {layer.horizon} rows: {len(layer.deleted)} "
+                         f"deleted: {int(layer.deleted.sum())}\n")
 
 
 def _batch_line(header: BatchHeader) -> str:
