@@ -77,6 +77,27 @@ def test_a_split_table_read_is_one_row_per_live_key_on_the_ledger_it_was_planned
     assert table_rows(scan, pieces) == expected
 
 
+def test_a_split_table_read_of_a_layered_view_reads_each_ledger_once(tmp_path: Path) -> None:
+    """The view planned on is layered (a ledger of what changed over the first); the pieces split its ledgers' rows
+    by offset, leave out the rows the top ledger replaced, and keep reading it after a third compaction."""
+    with Store.open(tmp_path) as store:
+        store.create_topic("t", config={"segment.bytes": "4096"})
+        store.append("t", [(f"k{i % 50}", f"v{i}") for i in range(2_000)])
+        Compactor(store).compact("t")
+        store.append("t", [("k1", "new"), ("k2", None), ("k60", "added")])
+        [result] = Compactor(store).compact("t")
+        assert result.layers == 2
+    scan = TopicScan(ScanOptions.parse({"path": str(tmp_path), "topic": "t", "maxPartitionBytes": "512"}))
+    pieces = list(scan.partitions())
+    assert len(pieces) > 3
+    expected = sorted([(0, 1950 + i, f"k{i}".encode(), f"v{1950 + i}".encode()) for i in range(50) if i not in (1, 2)]
+                      + [(0, 2000, b"k1", b"new"), (0, 2002, b"k60", b"added")])
+    with Store.open(tmp_path) as store:
+        store.append("t", [("k3", "later")])
+        Compactor(store).compact("t")
+    assert table_rows(scan, pieces) == expected
+
+
 def offsets_read(folder: Path, **options: str) -> list[int]:
     scan = TopicScan(ScanOptions.parse({"path": str(folder), "topic": "t", **options}))
     return sorted(row["offset"] for piece in scan.partitions() for batch in scan.read(piece)
