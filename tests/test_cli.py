@@ -69,9 +69,9 @@ def one_topic_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize(("args", "code", "message"), [
     (["topics", "create", "prices"], 4, "Topic 'prices' already exists"),
-    (["topics", "create", "t2", "--config", "retention.msx=1"], 2, "Did you mean 'retention.ms'?"),
+    slow(["topics", "create", "t2", "--config", "retention.msx=1"], 2, "Did you mean 'retention.ms'?"),
     (["topics", "describe", "nope"], 3, "Unknown topic 'nope'. Topics in this store: prices."),
-    (["consume", "prices", "--offset", "3"], 2, "--offset needs exactly one --partition"),
+    slow(["consume", "prices", "--offset", "3"], 2, "--offset needs exactly one --partition"),
     slow(["topics", "create", "t2", "--config", "cleanup.policy=shred"], 2,
          "Invalid value 'shred' for topic config 'cleanup.policy'"),
     slow(["topics", "create", "t2", "--config", "retention.ms"], 2, "is not key=value"),

@@ -261,6 +261,7 @@ def test_a_dictionary_payload_cut_before_its_record_batch_is_a_corruption_error(
     assert "ends before its record batch" in str(caught.value)
 
 
+@pytest.mark.slow
 def test_dump_log_names_the_columns_a_batch_stores_as_dictionaries(tmp_path: Path) -> None:
     with filled(tmp_path / "zstd", "zstd"), filled(tmp_path / "plain", "uncompressed"):
         pass

@@ -49,6 +49,7 @@ def values(writer: str, first: int, last: int) -> list[bytes]:
 
 
 # ------------------------------------------------------------------------------------------------ two writers
+@pytest.mark.slow
 def test_two_writer_processes_append_to_one_partition_without_loss_or_interleaving(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     create_topic(data_dir)
@@ -219,6 +220,7 @@ READER_CLOSE_WAITS = (
 
 
 # ---------------------------------------------------------------------------------- a reader following a writer
+@pytest.mark.slow
 @pytest.mark.parametrize("config", [{}, TINY], ids=["one-segment", "rolling"])
 def test_a_reader_process_sees_every_batch_whole_while_a_writer_process_appends(
         tmp_path: Path, config: dict[str, str]) -> None:

@@ -115,6 +115,7 @@ def test_every_flip_is_an_error_or_the_right_answer_thorough(compacted: Path, tm
     sweep_key_index(compacted, tmp_path, 200)
 
 
+@pytest.mark.slow
 def test_table_view_answers_from_the_ledger_when_its_key_index_is_damaged(
         compacted: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """TableView.get never returns a wrong value or a wrong None, whichever byte of the index is flipped; a damaged
