@@ -142,7 +142,8 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
                     faults.crash_point("compactor.after_phase_one")
                     written = log.read_batches(raw_start, end_offset) if layered else input_batches()
                     _write_ledger(writer, written, survivors, budget=log.config.compaction_memory_bytes)
-                    lower = _lower_layers(previous_cursor, previous_view, survivors) if layered else []
+                    lower = _lower_layers(previous_cursor, previous_view, survivors) if (
+                        layered and previous_cursor and previous_view) else []
                 finally:
                     survivors.close()
             write_layer_record(ledgers.layer_record_path(ledger_id), lower)
@@ -181,11 +182,8 @@ def _layered(log: PartitionLog, ledgers: CompactedLedgers, cursor: CompactionCur
     return len(cursor.ledger_ids) < log.config.compaction_max_layers and 2 * (stored - view.messages) < stored
 
 
-def _lower_layers(cursor: CompactionCursor | None, view: LedgerReads | None, survivors: Survivors) -> (
-    list[LowerLayer]
-):
+def _lower_layers(cursor: CompactionCursor, view: LedgerReads, survivors: Survivors) -> list[LowerLayer]:
     """The current view's ledgers, bottom first, each with the rows phase one did not keep marked deleted."""
-    assert cursor is not None and view is not None
     if isinstance(view, LayeredLedger):
         layers = [(layer.ledger_id, layer.horizon, ledger) for layer, ledger in view.lower]
         layers.append((cursor.ledger_id, cursor.horizon, view.top))

@@ -78,6 +78,10 @@ class CompactionCursor:
         """Every ledger the view reads."""
         return (*self.lower_layers, self.ledger_id)
 
+    def recorded(self, ledger_id: int) -> bool:
+        """Whether ledger ``ledger_id`` was published with a layer record (by this release)."""
+        return bool(self.layer_records_from) and ledger_id >= self.layer_records_from
+
     def __post_init__(self) -> None:
         if self.ledger_id < 0 or self.horizon < -1 or min(self.messages_read, self.messages_kept) < 0:
             raise ValueError(f"invalid compaction cursor {self}")
@@ -194,7 +198,7 @@ class CompactedLedgers:
         published and that is still there. A ledger of this release without its record is a view that was
         retired and removed, even while a layered view still reads the ledger."""
         cursor = self._cursor_unless_damaged()
-        if cursor is None or (cursor.layer_records_from and ledger_id >= cursor.layer_records_from):
+        if cursor is None or cursor.recorded(ledger_id):
             return False
         ledger, _ = self.ledger_paths(ledger_id)
         return ledger.with_name(ledger.name + DELETED_SUFFIX).exists() or ledger.exists()
@@ -230,9 +234,9 @@ class CompactedLedgers:
            rename leaves the old view and an orphan ledger, removed by the next run; after it, the new view.
            The record lists the previous view's top ledger and those still retiring, with their horizons, so
            retention keeps the raw data their readers still need (``retention_hold_offset``).
-        2. Rename ``.deleted`` the ledgers of the previous view that the new one does not read (with their
-           indexes and layer records). A crash before this leaves them as orphans, removed by the next run.
-           Readers that opened them keep reading them.
+        2. Rename ``.deleted`` the ledgers of the previous view that the new one does not read, with their
+           indexes, then the previous view's layer record. A crash before this leaves them as orphans, removed by
+           the next run. Readers that opened them keep reading them.
 
         A damaged cursor record is replaced like any other; the ledgers it named become orphans.
         """
@@ -246,9 +250,10 @@ class CompactedLedgers:
         faults.crash_point("compacted.publish_before_retire")
         if previous is not None:
             gone = set(previous.ledger_ids) - set(cursor.ledger_ids)
-            # a layer record after its ledger: a retired ledger is removed no later than its record
+            # the previous view's record after its ledgers, so a retired ledger is removed no later than it (the
+            # records of the ledgers beneath were retired when they stopped being the top)
             retired = [*(path for ledger_id in sorted(gone) for path in self.ledger_paths(ledger_id)),
-                       *(self.layer_record_path(ledger_id) for ledger_id in previous.ledger_ids)]
+                       self.layer_record_path(previous.ledger_id)]
             for path in retired:
                 if path.exists():
                     path.rename(path.with_name(path.name + DELETED_SUFFIX))

@@ -237,10 +237,9 @@ def _verify_compacted(folder: Path, report: Report, *, end_offset: int) -> None:
     try:
         lower = read_layer_record(ledgers.layer_record_path(cursor.ledger_id))
     except FileNotFoundError:
-        if cursor.lower_layers or cursor.ledger_id >= (cursor.layer_records_from or cursor.ledger_id + 1):
-            # only a view of one ledger published by an earlier release has none
-            report.problems.append(f"{ledgers.cursor_path}: names a layered view, but its layer record "
-                                   f"{ledgers.layer_record_path(cursor.ledger_id)} is missing")
+        if cursor.lower_layers or cursor.recorded(cursor.ledger_id):  # an earlier release's view has none
+            report.problems.append(f"{ledgers.cursor_path}: names ledger {cursor.ledger_id}, published with a layer "
+                                   f"record, but {ledgers.layer_record_path(cursor.ledger_id)} is missing")
             return
     except LedgerviewError as error:
         report.problems.append(str(error))

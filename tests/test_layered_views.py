@@ -236,3 +236,15 @@ def test_a_layer_record_that_miscounts_a_ledgers_rows_is_an_error(store: Store) 
     with pytest.raises(CorruptLayerRecordError, match=r"\.layers is unreadable: it counts 21 rows in ledger .*"
                                                       r"00000000000000000001\.ledger"):
         compacted_rows(store, "t")
+
+
+def test_verify_names_a_missing_layer_record_even_for_a_view_of_one_ledger(store: Store) -> None:
+    """This release publishes every ledger with a record; without it, a read pinned to the view could not tell it
+    from a removed one, so its loss is a problem, not an earlier release's layout."""
+    store.create_topic("t")
+    store.append("t", [(b"k%d" % i, b"a") for i in range(5)], partition=0)
+    Compactor(store).compact("t")
+    assert verify_topics(store, ["t"], lambda _: None).problems == []
+    CompactedLedgers(store.partition_log("t", 0).folder).layer_record_path(1).unlink()
+    problems = verify_topics(store, ["t"], lambda _: None).problems
+    assert len(problems) == 1 and "names ledger 1, published with a layer record, but" in problems[0]
