@@ -51,6 +51,8 @@ class PartitionCheckpoints:
     """Where this partition records its recovery point and log start offset (files shared by the store)."""
 
     save_recovery_point: Callable[[int], None]
+    read_recovery_point: Callable[[], int]
+    """The recovery point as last saved, by whichever process holds the writer lock."""
     save_log_start_offset: Callable[[int], None]
     read_log_start_offset: Callable[[], int]
 
@@ -161,10 +163,23 @@ class PartitionLog:
                 self._listing = listing
                 self._relist_segments()
         self._active_file_bytes = self.active.follow_growth()
+        if self._active_file_bytes > self.active.size_bytes:
+            self._check_unparsed_tail()
         # A tiered log's first local segment may be well above its start (local retention): its checkpoint, which
         # retention moves on both tiers, is the start then, and the remote tier is not asked.
         first = self._remote_segments[0] if self._remote_segments else None if self.is_tiered else self.segments[0]
         self.log_start_offset = max(self.checkpoints.read_log_start_offset(), first.base_offset if first else 0)
+
+    def _check_unparsed_tail(self) -> None:
+        """Bytes past the active segment's last batch that parses are a batch another process is writing, or one
+        a writer that died left torn, unless the recovery point is above that batch: then it was fsynced whole,
+        and the bytes are damage (CorruptSegmentError, as a recovering open raises: storage/loader.py). The
+        recovery point is read before the segment is looked at again, so a batch written and flushed meanwhile
+        is seen whole rather than taken for damage."""
+        recovery_point = self.checkpoints.read_recovery_point()
+        self._active_file_bytes = self.active.follow_growth()
+        if self._active_file_bytes > self.active.size_bytes and self.active.next_offset < recovery_point:
+            self.active.raise_unparsed_tail()
 
     def _relist_segments(self) -> None:
         known = {segment.base_offset: segment for segment in self.segments}
@@ -204,8 +219,9 @@ class PartitionLog:
 
     def _cut_torn_tail(self) -> None:
         """Under the writer lock nobody else is writing: bytes past the last complete batch are what a writer
-        that died mid-append left. Cut them, or the next batch would land after them and never be read. Called
-        right after ``refresh`` under the lock, so the file's size refresh saw is still its size."""
+        that died mid-append left (``refresh`` raised had they been below the recovery point). Cut them, or the
+        next batch would land after them and never be read. Called right after ``refresh`` under the lock, so the
+        file's size refresh saw is still its size."""
         active = self.active
         if self._active_file_bytes > active.size_bytes:
             active.truncate(active.size_bytes)

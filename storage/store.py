@@ -264,6 +264,7 @@ class Store:
 
         checkpoints = PartitionCheckpoints(
             save_recovery_point=lambda offset: update_checkpoint(recovery_file, self._store_lock, {key: offset}),
+            read_recovery_point=lambda: read_checkpoint(recovery_file).get(key, 0),
             save_log_start_offset=lambda offset: update_checkpoint(start_file, self._store_lock, {key: offset}),
             read_log_start_offset=read_log_start_offset,
         )
@@ -280,12 +281,12 @@ class Store:
             if segments:
                 return PartitionLog(folder, topic, partition, config=config, segments=segments,
                                     log_start_offset=max(read_log_start_offset(), segments[0].base_offset),
-                                    recovery_point=read_checkpoint(recovery_file).get(key, 0),
+                                    recovery_point=checkpoints.read_recovery_point(),
                                     writer_lock=writer_lock, checkpoints=checkpoints, clock=self.clock,
                                     verify_reads=self.verify_reads, load_remote=load_remote)
             writer_lock.acquire(wait=True)  # the partition's first segment is being created: wait for it
         try:
-            recovery_point = read_checkpoint(recovery_file).get(key, 0)
+            recovery_point = checkpoints.read_recovery_point()
             log_start_offset = read_log_start_offset()
             segments = load_segments(folder, recovery_point=recovery_point, log_start_offset=log_start_offset,
                                      index_interval_bytes=config.index_interval_bytes)

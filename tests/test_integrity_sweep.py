@@ -9,6 +9,7 @@ reads). The sweep takes a few positions per file; the slow one takes many more.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from readers import Consumer, Reader, TableView
 from storage import Store
 from storage.codec import read_header
 from storage.errors import CorruptSegmentError, LedgerviewError
+from storage.files import WRITER_LOCK
 from tests.cli_runner import run_main
 
 KEYS = [b"key-%03d" % number for number in range(120)]
@@ -172,6 +174,30 @@ def test_a_damaged_last_batch_of_a_sealed_segment_is_corruption_not_its_end(pris
         list(store.read_batches("t", 0))
     with pytest.raises(CorruptSegmentError), Reader(root, "t") as opened:
         list(opened.batches())
+
+
+def test_a_damaged_last_batch_of_the_active_segment_below_the_recovery_point_is_never_cut(
+        pristine: Path, tmp_path: Path) -> None:
+    """A batch the recovery point says was fsynced cannot be a write still under way: opened without recovery (read
+    only, or while another process holds the writer lock), its damaged header must fail reads and appends, not end
+    the log early and hand its offsets to new messages."""
+    root = tmp_path / "data"
+    shutil.copytree(pristine, root)
+    segment = active_segment(root)
+    flip(segment, last_batch_position(segment) + 20)  # last_offset_delta: the header no longer parses
+    size = segment.stat().st_size
+    with Store.open(root, read_only=True) as store, pytest.raises(CorruptSegmentError):
+        list(store.read_batches("t", 0))
+    with (root / "t-0" / WRITER_LOCK).open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as another process appending while we open
+        store = Store.open(root)
+        fcntl.flock(held, fcntl.LOCK_UN)
+    with store:
+        with pytest.raises(CorruptSegmentError):
+            list(store.read_batches("t", 0))
+        with pytest.raises(CorruptSegmentError):
+            store.append("t", [(b"new", b"message")], partition=0)
+    assert segment.stat().st_size == size
 
 
 def test_a_reader_that_saw_a_segment_active_finds_its_damaged_tail_once_sealed(tmp_path: Path) -> None:
