@@ -299,12 +299,14 @@ def _verify_ledger(folder: Path, ledger_id: int, horizon: int, report: Report, *
 
 
 def _first_ledger_offset(folder: Path) -> int:
+    """The first offset a damaged view holds, from which a rebuild needs the raw log: its bottom ledger's first
+    batch, trusted only when its CRC checks (a damaged header could name any offset); 0 when unknown."""
     try:
         cursor = CompactedLedgers(folder).read_cursor()
         first = next(BatchFile(ledger_file(folder, cursor.ledger_ids[0])).scan(), None) if cursor else None
     except (LedgerviewError, OSError):
         return 0
-    return first.header.base_offset if first is not None else 0
+    return first.header.base_offset if first is not None and first.crc_valid else 0
 
 
 def _keyed_messages(path: Path, scanned: list[ScannedBatch], report: Report) -> int | None:

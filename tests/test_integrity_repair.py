@@ -5,6 +5,7 @@ changes nothing and says so."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,12 @@ def damage_ledger(root: Path) -> str:
     return str(ledger_file(folder(root), 1))
 
 
+def damage_ledger_first_offset(root: Path) -> str:
+    """The first batch's base offset, which says where the view starts: 0 becomes 2**29."""
+    flip(ledger_file(folder(root), 1), 3)
+    return str(ledger_file(folder(root), 1))
+
+
 def damage_key_index(root: Path) -> str:
     [sst] = key_index_folder(folder(root), 1).glob("*.sst")
     flip(sst, 10)
@@ -82,13 +89,17 @@ def test_repair_rebuilds_a_damaged_view_from_the_raw_log(tmp_path: Path, capsys:
     assert cursor is not None and cursor.ledger_id == 2
 
 
-def test_repair_says_so_when_retention_removed_the_raw_data(tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("damage", [damage_ledger, damage_ledger_first_offset],
+                         ids=["ledger batch", "the ledger's first offset"])
+def test_repair_says_so_when_retention_removed_the_raw_data(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            damage: Callable[[Path], str]) -> None:
+    """Also when the damage is in the header that says where the view starts: a rebuild from what retention left
+    would drop every key only the view holds."""
     root = tmp_path / "data"
     build(root, config={"segment.bytes": "4096"})
     with Store.open(root) as store:
         store.delete_records("t", 0, 750)
-    named = damage_ledger(root)
+    named = damage(root)
     pristine = tmp_path / "pristine"
     shutil.copytree(root, pristine)
     result = run_main(capsys, root, "verify", "--repair")

@@ -25,7 +25,7 @@ def repair_views(store: Store, damaged: dict[tuple[str, int], int]) -> tuple[lis
         if log.log_start_offset > needed_from:
             not_repaired.append(
                 f"{name}: its compacted view is damaged and cannot be rebuilt: retention removed the raw messages "
-                f"below offset {log.log_start_offset}, and the view holds messages from offset {needed_from}. "
+                f"below offset {log.log_start_offset}, and the view may hold messages from offset {needed_from} on. "
                 f"Restore {log.folder / 'compacted'} from a copy, or remove its cursor.json to serve the raw log "
                 "alone as the compacted view (the keys only the ledger held are then lost).")
             continue
