@@ -35,6 +35,8 @@ def read_checkpoint(path: Path) -> dict[PartitionKey, int]:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
         return {}
+    except UnicodeDecodeError as error:
+        raise CorruptCheckpointError(path, f"byte {error.start} is not text ({error.reason})") from error
     if len(lines) < 2 or lines[0].strip() != str(VERSION):
         raise CorruptCheckpointError(path, f"expected version {VERSION} and a count on the first two lines")
     try:

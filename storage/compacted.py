@@ -47,6 +47,16 @@ class CorruptCompactionCursorError(LedgerviewError):
         super().__init__(f"Compaction cursor {path} is unreadable: {reason}. Remove it to compact from scratch.")
 
 
+class ViewMismatchError(LedgerviewError):
+    """The ledgers of a view do not hold what its cursor says they do: a ledger lost whole batches (a truncated
+    file) or a batch header is damaged. Served as it is, the view would silently miss keys."""
+
+    def __init__(self, cursor_path: Path, reason: str) -> None:
+        super().__init__(f"The compacted view that {cursor_path} names does not match its ledgers: {reason}. A ledger "
+                         "or the cursor is damaged; rebuild the view from the raw log with `ledgerview verify "
+                         "--repair`, which works while retention has not removed the raw messages the view covers.")
+
+
 @dataclass(frozen=True)
 class CompactionCursor:
     """The cursor-metadata record of a partition's two-phase compaction."""
@@ -140,11 +150,30 @@ class CompactedLedgers:
             unnamed = cursor.lower_layers and not self.has_layer_record(cursor.ledger_id)  # its layers are unknown
             view = None if unnamed else self.open_ledger(cursor.ledger_id, verify=verify)
             if view is not None:
+                self._check_view(cursor, view)
                 return cursor, view
             if self.read_cursor() == cursor:
                 raise FileNotFoundError(f"{ledger_file(self.partition_folder, cursor.ledger_id)}, which the "
                                         "compaction cursor names, or a ledger beneath it, is missing")
         raise LedgerviewError(f"The compacted ledger of {self.partition_folder} keeps changing under the reader.")
+
+    def _check_view(self, cursor: CompactionCursor, view: LedgerReads) -> None:
+        """Raise ViewMismatchError (closing the view) unless its ledgers' batch headers agree with the cursor: the
+        messages it serves, and no ledger above its horizon. The headers are in memory already; their CRCs are
+        checked as batches are read, but a reader skips the batches outside its range by their headers alone."""
+        ledgers: list[tuple[int, LedgerReads]] = [(cursor.horizon, view)]
+        if isinstance(view, LayeredLedger):
+            ledgers = [*((layer.horizon, ledger) for layer, ledger in view.lower), (cursor.horizon, view.top)]
+        reason = None
+        if view.messages != cursor.messages_kept:
+            reason = f"it says the view serves {cursor.messages_kept} messages, the ledgers hold {view.messages}"
+        for horizon, ledger in ledgers:
+            if ledger.headers and ledger.headers[-1].last_offset > horizon:
+                reason = (f"ledger {ledger.source} holds offset {ledger.headers[-1].last_offset}, above its horizon "
+                          f"{horizon}")
+        if reason is not None:
+            view.close()
+            raise ViewMismatchError(self.cursor_path, reason)
 
     def open_ledger(self, ledger_id: int, *, verify: bool = True) -> LedgerReads | None:
         """The view ledger ``ledger_id`` tops, opened whether it is current or retiring (its layer record, and the

@@ -8,6 +8,7 @@ cursor (storage/compaction_cursor.py); a ledger no cursor names is an orphan.
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import os
 from collections.abc import Iterator
@@ -156,6 +157,14 @@ class Ledger:
                 verify: bool) -> None:
         self.source = source
         """Where the ledger is, for errors: a path or a URI."""
+        for before, header in itertools.pairwise(headers):
+            if header.base_offset <= before.last_offset:
+                # A damaged header (its CRC is checked only when the batch is read): a reader would skip or
+                # misplace a batch by it
+                keys.close()
+                raise CorruptLedgerError(source, header.position, -1, f"its batch headers' offsets do not increase "
+                                         f"(offsets {before.base_offset} to {before.last_offset}, then "
+                                         f"{header.base_offset} to {header.last_offset})")
         self.headers = headers
         self.keys = keys
         self.verify = verify

@@ -5,6 +5,7 @@ the ledger and the batch's position, never skips it; the other batches still rea
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,9 +14,9 @@ import pytest
 from compactor import Compactor
 from readers import Reader, TableView
 from storage import Store
-from storage.codec import HEADER_BYTES
+from storage.codec import HEADER_BYTES, BatchHeader
 from storage.compacted import CompactedLedgers
-from storage.errors import CorruptLedgerError
+from storage.errors import CorruptLedgerError, LedgerviewError
 from storage.files import ledger_file, partition_folder
 from storage.ledger import BATCH_BYTES, Ledger, bounded_slices
 from storage.partition_log import estimated_message_bytes
@@ -117,3 +118,44 @@ def test_a_damaged_batch_header_is_named_when_the_ledger_opens(compacted: Path, 
     named = rf"compacted ledger {path} at file position {header.position}: .*verify --repair"
     with Reader(root, "t", read_compacted=True) as reader, pytest.raises(CorruptLedgerError, match=named):
         list(reader.batches())
+
+
+def copy_with_ledger_bytes(compacted: Path, tmp_path: Path, change: Callable[[bytearray, list[BatchHeader]], bytes]
+                           ) -> Path:
+    """A copy of the store whose ledger file is ``change(its bytes, its batch headers)``."""
+    root = tmp_path / "data"
+    shutil.copytree(compacted, root)
+    ledger = open_ledger(root)
+    headers = list(ledger.headers)
+    ledger.close()
+    path = ledger_file(partition_folder(root, "t", 0), 1)
+    path.write_bytes(change(bytearray(path.read_bytes()), headers))
+    return root
+
+
+def flip_base_offset(data: bytearray, header: BatchHeader) -> bytes:
+    data[header.position + 3] ^= 0x01  # base_offset + 2**24
+    return bytes(data)
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda data, headers: bytes(data[: headers[-1].position]), id="the last batch cut off"),
+    pytest.param(lambda data, headers: flip_base_offset(data, headers[-1]), id="the last batch's base offset"),
+    pytest.param(lambda data, headers: flip_base_offset(data, headers[1]), id="a middle batch's base offset"),
+])
+def test_a_ledger_that_lost_or_misplaces_a_batch_is_an_error_not_a_smaller_view(
+        compacted: Path, tmp_path: Path, change: Callable[[bytearray, list[BatchHeader]], bytes]) -> None:
+    """Whole batches lost (a file cut at a batch boundary) or a header saying the wrong offsets leave every batch
+    that is read intact: only the view's cursor (the messages it serves, its horizon) and the order of the headers
+    show it. Readers, lookups and the next compaction must refuse such a view, never serve or keep it smaller."""
+    root = copy_with_ledger_bytes(compacted, tmp_path, change)
+    with Reader(root, "t", read_compacted=True) as reader, pytest.raises(LedgerviewError, match="verify --repair"):
+        list(reader.batches())
+    with pytest.raises(LedgerviewError, match="verify --repair"), TableView(root, "t") as view:
+        view.get(KEYS[-1])
+    with Store.open(root) as store:
+        cursor = CompactedLedgers(partition_folder(root, "t", 0)).read_cursor()
+        store.append("t", [(b"new", b"message")], partition=0)
+        with pytest.raises(LedgerviewError, match="verify --repair"):
+            Compactor(store).compact("t")
+        assert CompactedLedgers(partition_folder(root, "t", 0)).read_cursor() == cursor

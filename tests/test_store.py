@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from storage import Store
-from storage.checkpoints import read_checkpoint
+from storage.checkpoints import CorruptCheckpointError, read_checkpoint
 from storage.config import InvalidConfigError, UnknownConfigError
 from storage.errors import (
     CorruptSegmentError,
@@ -316,6 +316,17 @@ def test_checkpoints_use_kafkas_text_format(data_dir: Path) -> None:
     lines = (data_dir / "recovery-point-offset-checkpoint").read_text().splitlines()
     assert lines[0] == "0" and int(lines[1]) == len(lines) - 2
     assert "t 1 3" in lines[2:]
+
+
+@pytest.mark.parametrize("damage", [b"0\n1\nt 0 x\n", b"\xf4\n1\nt 0 3\n"], ids=["not a number", "not text"])
+def test_a_malformed_checkpoint_is_an_error_that_names_it(data_dir: Path, damage: bytes) -> None:
+    with Store.open(data_dir) as store:
+        store.create_topic("t")
+        store.append("t", changelog(3), partition=0)
+    checkpoint = data_dir / "recovery-point-offset-checkpoint"
+    checkpoint.write_bytes(damage)
+    with Store.open(data_dir) as store, pytest.raises(CorruptCheckpointError, match=f"{checkpoint} is malformed"):
+        store.partition_log("t", 0)
 
 
 def test_a_torn_tail_is_cut_back_to_the_last_whole_batch(data_dir: Path) -> None:
