@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from compactor.errors import CompactionInProgressError
 from compactor.run import CompactionResult, compact_partition
-from compactor.status import CompactionState, CompactionStatus, read_status
 from storage import Store
 from storage.compacted import CompactedLedgers
+from storage.compaction_status import CompactionState, CompactionStatus, read_status
 
 __all__ = ["CompactionInProgressError", "CompactionResult", "CompactionState", "CompactionStatus", "Compactor"]
 

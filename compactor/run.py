@@ -28,9 +28,9 @@ import pyarrow as pa
 from compactor.errors import CompactionInProgressError
 from compactor.index_runs import KeyIndexRuns
 from compactor.latest_offsets import LiveKeys, Survivors, find_survivors
-from compactor.status import CompactionState, CompactionStatus, read_status, write_status
 from storage import faults
-from storage.compacted import CompactedLedgers, CompactionCursor
+from storage.compacted import CompactedLedgers, CompactionCursor, LostCursorError
+from storage.compaction_status import CompactionState, CompactionStatus, read_status, write_status
 from storage.errors import PartitionLockedError
 from storage.ledger import Ledger, LedgerReads, LedgerWriter
 from storage.ledger_layers import LayeredLedger, LowerLayer, deleted_rows, write_layer_record
@@ -87,6 +87,8 @@ def compact_partition(log: PartitionLog, *, clock: Clock, rebuild: bool = False)
     previous = read_status(log.folder, log.partition, run_in_progress=lambda: False)
     status = CompactionStatus(log.partition, CompactionState.RUNNING, started_ms=clock())
     try:
+        if not rebuild:  # before the status and the orphans change: a lost cursor must leave its ledgers
+            ledgers.check_cursor_not_lost()
         write_status(log.folder, status)
         ledgers.remove_orphans_and_retired(delete_delay_ms=log.config.file_delete_delay_ms)
         result = _run(log, ledgers, clock, rebuild=rebuild)
@@ -97,6 +99,8 @@ def compact_partition(log: PartitionLog, *, clock: Clock, rebuild: bool = False)
                 log.partition, CompactionState.SUCCESS, None, status.started_ms, clock(),
                 result.messages_read, result.messages_kept, result.messages_removed))
         return result
+    except LostCursorError:
+        raise  # the status stays SUCCESS, so every run refuses until the cursor is back or the view rebuilt
     except Exception as error:
         write_status(log.folder, CompactionStatus(
             log.partition, CompactionState.ERROR, f"{type(error).__name__}: {error}", status.started_ms, clock()))

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from storage import faults
+from storage.compaction_status import last_run_succeeded
 from storage.errors import LedgerviewError, PartitionLockedError
 from storage.fileio import holds_temporary_files, remove_stray_temporary_files, write_atomically
 from storage.files import (
@@ -44,7 +45,21 @@ release's batches either: docs/FORMAT.md, "Implied columns")."""
 
 class CorruptCompactionCursorError(LedgerviewError):
     def __init__(self, path: Path, reason: str) -> None:
-        super().__init__(f"Compaction cursor {path} is unreadable: {reason}. Remove it to compact from scratch.")
+        super().__init__(f"Compaction cursor {path} is unreadable: {reason}. Rebuild the compacted view from the raw "
+                         "log with `ledgerview verify --repair` (it refuses while retention has removed raw messages "
+                         "the view holds; removing the cursor would then lose the keys only the view holds).")
+
+
+class LostCursorError(LedgerviewError):
+    """The compaction cursor is gone, though a compaction published a view here and its ledgers remain: reading
+    or compacting as if the partition had never been compacted would drop every key only the view holds."""
+
+    def __init__(self, cursor_path: Path, ledger_ids: list[int]) -> None:
+        super().__init__(
+            f"The compaction cursor {cursor_path} is missing, though the last compaction succeeded and ledgers "
+            f"{ledger_ids} are still there: the cursor was lost. Restore it from a copy, or rebuild the view from "
+            "the raw log with `ledgerview verify --repair` (it refuses while retention has removed raw messages "
+            f"the view may hold; to give the view up then, remove {cursor_path.parent}).")
 
 
 class ViewMismatchError(LedgerviewError):
@@ -146,6 +161,7 @@ class CompactedLedgers:
         for _ in range(100):
             cursor = self.read_cursor()
             if cursor is None:
+                self.check_cursor_not_lost()
                 return None
             unnamed = cursor.lower_layers and not self.has_layer_record(cursor.ledger_id)  # its layers are unknown
             view = None if unnamed else self.open_ledger(cursor.ledger_id, verify=verify)
@@ -156,6 +172,17 @@ class CompactedLedgers:
                 raise FileNotFoundError(f"{ledger_file(self.partition_folder, cursor.ledger_id)}, which the "
                                         "compaction cursor names, or a ledger beneath it, is missing")
         raise LedgerviewError(f"The compacted ledger of {self.partition_folder} keeps changing under the reader.")
+
+    def check_cursor_not_lost(self) -> None:
+        """Raise LostCursorError if the cursor is missing though a run published a view (its status says SUCCESS)
+        and ledgers remain. Ledgers without a cursor are otherwise what a first run left when it stopped before its
+        publish: orphans, which the next run removes."""
+        if self.cursor_path.exists() or not last_run_succeeded(self.partition_folder):
+            return
+        ledger_ids = sorted({parsed[0] for name in _names(self.folder)
+                             if (parsed := parse_ledger_file(name)) is not None and parsed[2] is None})
+        if ledger_ids:
+            raise LostCursorError(self.cursor_path, ledger_ids)
 
     def _check_view(self, cursor: CompactionCursor, view: LedgerReads) -> None:
         """Raise ViewMismatchError (closing the view) unless its ledgers' batch headers agree with the cursor: the

@@ -20,7 +20,7 @@ from pathlib import Path
 from storage.batch_files import BatchFile, ScannedBatch
 from storage.checkpoints import read_checkpoint
 from storage.codec import BatchFormatError
-from storage.compacted import CompactedLedgers
+from storage.compacted import CompactedLedgers, LostCursorError
 from storage.cursors import read_subscription_cursor
 from storage.errors import LedgerviewError
 from storage.files import (
@@ -229,6 +229,10 @@ def _verify_compacted(folder: Path, report: Report, *, end_offset: int) -> None:
         report.problems.append(str(error))
         return
     if cursor is None:
+        try:
+            ledgers.check_cursor_not_lost()
+        except LostCursorError as error:
+            report.problems.append(str(error))
         return
     if cursor.horizon >= end_offset:
         report.problems.append(f"{ledgers.cursor_path}: names horizon {cursor.horizon}, at or above the partition's "

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from compactor import Compactor
-from readers import TableView
+from readers import Reader, TableView
 from storage import Store
 from storage.codec import HEADER_BYTES
-from storage.compacted import CompactedLedgers
+from storage.compacted import CompactedLedgers, LostCursorError
 from storage.files import key_index_folder, ledger_file, partition_folder
 from tests.cli_runner import run_main
 
@@ -118,3 +118,36 @@ def test_a_sound_store_is_left_alone(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert result.json_lines()[0]["repaired"] == [] and result.json_lines()[0]["not_repaired"] == []
     cursor = CompactedLedgers(folder(root)).read_cursor()
     assert cursor is not None and cursor.ledger_id == 1
+
+
+def test_a_lost_cursor_is_named_and_its_ledgers_kept_until_the_view_is_rebuilt(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A published view whose cursor is gone must not read, compact or verify as a partition never compacted:
+    that would serve the raw log alone and remove the view's ledgers as orphans. Only a rebuild replaces it."""
+    root = tmp_path / "data"
+    build(root)
+    cursor = CompactedLedgers(folder(root)).cursor_path
+    cursor.unlink()
+    with pytest.raises(LostCursorError, match="the cursor was lost"), Reader(root, "t", read_compacted=True) as reader:
+        list(reader.batches())
+    with Store.open(root) as store, pytest.raises(LostCursorError):
+        Compactor(store).compact("t")
+    assert ledger_file(folder(root), 1).exists()
+    checked = run_main(capsys, root, "verify")
+    assert checked.code == 1 and f"The compaction cursor {cursor} is missing" in checked.out
+    repaired = run_main(capsys, root, "verify", "--repair")
+    assert repaired.code == 0 and "REPAIRED t-0: compacted view rebuilt from raw offsets 0 to 749" in repaired.out
+    with TableView(root, "t") as view:
+        assert dict(view.items()) == {key: latest(key) for key in KEYS}
+
+
+def test_a_lost_cursor_whose_raw_log_retention_cut_is_not_rebuilt(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "data"
+    build(root, config={"segment.bytes": "4096"})
+    with Store.open(root) as store:
+        store.delete_records("t", 0, 750)
+    CompactedLedgers(folder(root)).cursor_path.unlink()
+    repaired = run_main(capsys, root, "verify", "--repair")
+    assert repaired.code == 1 and "NOT REPAIRED t-0" in repaired.out
+    assert ledger_file(folder(root), 1).exists()

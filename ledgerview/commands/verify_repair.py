@@ -26,8 +26,8 @@ def repair_views(store: Store, damaged: dict[tuple[str, int], int]) -> tuple[lis
             not_repaired.append(
                 f"{name}: its compacted view is damaged and cannot be rebuilt: retention removed the raw messages "
                 f"below offset {log.log_start_offset}, and the view may hold messages from offset {needed_from} on. "
-                f"Restore {log.folder / 'compacted'} from a copy, or remove its cursor.json to serve the raw log "
-                "alone as the compacted view (the keys only the ledger held are then lost).")
+                f"Restore {log.folder / 'compacted'} from a copy, or remove that folder to give the view up and "
+                "serve the raw log alone as the compacted view (the keys only the ledger held are then lost).")
             continue
         try:
             result = compact_partition(log, clock=store.clock, rebuild=True)

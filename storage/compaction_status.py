@@ -1,4 +1,6 @@
-"""Compaction status per partition, in Pulsar's states, stored so that every process sees the same answer."""
+"""Compaction status per partition, in Pulsar's states, stored beside the compaction cursor so that every process
+sees the same answer (the compactor writes it; `verify` reads it to tell a lost cursor from a first run that
+never published)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from pathlib import Path
 
 from storage.fileio import write_atomically
 from storage.files import COMPACTION_STATUS, ledgers_folder
-from storage.records import decode_record, encode_record
+from storage.records import CorruptRecordError, decode_record, encode_record
 
 STATUS_RECORD = "compaction-status"
 STATUS_VERSION = 2
@@ -56,6 +58,17 @@ def read_status(partition_folder: Path, partition: int, *, run_in_progress: Call
         return replace(status, state=CompactionState.ERROR,
                        last_error="the process running this compaction stopped before it finished")
     return status
+
+
+def last_run_succeeded(partition_folder: Path) -> bool:
+    """Whether the stored status is SUCCESS: a run published a view, and its compaction cursor was written before
+    the status. False without a status, or with one that cannot be read."""
+    path = status_path(partition_folder)
+    try:
+        _, record = decode_record(path, path.read_bytes(), STATUS_RECORD, max_version=STATUS_VERSION, legacy=True)
+    except (FileNotFoundError, CorruptRecordError):
+        return False
+    return bool(record.get("state") == CompactionState.SUCCESS.value)
 
 
 def write_status(partition_folder: Path, status: CompactionStatus) -> None:
