@@ -4,6 +4,7 @@ printing."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -14,6 +15,7 @@ from typing import Any
 from ledgerview.errors import UsageError
 from storage import Store
 from storage.errors import UnknownTopicError
+from storage.files import TOPICS_FOLDER
 from storage.object_store import RemoteStorageError, open_object_store
 
 DATA_ENVIRONMENT = "LEDGERVIEW_DATA"
@@ -53,11 +55,14 @@ def add_command(subparsers: Subparsers, name: str, run: Run, *, help: str, descr
 
 
 def existing_data_folder(args: argparse.Namespace) -> Path:
-    """``--data``, which must exist: a typo in --data must not create an empty store."""
-    if not args.data.is_dir():
-        raise UsageError(f"No data folder at {args.data}; pass --data with the store's folder (or set "
-                         f"${DATA_ENVIRONMENT}); 'ledgerview topics create' makes a new store.")
-    return Path(args.data)
+    """``--data``, which must be a store's folder (it has ``__topics``): a typo in --data must not make a store of
+    a missing folder, nor of one that holds something else."""
+    data = Path(args.data)
+    if not (data / TOPICS_FOLDER).is_dir():
+        found = "is a file" if data.is_file() else "holds no store" if data.is_dir() else "does not exist"
+        raise UsageError(f"No data folder at {data} (it {found}); pass --data with the store's folder "
+                         f"(or set ${DATA_ENVIRONMENT}); 'ledgerview topics create' makes a new store.")
+    return data
 
 
 def open_existing_store(args: argparse.Namespace) -> Store:
@@ -136,3 +141,12 @@ def _cell(value: object) -> str:
 def say(message: str) -> None:
     """A line about what was done, on stderr so that stdout stays data."""
     print(message, file=sys.stderr)
+
+
+def iso_time_ms(text: str) -> int:
+    """Milliseconds since the epoch of an ISO 8601 time; one without a zone is UTC, as Kafka's tools read it
+    (kafka-consumer-groups --to-datetime), whatever the machine's zone. Raises ValueError if it is none."""
+    moment = datetime.datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return int(moment.timestamp() * 1000)

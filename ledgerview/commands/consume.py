@@ -6,13 +6,14 @@ import argparse
 import sys
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from typing import BinaryIO
 
 import pyarrow as pa
 
 from ledgerview.commands.common import (
     Subparsers,
     add_command,
+    iso_time_ms,
     open_existing_store,
     open_store_for_reading,
     require_topic,
@@ -75,9 +76,17 @@ def run(args: argparse.Namespace) -> int:
     with (open_existing_store(args) if args.subscription else open_store_for_reading(args)) as store:
         require_topic(store, args.topic)
         for batch in _batches(store, args):
-            out.write(json_lines(batch) if args.format == "json" else text_lines(batch, text_format))
-            out.flush()
+            _write_all(out, json_lines(batch) if args.format == "json" else text_lines(batch, text_format))
     return 0
+
+
+def _write_all(out: BinaryIO, data: bytes | memoryview) -> None:
+    """Write and flush every byte, or raise: a subscription acknowledges a batch once it is printed, and a pipe
+    whose reader went away (consume | head) can take part of a write without an error, the next write raising."""
+    view = memoryview(data)
+    while view:
+        view = view[out.write(view):]
+    out.flush()
 
 
 def _start(args: argparse.Namespace) -> StartPosition:
@@ -91,13 +100,13 @@ def _start(args: argparse.Namespace) -> StartPosition:
 
 
 def _timestamp_ms(text: str) -> int:
-    if text.lstrip("-").isdigit():
+    if text.isdigit():
         return int(text)
     try:
-        return int(datetime.fromisoformat(text).timestamp() * 1000)
+        return iso_time_ms(text)
     except ValueError:
-        raise UsageError(f"--timestamp {text!r} is neither milliseconds since the epoch nor ISO 8601 "
-                         "(2026-11-22T14:00:00+00:00).") from None
+        raise UsageError(f"--timestamp {text!r} is neither milliseconds since the epoch (>= 0) nor an ISO 8601 "
+                         "time (2026-11-22T14:00:00+00:00; without a zone it is UTC).") from None
 
 
 def _batches(store: Store, args: argparse.Namespace) -> Iterator[pa.RecordBatch]:

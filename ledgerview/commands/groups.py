@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 
 from ledgerview.commands.common import (
     Subparsers,
     add_command,
+    iso_time_ms,
     open_existing_store,
     print_json,
     print_table,
@@ -112,10 +112,7 @@ def _reset_to(args: argparse.Namespace) -> ResetTo:
     if args.shift_by is not None:
         return ResetTo("shift-by", args.shift_by)
     try:
-        moment = datetime.datetime.fromisoformat(args.to_datetime)
+        return ResetTo("datetime", iso_time_ms(args.to_datetime))
     except ValueError:
         raise UsageError(f"--to-datetime {args.to_datetime!r} is not an ISO 8601 time; write it as "
                          "2026-11-24T12:00:00Z or 2026-11-24 12:00:00+01:00.") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return ResetTo("datetime", int(moment.timestamp() * 1000))
