@@ -22,7 +22,7 @@ from storage.checkpoints import read_checkpoint
 from storage.codec import BatchFormatError
 from storage.compacted import CompactedLedgers, LostCursorError
 from storage.cursors import read_subscription_cursor
-from storage.errors import LedgerviewError
+from storage.errors import CorruptSegmentError, LedgerviewError
 from storage.files import (
     LOG_SUFFIX,
     RECOVERY_POINT_CHECKPOINT,
@@ -79,13 +79,22 @@ def verify_topics(store: Store, topics: list[str], advance: Advance) -> Report:
             folder = partition_folder(store.root, topic, partition)
             report.partitions += 1
             _verify_segments(folder, report, advance, recorded_end=recovery_points.get((topic, partition), 0))
+            try:
+                log: PartitionLog | None = store.partition_log(topic, partition)
+            except CorruptSegmentError as error:  # a raw log its open refuses: the scan above named the damage
+                log = None
+                if not any(error.path in problem for problem in report.problems):
+                    report.problems.append(str(error))
+            except LedgerviewError as error:
+                log = None
+                report.problems.append(str(error))
             before = len(report.problems)
-            _verify_compacted(folder, report, end_offset=store.end_offset(topic, partition))
+            _verify_compacted(folder, report, end_offset=log.end_offset if log is not None else None)
             if len(report.problems) > before:
                 report.damaged_views[(topic, partition)] = _first_ledger_offset(folder)
             _verify_subscriptions(folder, partition, report)
-            if store.remote is not None and store.topic_metadata(topic).config.remote_storage_enable:
-                _verify_remote(store.remote, store.partition_log(topic, partition), report)
+            if log is not None and store.remote is not None and log.config.remote_storage_enable:
+                _verify_remote(store.remote, log, report)
     return report
 
 
@@ -143,15 +152,20 @@ def _verify_segments(folder: Path, report: Report, advance: Advance, *, recorded
         if next_offset is not None and base_offset < next_offset:
             report.problems.append(f"{path}: starts at offset {base_offset}, below the previous segment's end "
                                    f"{next_offset}")
-        scanned = _check_batches(path, report, first_allowed=base_offset, tail_is_warning=is_last)
+        scanned = _check_batches(path, report, first_allowed=base_offset,
+                                 torn_tail_from=recorded_end if is_last else None)
         next_offset = scanned[-1].header.next_offset if scanned else max(next_offset or 0, base_offset)
         _check_offset_index(path.with_suffix(".index"), base_offset, scanned, report)
         _check_time_index(path.with_suffix(".timeindex"), base_offset, scanned, report, sealed=not is_last)
         advance(path.stat().st_size)
 
 
-def _check_batches(path: Path, report: Report, *, first_allowed: int, tail_is_warning: bool) -> list[ScannedBatch]:
-    """Every batch of the file: CRC and increasing offsets; the scanned batches, in file order."""
+def _check_batches(path: Path, report: Report, *, first_allowed: int, torn_tail_from: int | None) -> (
+    list[ScannedBatch]
+):
+    """Every batch of the file: CRC and increasing offsets; the scanned batches, in file order. Bytes after the
+    last complete batch are a write in progress or a torn tail (a warning) only where one can be: in the active
+    segment (``torn_tail_from`` given), above the recovery point ``torn_tail_from``."""
     file = BatchFile(path)
     scanned = list(file.scan())
     expected = first_allowed
@@ -169,8 +183,11 @@ def _check_batches(path: Path, report: Report, *, first_allowed: int, tail_is_wa
     if file.tail is not None:
         finding = (f"{path}: {file.tail.remaining_bytes} bytes at position {file.tail.position} are not a complete "
                    f"batch ({file.tail.reason})")
-        if tail_is_warning:
+        if torn_tail_from is not None and expected >= torn_tail_from:
             report.warnings.append(finding + "; a write in progress, or a torn tail the next writer cuts")
+        elif torn_tail_from is not None:
+            report.problems.append(finding + f"; offset {expected} on was fsynced (the recovery point is "
+                                   f"{torn_tail_from}), so this is damage, not a torn write")
         else:
             report.problems.append(finding)
     return scanned
@@ -221,7 +238,8 @@ def _check_time_index(path: Path, base_offset: int, scanned: list[ScannedBatch],
         report.warnings.append(f"{path}: a sealed segment's time index does not end with its largest timestamp")
 
 
-def _verify_compacted(folder: Path, report: Report, *, end_offset: int) -> None:
+def _verify_compacted(folder: Path, report: Report, *, end_offset: int | None) -> None:
+    """``end_offset``: the raw log's (None when its open failed: the horizon is then not checked against it)."""
     ledgers = CompactedLedgers(folder)
     try:
         cursor = ledgers.read_cursor()
@@ -234,7 +252,7 @@ def _verify_compacted(folder: Path, report: Report, *, end_offset: int) -> None:
         except LostCursorError as error:
             report.problems.append(str(error))
         return
-    if cursor.horizon >= end_offset:
+    if end_offset is not None and cursor.horizon >= end_offset:
         report.problems.append(f"{ledgers.cursor_path}: names horizon {cursor.horizon}, at or above the partition's "
                                f"end offset {end_offset}: it would serve a view of messages the log does not hold")
     lower: list[LowerLayer] = []
@@ -275,7 +293,7 @@ def _verify_ledger(folder: Path, ledger_id: int, horizon: int, report: Report, *
         report.problems.append(f"{cursor_path}: names ledger {ledger_id}, but {path} is missing")
         return None
     report.ledgers += 1
-    scanned = _check_batches(path, report, first_allowed=0, tail_is_warning=False)
+    scanned = _check_batches(path, report, first_allowed=0, torn_tail_from=None)
     keyed = _keyed_messages(path, scanned, report)
     messages = sum(batch.header.record_count for batch in scanned)
     if scanned and scanned[-1].header.last_offset > horizon:
@@ -317,6 +335,8 @@ def _keyed_messages(path: Path, scanned: list[ScannedBatch], report: Report) -> 
     file = BatchFile(path)
     keyed = 0
     for batch in scanned:
+        if not batch.crc_valid:  # named already; what its payload decodes to means nothing
+            return None
         try:
             keys = file.decode(batch.header).column(2)
         except BatchFormatError as error:

@@ -251,3 +251,31 @@ def test_no_flip_makes_a_reader_answer_wrongly(pristine: Path, tmp_path: Path,
 def test_no_flip_makes_a_reader_answer_wrongly_thorough(pristine: Path, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     sweep(pristine, tmp_path, capsys, SLOW_FLIPS_PER_FILE)
+
+
+def test_verify_reports_every_partition_when_one_raw_log_is_damaged(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Damage that makes a partition's open refuse its raw log (here its active segment, cut short below the
+    recovery point) is one problem of the report, not its end: the other topics are checked and their views
+    repaired."""
+    root = tmp_path / "data"
+    with Store.open(root) as store:
+        for topic in ("a", "b"):
+            store.create_topic(topic, config=CONFIG)
+            for start in range(0, len(KEYS), 10):
+                store.append(topic, [(key, b"v-" + key) for key in KEYS[start : start + 10]], partition=0)
+            Compactor(store).compact(topic)
+        store.flush()
+    raw = sorted((root / "a-0").glob("*.log"))[-1]  # the active segment
+    with raw.open("r+b") as file:
+        file.truncate(raw.stat().st_size - 50)
+    ledger = next((root / "b-0" / "compacted").glob("*.ledger"))
+    flip(ledger, 300)
+    checked = run_main(capsys, root, "verify")
+    assert checked.code == 1
+    assert f"PROBLEM {raw}: " in checked.out and "so this is damage, not a torn write" in checked.out
+    assert f"PROBLEM {ledger}: " in checked.out and "keyed messages" not in checked.out
+    repaired = run_main(capsys, root, "verify", "--repair")
+    assert "REPAIRED b-0" in repaired.out and f"PROBLEM {raw}: " in repaired.out
+    with Reader(root, "b", read_compacted=True) as reader:
+        assert sum(batch.num_rows for batch in reader.batches()) == len(KEYS)
