@@ -36,7 +36,7 @@ from storage.checkpoints import CachedCheckpoint, read_checkpoint, update_checkp
 from storage.cleaner import CleanerStats
 from storage.cleaner_manager import CleanerConfig, CleanerManager
 from storage.compacted import CompactedLedgers, retention_hold_offset
-from storage.config import TopicConfig
+from storage.config import InvalidConfigError, TopicConfig
 from storage.errors import (
     LedgerviewError,
     NoRemoteTierError,
@@ -192,7 +192,17 @@ class Store:
 
     # -------------------------------------------------------------------------------------------------- topics
     def create_topic(self, topic: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
+        self._refuse_tiering_without_a_tier(config or {})
         self._catalogue.create(topic, partitions, config)
+
+    def _refuse_tiering_without_a_tier(self, overrides: Mapping[str, Any]) -> None:
+        """remote.storage.enable on a store with no remote tier would be a promise no upload keeps (Kafka refuses it
+        too while the broker's tiered storage is off)."""
+        if self.remote is None and "remote.storage.enable" in overrides and TopicConfig.from_overrides(
+                {"remote.storage.enable": overrides["remote.storage.enable"]}).remote_storage_enable:
+            raise InvalidConfigError("remote.storage.enable", overrides["remote.storage.enable"], "false",
+                                     "This store has no remote tier: open it with one (remote=..., the command "
+                                     "line's --remote URI) to tier topics.")
 
     def list_topics(self) -> list[str]:
         return self._catalogue.names()
@@ -222,6 +232,7 @@ class Store:
                            delete: Iterable[str] = ()) -> TopicConfig:
         """Set and remove config overrides; validated as a whole before anything is stored."""
         self._check_open()
+        self._refuse_tiering_without_a_tier(set or {})
         return self._catalogue.alter_config(topic, set, delete)
 
     def delete_topic(self, topic: str) -> None:

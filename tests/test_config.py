@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from storage import Store
 from storage.config import (
     CONFIG_KEYS,
     ConfigError,
@@ -195,3 +196,15 @@ def test_the_defaults_file_is_generated_from_the_keys() -> None:
     assert path.read_text(encoding="utf-8") == render_defaults_properties(), (
         "conf/topic-defaults.properties is stale; regenerate it with: python -c \"from storage.config import "
         "render_defaults_properties as r; print(r(), end='')\" > conf/topic-defaults.properties")
+
+
+def test_a_store_without_a_remote_tier_refuses_to_tier_a_topic(tmp_path: Path) -> None:
+    """As Kafka refuses remote.storage.enable while the broker's tiered storage is off: nothing would upload."""
+    with Store.open(tmp_path / "data") as store:
+        with pytest.raises(InvalidConfigError, match="This store has no remote tier"):
+            store.create_topic("tiered", config={"remote.storage.enable": "true"})
+        assert store.list_topics() == []
+        store.create_topic("t", config={"remote.storage.enable": "false"})
+        with pytest.raises(InvalidConfigError, match="This store has no remote tier"):
+            store.alter_topic_config("t", set={"remote.storage.enable": True})
+        assert not store.topic_metadata("t").config.remote_storage_enable
