@@ -49,3 +49,10 @@ def test_a_start_time_without_a_zone_is_utc(data_dir: Path, capsys: pytest.Captu
         assert (result.code, result.out) == (0, "at\t2\n"), start
     refused = run_main(capsys, data_dir, "consume", "t", "--timestamp", "-5", "--until-end")
     assert refused.code == 2 and "milliseconds since the epoch (>= 0)" in refused.err
+
+
+def test_a_negative_offset_is_refused_in_the_commands_terms(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with Store.open(data_dir) as store:
+        store.create_topic("t")
+    refused = run_main(capsys, data_dir, "consume", "t", "--partition", "0", "--offset", "-1", "--until-end")
+    assert (refused.code, refused.err.strip()) == (2, "ledgerview: error: --offset must be >= 0, got -1.")

@@ -66,7 +66,8 @@ def register(subparsers: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.offset is not None and (not args.partition or len(args.partition) != 1):
         raise UsageError("--offset needs exactly one --partition: offsets are per partition.")
-    for option, value in (("--max-messages", args.max_messages), ("--timeout-ms", args.timeout_ms)):
+    for option, value in (("--max-messages", args.max_messages), ("--timeout-ms", args.timeout_ms),
+                          ("--offset", args.offset)):
         if value is not None and value < 0:
             raise UsageError(f"{option} must be >= 0, got {value}.")
     text_format = TextFormat(args.separator.encode(), args.null_marker.encode(), args.print_partition,
