@@ -57,6 +57,15 @@ class UnknownTopicError(LedgerviewError):
         super().__init__(f"Unknown topic {topic!r}. Topics in this store: {listing}.")
 
 
+class TopicDeletedError(UnknownTopicError):
+    """The topic went (deleted by another process) while this one was appending to it."""
+
+    def __init__(self, topic: str, known: list[str]) -> None:
+        self.topic = topic
+        LedgerviewError.__init__(self, f"Topic {topic!r} was deleted (by another process) while this one was "
+                                       f"appending to it. Topics in this store: {', '.join(known) or 'none'}.")
+
+
 class UnknownPartitionError(LedgerviewError):
     def __init__(self, topic: str, partition: int, partitions: int) -> None:
         self.topic, self.partition = topic, partition

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from storage.append_path import AppendPath, Input
+from storage.append_path import AppendPath, Input, PreparedAppend
 from storage.append_path import AppendResult as AppendResult  # re-exported: callers import it from here too
 from storage.catalogue import TopicCatalogue
 from storage.checkpoints import CachedCheckpoint, read_checkpoint, update_checkpoint
@@ -42,6 +42,7 @@ from storage.errors import (
     NoRemoteTierError,
     PartitionLockedError,
     StoreClosedError,
+    TopicDeletedError,
     TopicNotTieredError,
     UnknownPartitionError,
 )
@@ -53,6 +54,7 @@ from storage.files import (
     TOPICS_FOLDER,
     WRITER_LOCK,
     partition_folder,
+    topic_metadata_file,
 )
 from storage.loader import load_segments, read_segments
 from storage.locks import FileLock, RefusedLock
@@ -185,7 +187,11 @@ class Store:
             return
         for log in self._logs.values():
             if log.has_unflushed_appends:
-                log.flush()
+                try:
+                    log.flush()
+                except FileNotFoundError:
+                    if log.folder.exists():
+                        raise  # else another process deleted the topic: there is nothing left to flush
             log.close()
         self._logs.clear()
         self._closed = True
@@ -330,6 +336,16 @@ class Store:
         prepared = self._append_path.prepare(metadata, data, partition, compression=compression)
         if prepared is None:
             return AppendResult(np.empty(0, np.int32), np.empty(0, np.int64))
+        try:
+            return self._append_prepared(metadata, prepared, partition)
+        except FileNotFoundError as error:
+            if not topic_metadata_file(self.root, topic).exists():
+                raise TopicDeletedError(topic, self.list_topics()) from error
+            raise
+
+    def _append_prepared(self, metadata: TopicMetadata, prepared: PreparedAppend, partition: int | None) -> (
+        AppendResult
+    ):
         table, sizes, targets, codec = prepared.table, prepared.sizes, prepared.targets, prepared.codec
         if partition is not None:  # the common producer case: no grouping to do
             first = self._log_of(metadata, partition).append(table, sizes=sizes, compression=codec)

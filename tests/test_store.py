@@ -21,6 +21,7 @@ from storage.errors import (
     LedgerviewError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
+    TopicDeletedError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -463,3 +464,18 @@ def test_stray_temporary_files_are_removed_on_open(data_dir: Path) -> None:
         assert store.read("t", 0).num_rows == 3
     assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == [
         f"{0:020d}.index", f"{0:020d}.log", f"{0:020d}.timeindex"]
+
+
+def test_an_append_that_loses_its_topic_to_a_delete_says_so(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process deletes the topic between this one reading its metadata and appending: the append fails
+    naming the deletion, not with the OS's error about a lock file."""
+    with Store.open(data_dir) as store, Store.open(data_dir) as other:
+        store.create_topic("t")
+        store.append("t", changelog(3), partition=0)
+        metadata = store.topic_metadata("t")
+        other.delete_topic("t")
+        monkeypatch.setattr(store, "topic_metadata", lambda topic: metadata)  # read just before the delete
+        with pytest.raises(TopicDeletedError, match=r"Topic 't' was deleted .* while this one was appending"):
+            store.append("t", changelog(1), partition=0)
+        with pytest.raises(TopicDeletedError):
+            store.append("t", changelog(1))
