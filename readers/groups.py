@@ -152,7 +152,7 @@ def delete_group(store: Store, group: str, topics: Iterable[str] | None = None) 
     for topic, partition in _partitions(store, chosen):
         if remove_subscription_cursor(store.partition_log(topic, partition).folder, group):
             removed.append((topic, partition))
-    if topics is None and not removed:
+    if not removed and group not in list_groups(store):  # none at all, named topics or not
         raise UnknownGroupError(group, list_groups(store))
     return removed
 

@@ -19,6 +19,7 @@ from readers.groups import (
 )
 from storage import Store
 from storage.cursors import SubscriptionCursor, write_subscription_cursor
+from tests.cli_runner import run_main
 from tests.conftest import ManualClock
 
 
@@ -75,7 +76,21 @@ def test_delete_on_one_topic_then_whole(store: Store) -> None:
         consume(store, topic, "g", 1, read_compacted=False)
     assert delete_group(store, "g", ["t"]) == [("t", 0)]
     assert [(p.topic, p.partition) for p in describe_group(store, "g")] == [("u", 0)]
+    assert delete_group(store, "g", ["t"]) == []  # it has a position, on u only
     assert delete_group(store, "g") == [("u", 0)]
     assert list_groups(store) == []
     with pytest.raises(UnknownGroupError):
         delete_group(store, "g")
+    with pytest.raises(UnknownGroupError):  # a group that is nowhere, whatever topics are named
+        delete_group(store, "g", ["t"])
+
+
+def test_the_command_says_when_a_group_has_no_position_on_the_topics_named(
+        store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    for topic in ("t", "u"):
+        store.create_topic(topic)
+        store.append(topic, [("a", "1")])
+    consume(store, "u", "g", 1, read_compacted=False)
+    result = run_main(capsys, store.root, "groups", "delete", "g", "--topic", "t")
+    assert (result.code, result.err.strip()) == (0, "g has no position on t: nothing was deleted.")
+    assert run_main(capsys, store.root, "groups", "delete", "nobody", "--topic", "t").code == 3

@@ -98,7 +98,10 @@ def run_delete(args: argparse.Namespace) -> int:
         for topic in args.topics or []:
             require_topic(store, topic)
         removed = delete_group(store, args.group, args.topics)
-    say(f"Deleted the positions of {args.group} on {len(removed)} partition(s).")
+    if removed:
+        say(f"Deleted the positions of {args.group} on {len(removed)} partition(s).")
+    else:
+        say(f"{args.group} has no position on {', '.join(args.topics)}: nothing was deleted.")
     return 0
 
 
