@@ -3,11 +3,10 @@
 Phase one hands over its survivors (keys and offsets) in runs of buckets (compactor/latest_offsets.py); each is
 sorted by key and written as one sorted run of the ledger's key index (storage/key_index.py), on a thread, while
 phase one finishes the next run's buckets or, for the last run, while phase two runs: sorting, Arrow and file
-writes release the GIL, so the two cores share the work. The index's database is created there first, while phase
-one reads. A run is handed over only once the run before it is written, so memory holds one run being indexed at a
-time, as the budget's run rule counts: a run ends before its survivors (counted RUN_BYTES_PER_KEY times) and the
-pairs still held pass the run share, and the next run's survivors are never more than the held pairs they come
-from.
+writes release the GIL, so the two cores share the work. A run is handed over only once the run before it is
+written, so memory holds one run being indexed at a time, as the budget's run rule counts: a run ends before its
+survivors (counted RUN_BYTES_PER_KEY times) and the pairs still held pass the run share, and the next run's
+survivors are never more than the held pairs they come from.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ class KeyIndexRuns:
     def __init__(self, writer: KeyIndexWriter) -> None:
         self._writer = writer
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledgerview-key-index")
-        self._pending: Future[None] | None = self._executor.submit(writer.open_database)
+        self._pending: Future[None] | None = None
 
     def submit(self, live: LiveKeys) -> None:
         """Write the survivors of one run on the thread, once the run before it is written."""

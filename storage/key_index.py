@@ -94,13 +94,6 @@ class KeyIndexWriter:
         self._runs_folder = path / RUNS_FOLDER
         self._runs_folder.mkdir(parents=True)
         self._runs: list[str] = []
-        self._db: Rdict | None = None
-
-    def open_database(self) -> None:
-        """Create the index's database now rather than in ``finish``: creating a RocksDB database takes a few
-        milliseconds of file work, which the compactor spends on its key index thread while phase one runs."""
-        if self._db is None:
-            self._db = Rdict(str(self.path), _options())
 
     def add_sorted_run(self, keys: pa.Array, offsets: npt.NDArray[np.int64]) -> None:
         """Write one run: ``keys`` (binary, no nulls) in bytewise order, ``offsets`` in the same order."""
@@ -119,10 +112,8 @@ class KeyIndexWriter:
         self._runs.append(path)
 
     def finish(self) -> None:
-        """Ingest the runs into the fresh database (the files are moved in), make it durable, close it."""
-        self.open_database()
-        db, self._db = self._db, None
-        assert db is not None
+        """Ingest the runs into a fresh database (the files are moved in), make it durable, close it."""
+        db = Rdict(str(self.path), _options())
         try:
             if self._runs:
                 ingest = IngestExternalFileOptions()
@@ -138,9 +129,6 @@ class KeyIndexWriter:
         fsync_folder(self.path)
 
     def abort(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
         shutil.rmtree(self.path, ignore_errors=True)
 
 

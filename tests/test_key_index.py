@@ -77,15 +77,3 @@ def test_a_damaged_group_is_reported_not_misread(tmp_path: Path) -> None:
             index.locate(b"b")
     finally:
         index.close()
-
-
-def test_an_index_aborted_after_its_database_was_created_can_be_written_again_in_its_folder(tmp_path: Path) -> None:
-    """The compactor creates the database early (on its key index thread); a run that then fails must release it,
-    or the next run in the same process could not create one there (RocksDB locks a folder per process)."""
-    folder = tmp_path / "keys"
-    aborted = KeyIndexWriter(folder)
-    aborted.open_database()
-    aborted.abort()
-    assert not folder.exists()
-    index = write_index(folder, [[b"a", b"b"]], {b"a": 1, b"b": 2})
-    assert (index.locate(b"a"), index.locate(b"b"), index.locate(b"c")) == (1, 2, None)
