@@ -6,10 +6,12 @@ Two formats:
   value per line when there are no keys. A key or value equal to the null marker is null: a keyed message with a
   null value is a tombstone.
 - json: one object per line with ``value`` (a string, or null for a tombstone) and optionally ``key`` (a string or
-  null), ``timestamp`` (integer milliseconds) and ``partition``.
+  null), ``timestamp`` (integer milliseconds) and ``partition``, each line for itself: a line without a timestamp
+  (or with null) gets the time of the append, one without a partition the partitioner's choice.
 
 Input is handled in chunks that end at a line end. A chunk is split and parsed with Arrow kernels; only when a
-chunk holds a malformed line is it walked line by line, to name the first bad line exactly.
+chunk may hold a malformed line is it walked line by line (JSON: with the json module, whose rules decide), to
+name the first bad line exactly.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +32,17 @@ from storage.binary_arrays import value_offsets
 CHUNK_BYTES = 8 * 1024 * 1024
 JSON_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()), ("timestamp", pa.int64()),
                          ("partition", pa.int32())])
-_JSON_TYPES = {"key": (str, type(None)), "value": (str, type(None)), "timestamp": (int,), "partition": (int,)}
+_INTEGER_FIELDS = {name: int(np.iinfo(JSON_SCHEMA.field(name).type.to_pandas_dtype()).max)
+                   for name in ("timestamp", "partition")}
+"""The integer fields of a JSON line and the largest value each takes (its column's); the smallest is 0."""
+_JSON_FIELDS = {
+    "key": "a string or null",
+    "value": "a string or null (a tombstone)",
+    "timestamp": f"an integer from 0 to {_INTEGER_FIELDS['timestamp']} (milliseconds since the epoch), or null "
+                 "for the time of the append",
+    "partition": f"an integer from 0 to {_INTEGER_FIELDS['partition']}, or null for the partitioner's choice",
+}
+"""Each field of a JSON line and what it takes; a field left out is as if null (only "value" must be given)."""
 
 
 @dataclass(frozen=True)
@@ -126,53 +138,90 @@ def _nulls_marked(column: pa.Array, line_format: LineFormat) -> pa.Array:
 
 
 def _parse_json(lines: pa.Array) -> pa.Table:
-    if len(lines) == 0:
-        return pa.table({"key": pa.array([], pa.binary()), "value": pa.array([], pa.binary())})
-    text = _concatenated(lines)
+    table = _read_json_fast(lines)
+    return _json_messages(table) if table is not None else _read_json_lines(lines)
+
+
+def _read_json_fast(lines: pa.Array) -> pa.Table | None:
+    """The chunk by Arrow's JSON reader, or None when a line may break the rules of ``_json_record``: Arrow refused
+    the chunk, or it read what those rules refuse (two objects on one line, a line without a "value" field, which
+    it reads as a null value, a negative timestamp or partition)."""
     try:
-        table = pa_json.read_json(io.BytesIO(text), parse_options=pa_json.ParseOptions(
+        table = pa_json.read_json(io.BytesIO(_concatenated(lines)), parse_options=pa_json.ParseOptions(
             explicit_schema=JSON_SCHEMA, unexpected_field_behavior="error"))
     except pa.ArrowInvalid:
-        table = None
-    without_value = np.flatnonzero(~pc.match_substring(lines, b'"value"').to_numpy(zero_copy_only=False))
-    if table is None or len(without_value):
-        _raise_first_json_error(lines)
+        return None
+    # Inside a JSON string a quote is escaped, so `"value":` is a field name. A line that spells it otherwise
+    # (`"value" :`, `"\u0076alue":`) takes the slow path, which reads it right.
+    if table.num_rows != len(lines) or not pc.all(pc.match_substring(lines, b'"value":')).as_py():
+        return None
+    for name in _INTEGER_FIELDS:
+        lowest = pc.min(table[name]).as_py()
+        if lowest is not None and lowest < 0:
+            return None
+    return table
+
+
+def _read_json_lines(lines: pa.Array) -> pa.Table:
+    """The slow path, for a chunk the fast one does not take: line by line with the json module, raising LineError
+    at the first bad line; when there is none (a line Arrow reads otherwise, such as a field name written with
+    ``\\u`` escapes), the messages are built from these records."""
+    records: list[dict[str, Any]] = []
+    for index, line in enumerate(lines.to_pylist()):
+        record = _json_record(line)
+        if isinstance(record, str):
+            raise LineError(index + 1, line, record, _json_messages(pa.Table.from_pylist(records, JSON_SCHEMA)))
+        records.append(record)
+    return _json_messages(pa.Table.from_pylist(records, JSON_SCHEMA))
+
+
+def _json_messages(table: pa.Table) -> pa.Table:
+    """Key and value as binary; timestamp and partition only when some line gives them (a null in them is a line
+    without one, which the append stamps with its time or gives the partitioner)."""
     columns = {"key": table["key"].cast(pa.binary()), "value": table["value"].cast(pa.binary())}
-    for optional in ("timestamp", "partition"):
+    for optional in _INTEGER_FIELDS:
         if table[optional].null_count < table.num_rows:
             columns[optional] = table[optional]
     return pa.table(columns)
 
 
-def _raise_first_json_error(lines: pa.Array) -> None:
-    """The slow path, taken only for a chunk that does not parse: find and name the first bad line."""
-    for index, line in enumerate(lines.to_pylist()):
-        reason = _json_line_problem(line)
-        if reason is not None:
-            good = _parse_json(lines.slice(0, index)) if index else _parse_json(lines.slice(0, 0))
-            raise LineError(index + 1, line, reason, good)
-    raise AssertionError("a JSON chunk failed to parse but every line is valid")
+def _json_record(line: bytes) -> dict[str, Any] | str:
+    """The fields of one JSON line, or why it is not a message."""
+    repeated: list[str] = []  # a field named twice: the json module would keep the last, Arrow refuses the line
 
+    def fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        names = [name for name, _ in pairs]
+        repeated.extend(name for name in names if names.count(name) > 1)
+        return dict(pairs)
 
-def _json_line_problem(line: bytes) -> str | None:
     try:
-        record = json.loads(line)
+        record = json.loads(line, object_pairs_hook=fields)
     except ValueError as error:
         return f"not JSON ({error})"
+    if repeated:
+        return f"the field {repeated[0]!r} is given twice"
     if not isinstance(record, dict):
         return "not a JSON object"
-    unknown = sorted(set(record) - set(_JSON_TYPES))
+    unknown = sorted(set(record) - set(_JSON_FIELDS))
     if unknown:
-        return f"unknown fields {unknown}; allowed: {', '.join(_JSON_TYPES)}"
+        return f"unknown fields {unknown}; allowed: {', '.join(_JSON_FIELDS)}"
     if "value" not in record:
         return 'no "value" field (give "value": null for a tombstone)'
     for name, value in record.items():
-        if not isinstance(value, _JSON_TYPES[name]) or isinstance(value, bool):
-            allowed = "a string or null" if name in ("key", "value") else "an integer"
-            return f"{name!r} is {json.dumps(value)}; expected {allowed}"
+        if not _allowed(name, value):
+            return f"{name!r} is {json.dumps(value)}; expected {_JSON_FIELDS[name]}"
         if isinstance(value, str) and not _is_unicode(value):
             return f"{name!r} holds a lone surrogate escape (\\ud800 to \\udfff unpaired), which is not text"
-    return None
+    return record
+
+
+def _allowed(name: str, value: object) -> bool:
+    """Whether ``value`` is what _JSON_FIELDS says field ``name`` takes."""
+    if value is None:
+        return True
+    if name not in _INTEGER_FIELDS:
+        return isinstance(value, str)
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _INTEGER_FIELDS[name]
 
 
 def _is_unicode(text: str) -> bool:

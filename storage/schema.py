@@ -1,8 +1,9 @@
 """The message schema and the one place where user input becomes a table of messages.
 
 Stored batches hold ``offset, timestamp, key, value, headers``; reads add ``partition`` in front. Input may be a
-pyarrow Table or RecordBatch (columns ``key``, ``value`` and optionally ``timestamp``, ``headers``,
-``partition``), or a list of messages (mappings with those names, or ``(key, value)`` pairs), converted once.
+pyarrow Table or RecordBatch (columns ``key``, ``value`` and optionally ``timestamp`` (a null: stamped at the
+append), ``headers``, ``partition``), or a list of messages (mappings with those names, or ``(key, value)``
+pairs), converted once.
 """
 
 from __future__ import annotations
@@ -107,9 +108,10 @@ def _to_binary(table: pa.Table, name: str) -> pa.ChunkedArray:
 
 
 def _to_timestamp_ms(table: pa.Table) -> pa.ChunkedArray:
+    """The timestamp column as int64 milliseconds. A null is a message without a timestamp, as when the column is
+    left out: the append stamps it with its time (storage/append_path.py), so JSON lines may give a timestamp or
+    not, each for itself."""
     column = table["timestamp"]
-    if column.null_count:
-        raise InvalidMessagesError("Column 'timestamp' has nulls; give every message a timestamp or drop the column.")
     if pa.types.is_timestamp(column.type):
         milliseconds = pc.cast(pc.cast(column, pa.timestamp("ms")), pa.int64())
     elif column.type == pa.int64():
@@ -120,8 +122,9 @@ def _to_timestamp_ms(table: pa.Table) -> pa.ChunkedArray:
         raise InvalidMessagesError(
             f"Column 'timestamp' has type {column.type}; allowed: int64 milliseconds since the epoch or a timestamp."
         )
-    # numpy over the values (zero-copy for one chunk): two Arrow kernel calls cost more than this at 10k rows.
-    values = milliseconds.to_numpy()
+    # numpy over the values (zero-copy for one chunk without nulls): two Arrow kernel calls cost more than this at
+    # 10k rows. Nulls become 0 first, which is allowed (to_numpy would make them NaN, hiding negative values).
+    values = (pc.fill_null(milliseconds, 0) if milliseconds.null_count else milliseconds).to_numpy()
     if len(values) and values.min() < 0:
         negative = int(np.flatnonzero(values < 0)[0])
         raise InvalidMessagesError(

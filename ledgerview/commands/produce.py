@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import errno
 import sys
+from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ledgerview.commands.common import Subparsers, add_command, open_existing_store, require_topic, say
-from ledgerview.errors import MalformedInputError
+from ledgerview.errors import MalformedInputError, UsageError
 from ledgerview.input_lines import LineError, LineFormat, line_number_in, parse_chunk, read_chunks, split_lines
 from storage import Store
 from storage.errors import KeylessMessageError, MessageTooLargeError
@@ -20,7 +24,8 @@ DESCRIPTION = """Append messages to a topic, one per line, from stdin or files.
 
 Text lines are key<separator>value (a tab by default; --no-key for value-only lines). With --null-marker M, a key
 or value equal to M is null, so `user42<TAB>M` is a tombstone for user42. JSON lines (--json) are objects with
-"value" (a string, or null for a tombstone) and optional "key", "timestamp" (ms) and "partition".
+"value" (a string, or null for a tombstone) and optional "key", "timestamp" (ms) and "partition", each line for
+itself: one without a timestamp gets the time of the append, one without a partition the partitioner's choice.
 Blank lines are skipped. At a malformed line, the lines before it are written and the command stops with exit
 status 2, naming the line.
 
@@ -39,7 +44,7 @@ def register(subparsers: Subparsers) -> None:
                           description=DESCRIPTION)
     produce.add_argument("topic")
     produce.add_argument("--file", action="append", type=Path, default=[], metavar="PATH",
-                         help="read this file instead of stdin (repeatable; '-' is stdin)")
+                         help="read this file (or FIFO, or <(command)) instead of stdin (repeatable; '-' is stdin)")
     produce.add_argument("--json", action="store_true", help="JSON lines instead of key<separator>value text")
     produce.add_argument("--separator", default="\t", type=_separator,
                          help="between key and value in text lines (default: tab)")
@@ -60,46 +65,106 @@ def _separator(text: str) -> str:
 def run(args: argparse.Namespace) -> int:
     line_format = LineFormat(json=args.json, separator=args.separator.encode(), keyed=not args.no_key,
                              null_marker=None if args.null_marker is None else args.null_marker.encode())
-    paths = args.file or [STDIN]
-    for path in paths:
-        if path != STDIN and not path.is_file():
-            raise FileNotFoundError(errno.ENOENT, "No such file (nothing was produced)", str(path))
     written = 0
-    with open_existing_store(args) as store:
-        require_topic(store, args.topic)
-        for path in paths:
-            if path == STDIN:
-                written += _produce_stream(store, args, "stdin", sys.stdin.buffer, line_format, already=written)
-                continue
-            with path.open("rb") as stream:
-                written += _produce_stream(store, args, str(path), stream, line_format, already=written)
+    with ExitStack() as files:
+        inputs = [_opened(path, files) for path in args.file or [STDIN]]
+        with open_existing_store(args) as store:
+            require_topic(store, args.topic)
+            for name, stream in inputs:
+                written += _produce_stream(store, args, name, stream, line_format, already=written)
     if not args.quiet:
         say(f"Produced {written} messages to {args.topic}.")
     return 0
 
 
+def _opened(path: Path, files: ExitStack) -> tuple[str, BinaryIO]:
+    """The input ``path`` names and its name in errors, opened before anything is produced, so that one that
+    cannot be read stops the command with nothing written. Whatever opens for reading is read: a file, a FIFO,
+    ``/dev/stdin`` or a shell's process substitution (``--file <(...)``, a ``/dev/fd/N``)."""
+    if path == STDIN:
+        return "stdin", sys.stdin.buffer
+    try:
+        return str(path), files.enter_context(path.open("rb"))
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, "No such file (nothing was produced)", str(path)) from None
+    except IsADirectoryError:
+        raise UsageError(f"--file {path} is a directory; give a file to read (a pipe or FIFO also does), or '-' "
+                         "for stdin. Nothing was produced.") from None
+
+
+class _Refusal(NamedTuple):
+    """The first line of a chunk that is not written, and why."""
+
+    row: int
+    """Its index among the chunk's non-blank lines (from 0)."""
+    reason: str
+
+
 def _produce_stream(store: Store, args: argparse.Namespace, name: str, stream: BinaryIO, line_format: LineFormat,
                     *, already: int) -> int:
-    """Append the stream chunk by chunk; returns how many messages it added."""
+    """Append the stream chunk by chunk; returns how many messages it added. At the first line refused, by the
+    parser or by the store, the lines before it are written and none from it on, so that what was written is
+    exactly the input up to the line named, and a resend from that line duplicates nothing."""
     written, lines_before = 0, 0
     for chunk in read_chunks(stream):
         try:
-            table = parse_chunk(chunk, line_format)
+            table, refusal = parse_chunk(chunk, line_format), None
         except LineError as error:
-            written += _append(store, args, error.parsed)
-            raise _refused(name, lines_before, chunk, error.line_index, error.reason, already + written) from None
+            table, refusal = error.parsed, _Refusal(error.line_index - 1, error.reason)
+        added, refused_by_store = _append_lines(store, args, table)
+        written += added
+        refusal = refused_by_store or refusal
+        if refusal is not None:
+            raise _refused(name, lines_before, chunk, refusal.row + 1, refusal.reason, already + written)
+        lines_before += chunk.count(b"\n")
+    return written
+
+
+def _append_lines(store: Store, args: argparse.Namespace, table: pa.Table) -> tuple[int, _Refusal | None]:
+    """Append the messages of a chunk's lines; returns how many were written and the first one the topic refuses,
+    if any (those before it are written, none from it on)."""
+    refusal = _unknown_partition(store, args, table)
+    if refusal is not None:
+        table = table.slice(0, refusal.row)
+    written = 0
+    for start, run in _partition_runs(table):
         try:
-            written += _append(store, args, table)
+            written += _append(store, args, run)
         except (MessageTooLargeError, KeylessMessageError) as error:
-            # The store refuses a whole append: write the messages before the refused one, so that what was
-            # written is exactly the input up to the line named, and a resend from that line duplicates nothing.
-            written += _append(store, args, table.slice(0, error.row))
+            # The store refuses a whole append: write the messages before the refused one.
+            written += _append(store, args, run.slice(0, error.row))
             reason = (f"the message is {error.size_bytes} bytes, over the topic's max.message.bytes="
                       f"{error.limit_bytes}" if isinstance(error, MessageTooLargeError) else
                       "the message has no key, and the topic is compacted (cleanup.policy=compact)")
-            raise _refused(name, lines_before, chunk, error.row + 1, reason, already + written) from None
-        lines_before += chunk.count(b"\n")
-    return written
+            return written, _Refusal(start + error.row, reason)
+    return written, refusal
+
+
+def _unknown_partition(store: Store, args: argparse.Namespace, table: pa.Table) -> _Refusal | None:
+    """The first message whose ``partition`` (a JSON line's) the topic does not have: checked here, since the store
+    refuses the whole append without saying which line. --partition overrides the field, so then nothing is."""
+    if args.partition is not None or "partition" not in table.column_names:
+        return None
+    count = store.topic_metadata(args.topic).partitions
+    row = pc.index(pc.fill_null(pc.greater_equal(table["partition"], count), False), True).as_py()
+    if row < 0:
+        return None
+    return _Refusal(row, f"'partition' is {table['partition'][row]}, and topic {args.topic!r} has partitions 0 to "
+                         f"{count - 1} (leave it out, or null, for the partitioner's choice)")
+
+
+def _partition_runs(table: pa.Table) -> Iterator[tuple[int, pa.Table]]:
+    """The table's runs of consecutive messages that all name their partition or all leave it to the partitioner,
+    each with its first row: the store takes a partition column only without nulls, and a run without one is
+    partitioned as if it came alone."""
+    if "partition" not in table.column_names or table.num_rows == 0:
+        yield 0, table
+        return
+    named = table["partition"].is_valid().to_numpy(zero_copy_only=False)
+    starts = [0, *(np.flatnonzero(named[1:] != named[:-1]) + 1).tolist()]
+    for start, stop in zip(starts, [*starts[1:], len(named)], strict=True):
+        run = table.slice(start, stop - start)
+        yield start, run if named[start] else run.drop_columns(["partition"])
 
 
 def _refused(name: str, lines_before: int, chunk: bytes, non_blank_index: int, reason: str,

@@ -1,0 +1,168 @@
+"""What a bug bash of the command line found, mended, each through ``ledgerview.cli.main`` in this process: JSON
+lines that give a timestamp or partition only on some lines, out-of-range integers named by their line, and --file
+on pipes and folders. Invariant 10 (DESIGN.md): bad input gets a clear error and loses nothing."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from ledgerview.exit_codes import ExitCode
+from ledgerview.input_lines import LineFormat, parse_chunk
+from storage import Store
+from storage.partitioner import partition_for_keys
+from tests.cli_runner import Completed, run_main
+
+Produce = Callable[..., Completed]
+"""``produce(topic, lines, *args)``: ``ledgerview produce TOPIC ARGS`` with ``lines`` on stdin."""
+
+
+@pytest.fixture
+def produce(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, data_dir: Path) -> Produce:
+
+    def run(topic: str, lines: str, *args: str) -> Completed:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines.encode())))
+        return run_main(capsys, data_dir, "produce", topic, *args)
+
+    return run
+
+
+def stored(data: Path, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """(partition, timestamp, key, value) of every message, partition by partition in offset order."""
+    with Store.open(data) as store:
+        return [(m.partition, m.timestamp, m.key, m.value)
+                for partition in range(store.topic_metadata(topic).partitions)
+                for m in store.iter_messages(topic, partition)]
+
+
+def create(capsys: pytest.CaptureFixture[str], data: Path, topic: str, *args: str) -> None:
+    assert run_main(capsys, data, "topics", "create", topic, *args).code == 0
+
+
+def assert_refused(result: Completed, line: int, reason: str, written: int) -> None:
+    assert (result.code, result.out) == (ExitCode.USAGE, "")
+    assert len(result.err.splitlines()) == 1 and "Traceback" not in result.err
+    assert f"stdin line {line}: {reason}" in result.err
+    assert f"{written} messages before it were written, nothing from this line on" in result.err
+
+
+def test_json_lines_give_a_timestamp_and_a_partition_each_for_itself(
+        capsys: pytest.CaptureFixture[str], data_dir: Path, produce: Produce) -> None:
+    create(capsys, data_dir, "t", "--partitions", "3")
+    lines = ('{"key": "x", "value": "1"}\n'
+             '{"key": "y", "value": "2", "timestamp": 1763820000000, "partition": 2}\n'
+             '{"key": "z", "value": "3", "timestamp": null, "partition": null}\n'
+             '{"key": "w", "value": "4", "partition": 0}\n')
+    assert produce("t", lines, "--json").code == 0
+    where = dict(zip([b"x", b"z"], partition_for_keys(pa.array([b"x", b"z"], pa.binary()), 3).tolist(),
+                     strict=True))
+    messages = {key: (partition, timestamp) for partition, timestamp, key, _ in stored(data_dir, "t")}
+    assert messages[b"y"] == (2, 1763820000000)
+    assert messages[b"w"][0] == 0
+    assert (messages[b"x"][0], messages[b"z"][0]) == (where[b"x"], where[b"z"])
+    assert all(messages[key][1] > 1763820000000 for key in (b"x", b"z", b"w"))  # the time of the append
+
+
+@pytest.mark.parametrize(("field", "reason"), [
+    ('"timestamp": -1', "'timestamp' is -1; expected an integer from 0 to 9223372036854775807"),
+    ('"timestamp": 9223372036854775808', "'timestamp' is 9223372036854775808; expected an integer from 0 to "
+                                         "9223372036854775807 (milliseconds since the epoch), or null"),
+    ('"partition": 2147483648', "'partition' is 2147483648; expected an integer from 0 to 2147483647"),
+    ('"partition": -1', "'partition' is -1; expected an integer from 0 to 2147483647"),
+    ('"partition": 9', "'partition' is 9, and topic 't' has partitions 0 to 0 (leave it out, or null"),
+])
+def test_a_bad_timestamp_or_partition_is_named_by_its_line(capsys: pytest.CaptureFixture[str], data_dir: Path,
+                                                           produce: Produce, field: str, reason: str) -> None:
+    create(capsys, data_dir, "t")
+    result = produce("t", f'{{"value": "a"}}\n\n{{"value": "b", {field}}}\n{{"value": "c"}}\n', "--json")
+    assert_refused(result, 3, reason, written=1)
+    assert [value for *_, value in stored(data_dir, "t")] == [b"a"]
+
+
+def test_a_null_timestamp_or_partition_is_left_out_on_the_fast_path_and_the_slow_one(
+        capsys: pytest.CaptureFixture[str], data_dir: Path, produce: Produce) -> None:
+    line = b'{"value": "a", "timestamp": null, "partition": null}\n'
+    assert parse_chunk(line, LineFormat(json=True)).to_pylist() == [{"key": None, "value": b"a"}]
+    create(capsys, data_dir, "t")
+    # The bad second line sends the chunk down the slow path, which must take the first line as the fast one does.
+    assert_refused(produce("t", line.decode() + '{"value": 5}\n', "--json"), 2, "'value' is 5", written=1)
+
+
+@pytest.mark.parametrize(("line", "reason"), [
+    ('{"key": "value"}', 'no "value" field'),  # the fast path took it for a tombstone of key "value"
+    ('{"value": "a"}{"value": "b"}', "not JSON (Extra data"),  # the fast path read two messages
+    ('{"value": "a", "value": "b"}', "the field 'value' is given twice"),  # was an AssertionError
+])
+def test_what_the_fast_json_path_took_otherwise_is_refused_as_the_slow_one_does(
+        capsys: pytest.CaptureFixture[str], data_dir: Path, produce: Produce, line: str, reason: str) -> None:
+    create(capsys, data_dir, "t")
+    assert_refused(produce("t", f'{{"value": "ok"}}\n{line}\n', "--json"), 2, reason, written=1)
+
+
+def test_a_refused_message_is_named_by_its_line_after_lines_with_and_without_a_partition(
+        capsys: pytest.CaptureFixture[str], data_dir: Path, produce: Produce) -> None:
+    create(capsys, data_dir, "t", "--partitions", "2", "--config", "max.message.bytes=100")
+    lines = f'{{"value": "a", "partition": 1}}\n{{"value": "b"}}\n{{"value": "{"x" * 200}"}}\n{{"value": "c"}}\n'
+    assert_refused(produce("t", lines, "--json"), 3, "the message is", written=2)
+    assert {value for *_, value in stored(data_dir, "t")} == {b"a", b"b"}
+
+
+def test_a_message_too_large_before_a_malformed_line_is_named_by_its_line(
+        capsys: pytest.CaptureFixture[str], data_dir: Path, produce: Produce) -> None:
+    """Both in one chunk: the store's refusal came out as "Message at row 1", with nothing of the chunk written."""
+    create(capsys, data_dir, "t", "--config", "max.message.bytes=100")
+    assert_refused(produce("t", f"k\t1\nk\t{'x' * 200}\nno separator\n"), 2, "the message is", written=1)
+    assert [value for *_, value in stored(data_dir, "t")] == [b"1"]
+
+
+def test_file_reads_pipes_and_fifos_and_refuses_a_directory(capsys: pytest.CaptureFixture[str], data_dir: Path,
+                                                            tmp_path: Path) -> None:
+    create(capsys, data_dir, "t")
+    read_end, write_end = os.pipe()  # what a shell's <(echo a) hands over: /dev/fd/N
+    os.write(write_end, b"a\t1\n")
+    os.close(write_end)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=feed_fifo, args=(fifo, b"b\t2\n"))
+    writer.start()
+    try:
+        result = run_main(capsys, data_dir, "produce", "t", "--file", f"/dev/fd/{read_end}", "--file", str(fifo))
+    finally:
+        os.close(read_end)
+        writer.join()
+    assert result.code == 0 and "Produced 2 messages" in result.err
+
+    good = tmp_path / "good.tsv"
+    good.write_text("c\t3\n")
+    refused = run_main(capsys, data_dir, "produce", "t", "--file", str(good), "--file", str(tmp_path))
+    assert refused.code == ExitCode.USAGE
+    assert f"--file {tmp_path} is a directory" in refused.err and "Nothing was produced." in refused.err
+    assert [value for *_, value in stored(data_dir, "t")] == [b"1", b"2"]
+
+
+def feed_fifo(fifo: Path, data: bytes, timeout_s: float = 5.0) -> None:
+    """Write ``data`` to ``fifo`` once a reader opens it; give up after ``timeout_s`` if none does (a plain open
+    for writing would wait for ever, and the test with it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            descriptor = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as error:
+            if error.errno != errno.ENXIO:  # ENXIO: no reader yet
+                raise
+            time.sleep(0.01)
+            continue
+        try:
+            os.write(descriptor, data)
+        finally:
+            os.close(descriptor)
+        return
