@@ -1,14 +1,17 @@
-"""Exit statuses scripts can rely on, and the one place that maps an error to its status.
+"""Exit statuses scripts can rely on, and the one place that maps an error to its status. The list below is what
+``ledgerview --help`` prints; docs/cli.md's table says the same (tests/test_cli_bug_bash.py compares them).
 
     0  success
-    1  a check failed: verify found damage, a command met a corrupt file or record, compaction-status saw ERROR
-    2  usage: bad option, bad topic config, malformed input, an offset or position out of range, a bad --remote
-    3  not found: unknown topic, partition or file
-    4  conflict: the topic exists, a compaction is already running, a partition is locked, a service runs,
-       another data folder holds the partition's remote log
-    5  any other failure (I/O errors and a remote tier that is down included)
-  130  interrupted (Ctrl-C)
-"""
+    1  a check failed: verify found damage, compaction-status saw ERROR, a command met a corrupt segment, ledger
+       or record file
+    2  usage: a bad option, topic name, topic config or subscription name, a malformed input line, an offset or
+       position out of range, a bad --remote, a bad service config, an address the service cannot listen on
+    3  not found: unknown topic, partition, group or file
+    4  conflict: the topic exists, a compaction is already running, a partition is locked, a service runs on the
+       data folder, a retention hold, delete-records without cleanup.policy delete, another data folder holds the
+       partition's remote log
+    5  any other failure (I/O errors, a remote tier that is down, a partition that clean could not clean)
+  130  interrupted (Ctrl-C)"""
 
 from __future__ import annotations
 

@@ -1,12 +1,15 @@
 """What a bug bash of the command line found, mended, each through ``ledgerview.cli.main`` in this process: JSON
-lines that give a timestamp or partition only on some lines, out-of-range integers named by their line, and --file
-on pipes and folders. Invariant 10 (DESIGN.md): bad input gets a clear error and loses nothing."""
+lines that give a timestamp or partition only on some lines, out-of-range integers named by their line, --file on
+pipes and folders, topics create's partition count, dump-log on a data folder, the compact table of a partition
+never compacted, and the exit statuses --help and docs/cli.md list. Invariant 10 (DESIGN.md): bad input gets a
+clear error and loses nothing."""
 
 from __future__ import annotations
 
 import errno
 import io
 import os
+import re
 import sys
 import threading
 import time
@@ -16,11 +19,14 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from ledgerview.exit_codes import ExitCode
+from ledgerview.exit_codes import EXIT_CODES_HELP, ExitCode
 from ledgerview.input_lines import LineFormat, parse_chunk
 from storage import Store
 from storage.partitioner import partition_for_keys
 from tests.cli_runner import Completed, run_main
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+
 
 Produce = Callable[..., Completed]
 """``produce(topic, lines, *args)``: ``ledgerview produce TOPIC ARGS`` with ``lines`` on stdin."""
@@ -166,3 +172,47 @@ def feed_fifo(fifo: Path, data: bytes, timeout_s: float = 5.0) -> None:
         finally:
             os.close(descriptor)
         return
+
+
+@pytest.mark.parametrize("count", ["0", "-3"])
+def test_topics_create_refuses_fewer_than_one_partition_as_usage(capsys: pytest.CaptureFixture[str],
+                                                                 data_dir: Path, count: str) -> None:
+    result = run_main(capsys, data_dir, "topics", "create", "t", "--partitions", count)
+    assert result.code == ExitCode.USAGE
+    assert f"--partitions {count}: a topic has at least one partition" in result.err
+    assert not data_dir.exists()
+
+
+def test_topics_create_if_not_exists_says_how_many_partitions_the_topic_has(
+        capsys: pytest.CaptureFixture[str], data_dir: Path) -> None:
+    create(capsys, data_dir, "t", "--partitions", "2")
+    result = run_main(capsys, data_dir, "topics", "create", "t", "--if-not-exists", "--partitions", "5")
+    assert result.code == 0
+    assert "Topic t already exists, with 2 partition(s); nothing was changed." in result.err
+
+
+def test_dump_log_refuses_a_data_folder_and_reads_an_empty_partition(capsys: pytest.CaptureFixture[str],
+                                                                     data_dir: Path) -> None:
+    create(capsys, data_dir, "t")
+    refused = run_main(capsys, data_dir, "dump-log", str(data_dir))
+    assert refused.code == ExitCode.USAGE
+    assert f"{data_dir} holds no segment, index, ledger or layer record file" in refused.err
+    assert f"such as a partition folder (in this data folder: {data_dir / 't-0'})" in refused.err
+    assert run_main(capsys, data_dir, "dump-log", str(data_dir / "t-0")) == Completed(0, "", "")
+
+
+def test_compact_shows_no_layers_for_a_partition_never_compacted(capsys: pytest.CaptureFixture[str],
+                                                                 data_dir: Path) -> None:
+    create(capsys, data_dir, "t")
+    table = run_main(capsys, data_dir, "compact", "t").out.splitlines()
+    row = dict(zip(table[0].split(), table[1].split(), strict=True))
+    assert (row["ledger"], row["layers"], row["horizon"], row["skipped"]) == ("-", "-", "-1", "yes")
+
+
+def test_help_and_the_docs_list_the_same_exit_statuses() -> None:
+    in_help = {int(status): " ".join(meaning.split()) for status, meaning in
+               re.findall(r"^\s*(\d+)  (.*?)(?=^\s*\d+  |\Z)", EXIT_CODES_HELP, re.MULTILINE | re.DOTALL)}
+    in_docs = {int(status): meaning.replace("`", "") for status, meaning in
+               re.findall(r"^\| (\d+) \| (.*) \|$", DOCS.read_text(), re.MULTILINE)}
+    assert set(in_help) == {int(code) for code in ExitCode}
+    assert in_docs == in_help

@@ -104,10 +104,16 @@ def _report(args: argparse.Namespace, results: Sequence[CompactionResult]) -> in
             print_json({**vars(result), "messages_removed": result.messages_removed})
         return 0
     print_table(["partition", "ledger", "layers", "horizon", "read", "kept", "removed", "ledger_bytes", "skipped"],
-                [(r.partition, r.ledger_id, r.layers, r.horizon, r.messages_read, r.messages_kept, r.messages_removed,
+                [(r.partition, r.ledger_id, _layers(r), r.horizon, r.messages_read, r.messages_kept, r.messages_removed,
                   r.ledger_bytes, "yes" if r.skipped else "no") for r in results])
     say(f"Compacted {args.topic}: {sum(r.messages_kept for r in results)} messages in the compacted view.")
     return 0
+
+
+def _layers(result: CompactionResult) -> int | None:
+    """Ledgers the view reads; None (printed ``-``, like its ledger) for a partition never compacted, which has no
+    view (CompactionResult counts 1 there)."""
+    return None if result.ledger_id is None else result.layers
 
 
 def utc_time(epoch_ms: int | None) -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from ledgerview.commands.common import Subparsers, add_command
@@ -15,10 +15,12 @@ from storage.codec import LOG_APPEND_TIME_FLAG, BatchFormatError, BatchHeader
 from storage.files import (
     LAYER_RECORD_SUFFIX,
     LEDGER_SUFFIX,
+    LEDGERS_FOLDER,
     LOG_SUFFIX,
     OFFSET_INDEX_SUFFIX,
     TIME_INDEX_SUFFIX,
     parse_ledger_file,
+    parse_partition_folder,
 )
 from storage.files import parse_segment_file as parse_segment_name
 from storage.index import OffsetIndex, TimeIndex
@@ -28,7 +30,8 @@ DESCRIPTION = """Print the batches of segment files (.log) and compacted ledgers
 timestamps, positions, sizes, codec, the columns a compressed batch stores as dictionaries, and CRC-32C with
 whether it verifies; with --print-data-log, every message too. Offset (.index) and time (.timeindex) indexes
 print their entries; a ledger's layer record (.layers), the ledgers beneath it and how many of their rows it
-deletes. A folder stands for the files in it.
+deletes. A folder stands for the files in it: a partition folder (an empty one prints nothing) or its compacted
+folder; any other folder without such files, a data folder for one, is refused (exit status 2).
 
 examples:
   ledgerview dump-log data/prices-0/00000000000000000000.log
@@ -37,6 +40,7 @@ examples:
 """
 BATCH_SUFFIXES = (LOG_SUFFIX, LEDGER_SUFFIX)
 DUMPABLE_SUFFIXES = (*BATCH_SUFFIXES, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX, LAYER_RECORD_SUFFIX)
+TAKES = f"dump-log reads files ending in {', '.join(DUMPABLE_SUFFIXES)}, or a folder of them"
 
 
 def register(subparsers: Subparsers) -> None:
@@ -63,20 +67,31 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _expand(path: Path) -> Iterator[Path]:
+def _expand(path: Path) -> list[Path]:
     if not path.exists():
         raise FileNotFoundError(2, "No such file or folder", str(path))
     if not path.is_dir():
         if path.suffix not in DUMPABLE_SUFFIXES:
-            raise UsageError(f"{path} is not a segment, index, ledger or layer record file; dump-log reads files "
-                             "ending in "
-                             f"{', '.join(DUMPABLE_SUFFIXES)}, or a folder of them.")
-        yield path
-        return
-    for entry in sorted(path.iterdir()):
-        parsed = parse_segment_name(entry.name) or parse_ledger_file(entry.name)
-        if parsed is not None and parsed[2] is None and entry.suffix in DUMPABLE_SUFFIXES:
-            yield entry
+            raise UsageError(f"{path} is not a segment, index, ledger or layer record file; {TAKES}.")
+        return [path]
+    files = [entry for entry in sorted(path.iterdir()) if _dumpable(entry.name)]
+    if not files and not _holds_dumpable_files(path.resolve().name):
+        # Not an empty partition (a topic nothing was produced to), so a wrong folder: a data folder most likely.
+        partitions = sorted(entry for entry in path.iterdir() if entry.is_dir() and parse_partition_folder(entry.name))
+        example = f" (in this data folder: {partitions[0]})" if partitions else ""
+        raise UsageError(f"{path} holds no segment, index, ledger or layer record file; {TAKES}, such as a "
+                         f"partition folder{example} or its {LEDGERS_FOLDER} folder.")
+    return files
+
+
+def _dumpable(name: str) -> bool:
+    parsed = parse_segment_name(name) or parse_ledger_file(name)
+    return parsed is not None and parsed[2] is None and Path(name).suffix in DUMPABLE_SUFFIXES
+
+
+def _holds_dumpable_files(folder_name: str) -> bool:
+    """Whether a folder of this name is one whose files dump-log reads: a partition folder or its ledgers' folder."""
+    return parse_partition_folder(folder_name) is not None or folder_name == LEDGERS_FOLDER
 
 
 def _dump_batches(path: Path, *, print_data: bool) -> None:

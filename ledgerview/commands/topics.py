@@ -54,9 +54,14 @@ def register(subparsers: Subparsers) -> None:
 
 def run_create(args: argparse.Namespace) -> int:
     config = parse_pairs(args.config, "--config")
+    if args.partitions < 1:  # before the store opens: it would make a data folder for a topic never created
+        raise UsageError(f"--partitions {args.partitions}: a topic has at least one partition; give --partitions 1 "
+                         "or more. Nothing was created.")
     with open_store(args) as store:
         if args.if_not_exists and args.topic in store.list_topics():
-            say(f"Topic {args.topic} already exists.")
+            # Kafka's --if-not-exists changes nothing either; saying what the topic has shows when it differs.
+            existing = store.topic_metadata(args.topic).partitions
+            say(f"Topic {args.topic} already exists, with {existing} partition(s); nothing was changed.")
             return 0
         store.create_topic(args.topic, partitions=args.partitions, config=config)
     say(f"Created topic {args.topic} with {args.partitions} partition(s).")
