@@ -66,7 +66,8 @@ class CompactionResult:
     skipped: bool
     """True when nothing new was above the horizon, so the previous ledger stays."""
     layers: int = 1
-    """Ledgers the view reads: more than one for a layered view (storage/ledger_layers.py)."""
+    """Ledgers the view reads: more than one for a layered view (storage/ledger_layers.py), none before the first
+    compaction."""
 
     @property
     def messages_removed(self) -> int:
@@ -200,7 +201,7 @@ def _lower_layers(cursor: CompactionCursor, view: LedgerReads, survivors: Surviv
 
 def _unchanged(partition: int, cursor: CompactionCursor | None) -> CompactionResult:
     if cursor is None:
-        return CompactionResult(partition, None, -1, 0, 0, 0, 0, skipped=True)
+        return CompactionResult(partition, None, -1, 0, 0, 0, 0, skipped=True, layers=0)
     return CompactionResult(partition, cursor.ledger_id, cursor.horizon, 0, cursor.messages_kept,
                             cursor.ledger_bytes, 0, skipped=True, layers=len(cursor.ledger_ids))
 

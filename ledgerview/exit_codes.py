@@ -2,8 +2,8 @@
 ``ledgerview --help`` prints; docs/cli.md's table says the same (tests/test_cli_bug_bash.py compares them).
 
     0  success
-    1  a check failed: verify found damage, compaction-status saw ERROR, a command met a corrupt segment, ledger
-       or record file
+    1  a check failed: verify found damage, compaction-status saw ERROR, a command met corrupt stored data (a
+       segment, ledger, key index, checkpoint or record file, or a lost compaction cursor)
     2  usage: a bad option, topic name, topic config or subscription name, a malformed input line, an offset or
        position out of range, a bad --remote, a bad service config, an address the service cannot listen on
     3  not found: unknown topic, partition, group or file
@@ -24,7 +24,7 @@ from readers.groups import InvalidResetError, UnknownGroupError
 from storage.config import ConfigError
 from storage.cursors import InvalidSubscriptionNameError
 from storage.errors import (
-    CorruptSegmentError,
+    CorruptDataError,
     InvalidMessagesError,
     InvalidTopicNameError,
     OffsetOutOfRangeError,
@@ -33,7 +33,6 @@ from storage.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from storage.records import CorruptRecordError
 from storage.remote_log import RemoteLogFencedError
 from storage.retention import (
     DeleteRecordsOutOfRangeError,
@@ -53,7 +52,7 @@ class ExitCode(enum.IntEnum):
 
 
 _BY_ERROR: tuple[tuple[tuple[type[BaseException], ...], ExitCode], ...] = (
-    ((CorruptSegmentError, CorruptRecordError), ExitCode.CHECK_FAILED),
+    ((CorruptDataError,), ExitCode.CHECK_FAILED),
     ((UnknownTopicError, UnknownPartitionError, UnknownGroupError, FileNotFoundError), ExitCode.NOT_FOUND),
     ((TopicExistsError, CompactionInProgressError, PartitionLockedError, RetentionHoldError,
       RecordDeletionNotAllowedError, ServiceRunningError, RemoteLogFencedError), ExitCode.CONFLICT),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from storage.errors import LedgerviewError
+from storage.errors import CorruptDataError
 from storage.fileio import write_atomically
 from storage.locks import FileLock
 
@@ -25,7 +25,7 @@ VERSION = 0
 PartitionKey = tuple[str, int]
 
 
-class CorruptCheckpointError(LedgerviewError):
+class CorruptCheckpointError(CorruptDataError):
     def __init__(self, path: Path, reason: str) -> None:
         super().__init__(f"Checkpoint file {path} is malformed: {reason}. Remove it to recover from the logs.")
 

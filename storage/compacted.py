@@ -18,7 +18,7 @@ from pathlib import Path
 
 from storage import faults
 from storage.compaction_status import last_run_succeeded
-from storage.errors import LedgerviewError, PartitionLockedError
+from storage.errors import CorruptDataError, LedgerviewError, PartitionLockedError
 from storage.fileio import holds_temporary_files, remove_stray_temporary_files, write_atomically
 from storage.files import (
     COMPACTION_CURSOR,
@@ -43,14 +43,14 @@ CURSOR_VERSION = 3
 release's batches either: docs/FORMAT.md, "Implied columns")."""
 
 
-class CorruptCompactionCursorError(LedgerviewError):
+class CorruptCompactionCursorError(CorruptDataError):
     def __init__(self, path: Path, reason: str) -> None:
         super().__init__(f"Compaction cursor {path} is unreadable: {reason}. Rebuild the compacted view from the raw "
                          "log with `ledgerview verify --repair` (it refuses while retention has removed raw messages "
                          "the view holds; removing the cursor would then lose the keys only the view holds).")
 
 
-class LostCursorError(LedgerviewError):
+class LostCursorError(CorruptDataError):
     """The compaction cursor is gone, though a compaction published a view here and its ledgers remain: reading
     or compacting as if the partition had never been compacted would drop every key only the view holds."""
 
@@ -62,7 +62,7 @@ class LostCursorError(LedgerviewError):
             f"the view may hold; to give the view up then, remove {cursor_path.parent}).")
 
 
-class ViewMismatchError(LedgerviewError):
+class ViewMismatchError(CorruptDataError):
     """The ledgers of a view do not hold what its cursor says they do: a ledger lost whole batches (a truncated
     file) or a batch header is damaged. Served as it is, the view would silently miss keys."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from storage.errors import InvalidTopicNameError, LedgerviewError
+from storage.errors import CorruptDataError, InvalidTopicNameError, LedgerviewError
 from storage.fileio import fsync_folder, holds_temporary_files, remove_stray_temporary_files, write_atomically
 from storage.files import (
     MAX_TOPIC_NAME_LENGTH,
@@ -43,7 +43,7 @@ class InvalidSubscriptionNameError(LedgerviewError):
         )
 
 
-class CorruptSubscriptionCursorError(LedgerviewError):
+class CorruptSubscriptionCursorError(CorruptDataError):
     def __init__(self, path: Path, reason: str) -> None:
         self.path = path
         super().__init__(

@@ -13,6 +13,11 @@ class LedgerviewError(Exception):
     """Root of every error ledgerview raises on purpose."""
 
 
+class CorruptDataError(LedgerviewError):
+    """Stored bytes that fail their checks (a segment, ledger, index or record file): what a check found, which the
+    command line reports with its "check failed" status."""
+
+
 class RemoteTierMismatchError(LedgerviewError):
     def __init__(self, folder: str, known: str, given: str) -> None:
         self.known, self.given = known, given
@@ -106,7 +111,7 @@ class OffsetOutOfRangeError(LedgerviewError):
         )
 
 
-class CorruptSegmentError(LedgerviewError):
+class CorruptSegmentError(CorruptDataError):
     """A batch whose bytes do not verify where no write can be under way (a sealed segment, or below the recovery
     point): data would be silently lost if it were skipped or cut."""
 

@@ -39,7 +39,7 @@ from rocksdict import (
 )
 
 from storage.binary_arrays import value_offsets
-from storage.errors import LedgerviewError
+from storage.errors import CorruptDataError, LedgerviewError
 from storage.fileio import fsync_file, fsync_folder
 
 GROUP_KEYS: Final = 32
@@ -68,7 +68,7 @@ class UnreadableKeyIndexError(KeyIndexError):
                          "point lookups.")
 
 
-class CorruptKeyIndexError(KeyIndexError):
+class CorruptKeyIndexError(KeyIndexError, CorruptDataError):
     """A key index that cannot be right: lookups through it must not answer."""
 
     def __init__(self, path: Path | str, key: bytes | None, reason: str) -> None:

@@ -25,7 +25,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from storage.codec import BatchHeader
-from storage.errors import LedgerviewError
+from storage.errors import CorruptDataError
 from storage.fileio import write_durably
 from storage.ledger import Ledger
 from storage.records import CorruptRecordError, decode_record, encode_record
@@ -34,7 +34,7 @@ LAYERS_RECORD = "ledger-layers"
 LAYERS_VERSION = 1
 
 
-class CorruptLayerRecordError(LedgerviewError):
+class CorruptLayerRecordError(CorruptDataError):
     def __init__(self, path: Path, reason: str) -> None:
         super().__init__(f"Layer record {path} is unreadable: {reason}. The compacted view it names cannot be read; "
                          "rebuild it with `ledgerview verify --repair` (or remove the compaction cursor to compact "

@@ -15,10 +15,10 @@ from typing import Any
 
 import crc32c
 
-from storage.errors import LedgerviewError
+from storage.errors import CorruptDataError
 
 
-class CorruptRecordError(LedgerviewError):
+class CorruptRecordError(CorruptDataError):
     """A record that fails its checks: it cannot be trusted, so nothing was read from it."""
 
     def __init__(self, source: str, kind: str, reason: str) -> None:

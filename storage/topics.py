@@ -11,7 +11,7 @@ from functools import cached_property
 from pathlib import Path
 
 from storage.config import TopicConfig
-from storage.errors import LedgerviewError
+from storage.errors import CorruptDataError
 from storage.fileio import write_atomically
 from storage.files import validate_topic_name
 from storage.records import CorruptRecordError, decode_record, encode_record
@@ -21,7 +21,7 @@ FORMAT_VERSION = 2
 """1: the unchecksummed record of earlier releases (still read); 2: storage/records.py's format."""
 
 
-class CorruptTopicMetadataError(LedgerviewError):
+class CorruptTopicMetadataError(CorruptDataError):
     def __init__(self, path: Path | str, reason: str) -> None:
         super().__init__(f"Topic metadata {path} is unreadable: {reason}.")
 

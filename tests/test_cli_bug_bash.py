@@ -207,6 +207,8 @@ def test_compact_shows_no_layers_for_a_partition_never_compacted(capsys: pytest.
     table = run_main(capsys, data_dir, "compact", "t").out.splitlines()
     row = dict(zip(table[0].split(), table[1].split(), strict=True))
     assert (row["ledger"], row["layers"], row["horizon"], row["skipped"]) == ("-", "-", "-1", "yes")
+    [as_json] = run_main(capsys, data_dir, "compact", "t", "--json").json_lines()
+    assert (as_json["ledger_id"], as_json["layers"]) == (None, 0)
 
 
 def test_help_and_the_docs_list_the_same_exit_statuses() -> None:

@@ -35,3 +35,11 @@ def test_topics_create_makes_a_store_that_the_other_commands_then_take(
     assert run_main(capsys, new, "topics", "create", "t").code == 0
     listed = run_main(capsys, new, "topics", "list")
     assert listed.code == 0 and listed.out.split() == ["t"]
+
+
+def test_a_remote_uri_of_no_known_kind_is_refused_with_the_kinds_allowed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    assert run_main(capsys, data, "topics", "create", "t").code == 0
+    result = run_main(capsys, data, "--remote", "bogus://x", "topics", "list")
+    assert result.code == 2 and "s3://bucket/prefix or file:///mount/prefix. Nothing was changed." in result.err

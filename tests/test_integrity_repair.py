@@ -133,6 +133,8 @@ def test_a_lost_cursor_is_named_and_its_ledgers_kept_until_the_view_is_rebuilt(
     with Store.open(root) as store, pytest.raises(LostCursorError):
         Compactor(store).compact("t")
     assert ledger_file(folder(root), 1).exists()
+    consumed = run_main(capsys, root, "consume", "t", "--read-compacted", "--from-beginning", "--until-end")
+    assert consumed.code == 1 and "the cursor was lost" in consumed.err  # the check-failed status
     checked = run_main(capsys, root, "verify")
     assert checked.code == 1 and f"The compaction cursor {cursor} is missing" in checked.out
     repaired = run_main(capsys, root, "verify", "--repair")

@@ -96,10 +96,12 @@ def check_remote_uri(uri: str) -> None:
     except RemoteStorageError as error:
         if isinstance(error.__cause__, OSError):
             raise
-        raise UsageError(f"--remote {uri}: {error.reason}. Nothing was changed.") from None
+        raise UsageError(f"--remote {uri}: {error.reason}; {_REMOTE_FORMS}") from None
     except ValueError as error:  # urllib's, for a URI it cannot split (storage lets it through)
-        raise UsageError(f"--remote {uri}: {error}; a remote tier is a URI such as s3://bucket/prefix or "
-                         "file:///mount/prefix. Nothing was changed.") from None
+        raise UsageError(f"--remote {uri}: {error}; {_REMOTE_FORMS}") from None
+
+
+_REMOTE_FORMS = "a remote tier is a URI such as s3://bucket/prefix or file:///mount/prefix. Nothing was changed."
 
 
 def require_topic(store: Store, topic: str) -> None:

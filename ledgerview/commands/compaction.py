@@ -112,7 +112,7 @@ def _report(args: argparse.Namespace, results: Sequence[CompactionResult]) -> in
 
 def _layers(result: CompactionResult) -> int | None:
     """Ledgers the view reads; None (printed ``-``, like its ledger) for a partition never compacted, which has no
-    view (CompactionResult counts 1 there)."""
+    view."""
     return None if result.ledger_id is None else result.layers
 
 
