@@ -84,3 +84,14 @@ def test_a_clean_restart_appends_nothing_again(data_dir: Path) -> None:
     assert again.stats.recovered_messages == 0 and again.stats.messages == 0
     with Store.open(data_dir) as store:
         assert sum(store.end_offset("users", p) for p in range(3)) == 100
+
+
+def test_a_partition_the_source_lines_give_is_kept_and_the_others_chosen() -> None:
+    """JSON lines may name their partition (as `produce --json` takes them); the worker keeps it, and chooses the
+    partition of the lines that name none, rather than adding a second partition column."""
+    messages = pa.table({"key": pa.array([b"a", None, b"a"], pa.binary()), "value": pa.array([b"1", b"2", b"3"]),
+                         "partition": pa.array([3, None, None], pa.int32())})
+    stamped = with_partitions(messages, 4, 10)
+    assert stamped.column_names.count("partition") == 1
+    assert stamped["partition"].to_pylist() == [3, 11 % 4, with_partitions(messages.drop_columns(["partition"]), 4,
+                                                                            10)["partition"][2].as_py()]

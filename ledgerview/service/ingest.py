@@ -112,14 +112,19 @@ def with_sequence_headers(messages: pa.Table, source_name: str, first_sequence: 
 
 
 def with_partitions(messages: pa.Table, partitions: int, first_sequence: int) -> pa.Table:
-    """The messages with a partition column: murmur2 of the key for keyed ones (where the store would put them),
-    sequence number mod ``partitions`` for keyless ones."""
+    """The messages with a partition column: the one a JSON line gives (``partition``), else murmur2 of the key
+    for keyed ones (where the store would put them), sequence number mod ``partitions`` for keyless ones. Always
+    the same for the same message, so a replayed file lands where it did."""
     keys = messages.column("key").combine_chunks()
     chosen = (np.arange(first_sequence, first_sequence + messages.num_rows) % partitions).astype(np.int32)
     keyed = np.flatnonzero(keys.is_valid().to_numpy(zero_copy_only=False))
     if len(keyed):
         chosen[keyed] = partition_for_keys(keys.take(pa.array(keyed)), partitions)
-    return messages.append_column("partition", pa.array(chosen, pa.int32()))
+    if "partition" not in messages.column_names:
+        return messages.append_column("partition", pa.array(chosen, pa.int32()))
+    given = messages.column("partition").combine_chunks()
+    return messages.set_column(messages.schema.get_field_index("partition"), "partition",
+                               pc.if_else(given.is_valid(), given.cast(pa.int32()), pa.array(chosen, pa.int32())))
 
 
 def read_sequences(store: Store, topic: str, source_name: str, from_offsets: list[int] | None) -> (
