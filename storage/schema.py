@@ -3,7 +3,7 @@
 Stored batches hold ``offset, timestamp, key, value, headers``; reads add ``partition`` in front. Input may be a
 pyarrow Table or RecordBatch (columns ``key``, ``value`` and optionally ``timestamp`` (a null: stamped at the
 append), ``headers``, ``partition``), or a list of messages (mappings with those names, or ``(key, value)``
-pairs), converted once.
+pairs, a message without a timestamp likewise stamped at the append), converted once.
 """
 
 from __future__ import annotations
@@ -223,11 +223,9 @@ def _table_from_messages(messages: Iterable[Any]) -> pa.Table:
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as error:
         raise InvalidMessagesError(f"Messages could not be converted: {error}") from error
-    if table["timestamp"].null_count == 0:
-        return table
     if table["timestamp"].null_count == table.num_rows:
         return table.drop_columns(["timestamp"])
-    raise InvalidMessagesError("Either every message has a 'timestamp' or none has.")
+    return table  # a message without a timestamp is stamped at the append, as a null in a table's column is
 
 
 def _binary_array(items: list[Any]) -> pa.Array:

@@ -150,6 +150,16 @@ def test_log_append_time_replaces_producer_timestamps(store: Store, clock: Manua
     assert store.read("t", 0)["timestamp"].to_pylist() == [clock.now_ms] * 3
 
 
+def test_messages_without_a_timestamp_beside_ones_with_get_the_appends_time(store: Store, clock: ManualClock) -> None:
+    """As a null in a table's timestamp column is: a list of messages may give a timestamp on some only."""
+    store.create_topic("t")
+    store.append("t", [{"key": b"a", "value": b"1", "timestamp": 5}, (b"b", b"2"),
+                       {"key": b"c", "value": b"3", "timestamp": None}], partition=0)
+    store.append("t", pa.table({"key": [b"d"], "value": [b"4"], "timestamp": pa.array([None], pa.int64())}),
+                 partition=0)
+    assert store.read("t", 0)["timestamp"].to_pylist() == [5, clock.now_ms, clock.now_ms, clock.now_ms]
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
