@@ -29,7 +29,7 @@ from compactor.errors import CompactionInProgressError
 from compactor.index_runs import KeyIndexRuns
 from compactor.latest_offsets import LiveKeys, Survivors, find_survivors
 from storage import faults
-from storage.compacted import CompactedLedgers, CompactionCursor, LostCursorError
+from storage.compacted import CompactedLedgers, CompactionCursor
 from storage.compaction_status import CompactionState, CompactionStatus, read_status, write_status
 from storage.errors import PartitionLockedError
 from storage.ledger import Ledger, LedgerReads, LedgerWriter
@@ -86,7 +86,8 @@ def compact_partition(log: PartitionLog, *, clock: Clock, rebuild: bool = False)
     except PartitionLockedError:
         raise CompactionInProgressError(log.topic, log.partition) from None
     previous = read_status(log.folder, log.partition, run_in_progress=lambda: False)
-    status = CompactionStatus(log.partition, CompactionState.RUNNING, started_ms=clock())
+    published = previous.published_ledger_id
+    status = CompactionStatus(log.partition, CompactionState.RUNNING, started_ms=clock(), published_ledger_id=published)
     try:
         if not rebuild:  # before the status and the orphans change: a lost cursor must leave its ledgers
             ledgers.check_cursor_not_lost()
@@ -98,13 +99,13 @@ def compact_partition(log: PartitionLog, *, clock: Clock, rebuild: bool = False)
         else:
             write_status(log.folder, CompactionStatus(
                 log.partition, CompactionState.SUCCESS, None, status.started_ms, clock(),
-                result.messages_read, result.messages_kept, result.messages_removed))
+                result.messages_read, result.messages_kept, result.messages_removed,
+                published if result.ledger_id is None else result.ledger_id))
         return result
-    except LostCursorError:
-        raise  # the status stays SUCCESS, so every run refuses until the cursor is back or the view rebuilt
     except Exception as error:
         write_status(log.folder, CompactionStatus(
-            log.partition, CompactionState.ERROR, f"{type(error).__name__}: {error}", status.started_ms, clock()))
+            log.partition, CompactionState.ERROR, f"{type(error).__name__}: {error}", status.started_ms, clock(),
+            published_ledger_id=published))
         raise
     finally:
         lock.__exit__(None, None, None)

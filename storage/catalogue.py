@@ -66,6 +66,9 @@ class TopicCatalogue:
                 if folder.exists():
                     shutil.rmtree(folder)  # left by a creation or deletion that crashed half-way
                 folder.mkdir()
+            # and the checkpoint entries such a deletion left: the new log starts at 0 with nothing fsynced (a
+            # recovery point inherited from the old one would take a batch still being written for damage)
+            self._forget_checkpoints(topic, range(partitions))
             metadata.write(topic_metadata_file(self.root, topic))
 
     def names(self) -> list[str]:
@@ -119,16 +122,18 @@ class TopicCatalogue:
             metadata_file.unlink()
             metadata_file.parent.rmdir()
             self._topics.pop(topic, None)
-            changes: dict[tuple[str, int], int | None] = {}
             for partition in range(metadata.partitions):
                 folder = partition_folder(self.root, topic, partition)
                 doomed = folder_to_delete(self.root)
                 folder.rename(doomed)
                 shutil.rmtree(doomed)
-                changes[(topic, partition)] = None
-            update_checkpoint(self.root / RECOVERY_POINT_CHECKPOINT, self._store_lock, changes)
-            update_checkpoint(self.root / LOG_START_OFFSET_CHECKPOINT, self._store_lock, changes)
-            update_checkpoint(self.root / CLEANER_OFFSET_CHECKPOINT, self._store_lock, changes)
+            self._forget_checkpoints(topic, range(metadata.partitions))
+
+    def _forget_checkpoints(self, topic: str, partitions: range) -> None:
+        """Remove the partitions' entries from the store's checkpoints; the caller holds the store lock."""
+        changes: dict[tuple[str, int], int | None] = {(topic, partition): None for partition in partitions}
+        for name in (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT):
+            update_checkpoint(self.root / name, self._store_lock, changes)
 
     def remove_leftovers(self) -> None:
         """Finish what a crash interrupted: deletions and creations of topics, writes of their metadata and of the

@@ -59,9 +59,12 @@ def write_checkpoint(path: Path, entries: Mapping[PartitionKey, int]) -> None:
 
 
 def update_checkpoint(path: Path, lock: FileLock, changes: Mapping[PartitionKey, int | None]) -> None:
-    """Set (or, with None, remove) entries of a shared checkpoint file without losing other processes' entries."""
+    """Set (or, with None, remove) entries of a shared checkpoint file without losing other processes' entries;
+    the file is not rewritten when nothing changes."""
     with lock:
         entries = read_checkpoint(path)
+        if all(entries.get(key) == offset for key, offset in changes.items()):
+            return
         for key, offset in changes.items():
             if offset is None:
                 entries.pop(key, None)

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from storage import faults
-from storage.compaction_status import last_run_succeeded
+from storage.compaction_status import published_a_view
 from storage.errors import CorruptDataError, LedgerviewError, PartitionLockedError
 from storage.fileio import holds_temporary_files, remove_stray_temporary_files, write_atomically
 from storage.files import (
@@ -174,10 +174,11 @@ class CompactedLedgers:
         raise LedgerviewError(f"The compacted ledger of {self.partition_folder} keeps changing under the reader.")
 
     def check_cursor_not_lost(self) -> None:
-        """Raise LostCursorError if the cursor is missing though a run published a view (its status says SUCCESS)
-        and ledgers remain. Ledgers without a cursor are otherwise what a first run left when it stopped before its
-        publish: orphans, which the next run removes."""
-        if self.cursor_path.exists() or not last_run_succeeded(self.partition_folder):
+        """Raise LostCursorError if the cursor is missing though a run published a view (its status says so) and
+        ledgers remain. Ledgers without a cursor are otherwise what a first run left when it stopped before its
+        publish: orphans, which the next run removes. The status is read first: a publish writes the cursor before
+        it, so a first run that publishes meanwhile is seen with its cursor."""
+        if not published_a_view(self.partition_folder) or self.cursor_path.exists():
             return
         ledger_ids = sorted({parsed[0] for name in _names(self.folder)
                              if (parsed := parse_ledger_file(name)) is not None and parsed[2] is None})

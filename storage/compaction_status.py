@@ -37,6 +37,9 @@ class CompactionStatus:
     messages_read: int = 0
     messages_kept: int = 0
     messages_removed: int = 0
+    published_ledger_id: int | None = None
+    """The top ledger of the last view a run published here, kept by the statuses of the runs after it (failed or
+    still running too): with it a lost compaction cursor is told from a partition never compacted."""
 
     def as_record(self) -> dict[str, object]:
         return {**asdict(self), "state": self.state.value}
@@ -60,15 +63,16 @@ def read_status(partition_folder: Path, partition: int, *, run_in_progress: Call
     return status
 
 
-def last_run_succeeded(partition_folder: Path) -> bool:
-    """Whether the stored status is SUCCESS: a run published a view, and its compaction cursor was written before
-    the status. False without a status, or with one that cannot be read."""
+def published_a_view(partition_folder: Path) -> bool:
+    """Whether a run published a view here (its compaction cursor is written before the status that says so). A
+    status of an earlier release says it only while its run succeeded. False without a status or with one that
+    cannot be read."""
     path = status_path(partition_folder)
     try:
         _, record = decode_record(path, path.read_bytes(), STATUS_RECORD, max_version=STATUS_VERSION, legacy=True)
     except (FileNotFoundError, CorruptRecordError):
         return False
-    return bool(record.get("state") == CompactionState.SUCCESS.value)
+    return record.get("published_ledger_id") is not None or record.get("state") == CompactionState.SUCCESS.value
 
 
 def write_status(partition_folder: Path, status: CompactionStatus) -> None:

@@ -112,15 +112,15 @@ class OffsetOutOfRangeError(LedgerviewError):
 
 
 class CorruptSegmentError(CorruptDataError):
-    """A batch whose bytes do not verify where no write can be under way (a sealed segment, or below the recovery
-    point): data would be silently lost if it were skipped or cut."""
+    """A batch of a segment whose bytes do not verify (its CRC, or a header that does not parse where no write can
+    be under way: a sealed segment, or below the recovery point): data would be silently lost if it were skipped
+    or cut."""
 
     def __init__(self, path: str, position: int, offset: int, reason: str) -> None:
         self.path, self.position, self.offset = path, position, offset
         super().__init__(
             f"Corrupt batch in {path} at file position {position}, where offset {offset} was expected: {reason}. "
-            "The segment is sealed or the batch was fsynced (it is below the recovery point), so this is not a torn "
-            "write; restore the file from a copy or remove the segment and the ones after it."
+            "Nothing was skipped or cut: restore the segment from a copy, or remove it and the segments after it."
         )
 
 

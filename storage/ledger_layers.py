@@ -37,8 +37,8 @@ LAYERS_VERSION = 1
 class CorruptLayerRecordError(CorruptDataError):
     def __init__(self, path: Path, reason: str) -> None:
         super().__init__(f"Layer record {path} is unreadable: {reason}. The compacted view it names cannot be read; "
-                         "rebuild it with `ledgerview verify --repair` (or remove the compaction cursor to compact "
-                         "from scratch).")
+                         "rebuild it from the raw log with `ledgerview verify --repair`, which works while retention "
+                         "has not removed the raw messages the view covers.")
 
 
 @dataclass(frozen=True)

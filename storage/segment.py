@@ -237,7 +237,8 @@ class Segment(SegmentReads):
         """Raise CorruptSegmentError for the bytes after the last batch that parses, in a segment that no write
         can be adding to (sealed, or below the recovery point)."""
         raise CorruptSegmentError(str(self.log_path), self.size_bytes, self.next_offset,
-                                  "a batch of a sealed segment, or below the recovery point, does not parse")
+                                  "a batch of a sealed segment, or below the recovery point (fsynced), does not parse: "
+                                  "not a torn write")
 
     def rebuild_indexes(self, *, verify_from: int | None, persist: bool = True) -> BatchFormatError | None:
         """Rebuild both indexes and the end state from the log, keeping every batch until the first invalid one.

@@ -78,7 +78,9 @@ def verify_topics(store: Store, topics: list[str], advance: Advance) -> Report:
         for partition in range(store.topic_metadata(topic).partitions):
             folder = partition_folder(store.root, topic, partition)
             report.partitions += 1
+            before_raw = len(report.problems)
             _verify_segments(folder, report, advance, recorded_end=recovery_points.get((topic, partition), 0))
+            raw_sound = len(report.problems) == before_raw
             try:
                 log: PartitionLog | None = store.partition_log(topic, partition)
             except CorruptSegmentError as error:  # a raw log its open refuses: the scan above named the damage
@@ -89,7 +91,8 @@ def verify_topics(store: Store, topics: list[str], advance: Advance) -> Report:
                 log = None
                 report.problems.append(str(error))
             before = len(report.problems)
-            _verify_compacted(folder, report, end_offset=log.end_offset if log is not None else None)
+            # the raw log's end is known only when it is sound (a read-only open ends it at the damage)
+            _verify_compacted(folder, report, end_offset=log.end_offset if log is not None and raw_sound else None)
             if len(report.problems) > before:
                 report.damaged_views[(topic, partition)] = _first_ledger_offset(folder)
             _verify_subscriptions(folder, partition, report)

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from compactor import Compactor
+from compactor import CompactionState, Compactor
 from readers import Reader, TableView
 from storage import Store
 from storage.codec import HEADER_BYTES
 from storage.compacted import CompactedLedgers, LostCursorError
+from storage.errors import LedgerviewError
 from storage.files import key_index_folder, ledger_file, partition_folder
 from tests.cli_runner import run_main
 
@@ -152,4 +153,24 @@ def test_a_lost_cursor_whose_raw_log_retention_cut_is_not_rebuilt(tmp_path: Path
     CompactedLedgers(folder(root)).cursor_path.unlink()
     repaired = run_main(capsys, root, "verify", "--repair")
     assert repaired.code == 1 and "NOT REPAIRED t-0" in repaired.out
+    assert ledger_file(folder(root), 1).exists()
+
+
+def test_a_cursor_lost_after_a_failed_run_is_still_named(tmp_path: Path) -> None:
+    """A run that fails after a view was published leaves an ERROR status: the view's ledgers must still not be
+    taken for orphans when the cursor then goes."""
+    root = tmp_path / "data"
+    build(root)
+    with Store.open(root) as store:
+        store.append("t", [(b"new", b"message")], partition=0)
+        raw = sorted(folder(root).glob("*.log"))[-1]
+        data = bytearray(raw.read_bytes())
+        data[-20] ^= 0x20  # the new batch's payload: the next run fails on its CRC
+        raw.write_bytes(bytes(data))
+        with pytest.raises(LedgerviewError):
+            Compactor(store).compact("t")
+        assert Compactor(store).status("t")[0].state is CompactionState.ERROR
+        CompactedLedgers(folder(root)).cursor_path.unlink()
+        with pytest.raises(LostCursorError):
+            Compactor(store).compact("t")
     assert ledger_file(folder(root), 1).exists()

@@ -271,11 +271,31 @@ def test_verify_reports_every_partition_when_one_raw_log_is_damaged(tmp_path: Pa
         file.truncate(raw.stat().st_size - 50)
     ledger = next((root / "b-0" / "compacted").glob("*.ledger"))
     flip(ledger, 300)
+    flip(next((root / "a-0" / "compacted").glob("*.ledger")), 300)  # a-0: its raw log and its view both
     checked = run_main(capsys, root, "verify")
     assert checked.code == 1
     assert f"PROBLEM {raw}: " in checked.out and "so this is damage, not a torn write" in checked.out
     assert f"PROBLEM {ledger}: " in checked.out and "keyed messages" not in checked.out
     repaired = run_main(capsys, root, "verify", "--repair")
     assert "REPAIRED b-0" in repaired.out and f"PROBLEM {raw}: " in repaired.out
+    assert "NOT REPAIRED a-0: its compacted view is damaged and its raw log cannot be opened" in repaired.out
     with Reader(root, "b", read_compacted=True) as reader:
         assert sum(batch.num_rows for batch in reader.batches()) == len(KEYS)
+
+
+def test_a_damaged_raw_tail_does_not_make_a_sound_view_look_damaged(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A read-only open ends the raw log at the damage, below the view's horizon: the view is not to blame."""
+    root = tmp_path / "data"
+    with Store.open(root) as store:
+        store.create_topic("a", config=CONFIG)
+        for start in range(0, len(KEYS), 10):
+            store.append("a", [(key, b"v-" + key) for key in KEYS[start : start + 10]], partition=0)
+        Compactor(store).compact("a")
+        store.flush()
+    raw = sorted((root / "a-0").glob("*.log"))[-1]
+    with raw.open("r+b") as file:
+        file.truncate(raw.stat().st_size - 50)
+    checked = run_main(capsys, root, "verify")
+    assert checked.code == 1 and f"PROBLEM {raw}: " in checked.out
+    assert "cursor.json" not in checked.out

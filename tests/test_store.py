@@ -489,3 +489,25 @@ def test_an_append_that_loses_its_topic_to_a_delete_says_so(data_dir: Path, monk
             store.append("t", changelog(1), partition=0)
         with pytest.raises(TopicDeletedError):
             store.append("t", changelog(1))
+
+
+def test_a_topic_created_again_after_a_crashed_delete_starts_with_no_recovery_point(data_dir: Path) -> None:
+    """A deletion that crashed after removing the folders left the old topic's checkpoint entries; the new topic
+    must not inherit them (its recovery point would make a batch still being written look like damage)."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t")
+        store.append("t", changelog(1000), partition=0)
+        store.flush()
+    saved = (data_dir / "recovery-point-offset-checkpoint").read_bytes()
+    with Store.open(data_dir) as store:
+        store.delete_topic("t")
+    (data_dir / "recovery-point-offset-checkpoint").write_bytes(saved)  # as if it crashed before the checkpoints
+    with Store.open(data_dir) as store:
+        store.create_topic("t")
+        assert read_checkpoint(data_dir / "recovery-point-offset-checkpoint").get(("t", 0)) is None
+        store.append("t", changelog(1), partition=0)
+        segment = segment_files(data_dir, "t", 0)[0]
+        with segment.open("ab") as file:  # the writer's next batch, half written as a reader looks
+            file.write(segment.read_bytes()[:40])
+        with Store.open(data_dir, read_only=True) as reader:
+            assert len(reader.read("t", 0)) == 1

@@ -20,8 +20,13 @@ def repair_views(store: Store, damaged: dict[tuple[str, int], int]) -> tuple[lis
     what could not be), one line per partition."""
     repaired, not_repaired = [], []
     for (topic, partition), needed_from in sorted(damaged.items()):
-        log = store.partition_log(topic, partition)
         name = f"{topic}-{partition}"
+        try:
+            log = store.partition_log(topic, partition)
+        except LedgerviewError as error:
+            not_repaired.append(f"{name}: its compacted view is damaged and its raw log cannot be opened to rebuild "
+                                f"it: {error}")
+            continue
         if log.log_start_offset > needed_from:
             not_repaired.append(
                 f"{name}: its compacted view is damaged and cannot be rebuilt: retention removed the raw messages "
