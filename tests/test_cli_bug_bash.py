@@ -218,3 +218,24 @@ def test_help_and_the_docs_list_the_same_exit_statuses() -> None:
                re.findall(r"^\| (\d+) \| (.*) \|$", DOCS.read_text(), re.MULTILINE)}
     assert set(in_help) == {int(code) for code in ExitCode}
     assert in_docs == in_help
+
+
+def test_options_that_mean_nothing_together_are_refused(capsys: pytest.CaptureFixture[str], data_dir: Path) -> None:
+    create(capsys, data_dir, "t")
+    task_bytes = run_main(capsys, data_dir, "compact", "t", "--task-bytes", "100")
+    assert task_bytes.code == 2 and "takes --spark MASTER" in task_bytes.err
+    both = run_main(capsys, data_dir, "topics", "alter", "t", "--config", "retention.ms=5",
+                    "--delete-config", "retention.ms")
+    assert both.code == 2 and "retention.ms: both set (--config) and deleted (--delete-config)" in both.err
+    with Store.open(data_dir) as store:
+        assert store.topic_metadata("t").overrides == {}
+
+
+def test_describe_names_a_damaged_topic_and_still_describes_the_others(capsys: pytest.CaptureFixture[str],
+                                                                      data_dir: Path) -> None:
+    create(capsys, data_dir, "a")
+    create(capsys, data_dir, "b")
+    (data_dir / "__topics" / "a" / "topic.json").write_text("{not json")
+    described = run_main(capsys, data_dir, "topics", "describe")
+    assert described.code == 1 and "ledgerview: error: a: " in described.err
+    assert "Topic: b\t" in described.out

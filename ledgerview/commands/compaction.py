@@ -69,6 +69,9 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run_compact(args: argparse.Namespace) -> int:
+    if args.task_bytes is not None and (args.spark is None or args.task_bytes < 1):
+        raise UsageError(f"--task-bytes {args.task_bytes}: it sizes the tasks of a Spark compaction, so it takes "
+                         "--spark MASTER and a number of bytes >= 1.")
     if args.spark is not None:
         return _compact_with_spark(args)
     with open_existing_store(args) as store:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 
 from ledgerview.commands.common import (
     Subparsers,
@@ -16,7 +17,9 @@ from ledgerview.commands.common import (
     say,
 )
 from ledgerview.errors import UsageError
+from ledgerview.exit_codes import ExitCode
 from storage.config import CONFIG_KEYS
+from storage.errors import CorruptDataError
 
 CONFIG_HELP = "topic config key=value, repeatable; keys: " + ", ".join(key.name for key in CONFIG_KEYS)
 
@@ -80,9 +83,15 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_describe(args: argparse.Namespace) -> int:
+    damaged = False
     with open_existing_store(args) as store:
         for topic in args.topics or store.list_topics():
-            description = store.describe_topic(topic)
+            try:
+                description = store.describe_topic(topic)
+            except CorruptDataError as error:  # one damaged topic does not hide the others
+                print(f"ledgerview: error: {topic}: {error}", file=sys.stderr)
+                damaged = True
+                continue
             config = description.config if args.all_config else description.overrides
             if args.json:
                 print_json({"topic": topic, "partitions": [dataclasses.asdict(p) for p in description.partitions],
@@ -93,12 +102,15 @@ def run_describe(args: argparse.Namespace) -> int:
             print_table(["partition", "start_offset", "end_offset", "size_bytes", "segments"],
                         [(p.partition, p.start_offset, p.end_offset, p.size_bytes, p.segments)
                          for p in description.partitions])
-    return 0
+    return ExitCode.CHECK_FAILED if damaged else 0
 
 
 def run_alter(args: argparse.Namespace) -> int:
     if not args.config and not args.delete_config:
         raise UsageError("Nothing to alter: give --config KEY=VALUE or --delete-config KEY.")
+    both = sorted(set(parse_pairs(args.config, "--config")) & set(args.delete_config or []))
+    if both:
+        raise UsageError(f"{', '.join(both)}: both set (--config) and deleted (--delete-config); give one of the two.")
     with open_existing_store(args) as store:
         config = store.alter_topic_config(args.topic, set=parse_pairs(args.config, "--config"),
                                           delete=args.delete_config)
