@@ -6,8 +6,9 @@ The steps, in order, each raising before anything is written:
 1. Sizes: no message above the topic's max.message.bytes (MessageTooLargeError).
 2. Keys: a compact-only topic refuses keyless messages (KeylessMessageError).
 3. Timestamps: the clock's time for every message under LogAppendTime, else for those without one.
-4. Partitions: the one asked for, else the ``partition`` column, else Kafka's murmur2 of the key; keyless
-   messages of one call go together to the next partition in turn (UnknownPartitionError for a wrong number).
+4. Partitions: the one asked for, else the ``partition`` column, else (and for its nulls) Kafka's murmur2 of the
+   key; keyless messages of one call go together to the next partition in turn (UnknownPartitionError for a wrong
+   number).
 5. Codec: the topic's compression.type, or the producer's choice when it is "producer" (none, lz4, zstd).
 """
 
@@ -123,12 +124,22 @@ class AppendPath:
             if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
                 raise UnknownPartitionError(metadata.name, partition, count)
             return np.full(table.num_rows, partition, dtype=np.int32)
-        if "partition" in table.column_names:
-            chosen = table.column("partition").to_numpy()
-            bad = np.flatnonzero((chosen < 0) | (chosen >= count))
+        given = table.column("partition").combine_chunks() if "partition" in table.column_names else None
+        if given is not None:
+            named = pc.drop_null(given).to_numpy()
+            bad = np.flatnonzero((named < 0) | (named >= count))
             if len(bad):
-                raise UnknownPartitionError(metadata.name, int(chosen[bad[0]]), count)
-            return np.asarray(chosen, dtype=np.int32)
+                raise UnknownPartitionError(metadata.name, int(named[bad[0]]), count)
+            if not given.null_count:
+                return np.asarray(named, dtype=np.int32)
+        chosen = self._partitioner_choice(table, count, keyless_partition)
+        if given is not None:  # the messages that name their partition keep it
+            chosen[given.is_valid().to_numpy(zero_copy_only=False)] = named
+        return chosen
+
+    def _partitioner_choice(self, table: pa.Table, count: int, keyless_partition: int | None) -> np.ndarray:
+        """Kafka's murmur2 of the key; keyless messages of one call together to the next partition in turn (or to
+        ``keyless_partition``)."""
         keyless_target = next(self._keyless_turn) if keyless_partition is None else keyless_partition
         chosen = np.full(table.num_rows, keyless_target % count, dtype=np.int32)
         if count == 1:

@@ -8,6 +8,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from storage.fileio import write_atomically
 from storage.files import COMPACTION_STATUS, ledgers_folder
@@ -51,10 +52,8 @@ def status_path(partition_folder: Path) -> Path:
 
 def read_status(partition_folder: Path, partition: int, *, run_in_progress: Callable[[], bool]) -> CompactionStatus:
     """The stored status; a RUNNING status whose run holds no lock any more is reported as an ERROR."""
-    path = status_path(partition_folder)
-    try:
-        _, record = decode_record(path, path.read_bytes(), STATUS_RECORD, max_version=STATUS_VERSION, legacy=True)
-    except FileNotFoundError:
+    record = _stored_record(partition_folder)
+    if record is None:
         return CompactionStatus(partition)
     status = CompactionStatus(**{**record, "state": CompactionState(record["state"])})
     if status.state is CompactionState.RUNNING and not run_in_progress():
@@ -67,12 +66,21 @@ def published_a_view(partition_folder: Path) -> bool:
     """Whether a run published a view here (its compaction cursor is written before the status that says so). A
     status of an earlier release says it only while its run succeeded. False without a status or with one that
     cannot be read."""
+    try:
+        record = _stored_record(partition_folder)
+    except CorruptRecordError:
+        return False
+    return record is not None and (record.get("published_ledger_id") is not None
+                                   or record.get("state") == CompactionState.SUCCESS.value)
+
+
+def _stored_record(partition_folder: Path) -> dict[str, Any] | None:
+    """The status record's body; None when there is none."""
     path = status_path(partition_folder)
     try:
-        _, record = decode_record(path, path.read_bytes(), STATUS_RECORD, max_version=STATUS_VERSION, legacy=True)
-    except (FileNotFoundError, CorruptRecordError):
-        return False
-    return record.get("published_ledger_id") is not None or record.get("state") == CompactionState.SUCCESS.value
+        return decode_record(path, path.read_bytes(), STATUS_RECORD, max_version=STATUS_VERSION, legacy=True)[1]
+    except FileNotFoundError:
+        return None
 
 
 def write_status(partition_folder: Path, status: CompactionStatus) -> None:

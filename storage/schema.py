@@ -2,8 +2,8 @@
 
 Stored batches hold ``offset, timestamp, key, value, headers``; reads add ``partition`` in front. Input may be a
 pyarrow Table or RecordBatch (columns ``key``, ``value`` and optionally ``timestamp`` (a null: stamped at the
-append), ``headers``, ``partition``), or a list of messages (mappings with those names, or ``(key, value)``
-pairs, a message without a timestamp likewise stamped at the append), converted once.
+append), ``headers``, ``partition`` (a null: the partitioner's choice)), or a list of messages (mappings with those
+names, or ``(key, value)`` pairs; a message without a timestamp likewise stamped at the append), converted once.
 """
 
 from __future__ import annotations
@@ -179,8 +179,8 @@ def normalize_input(data: pa.Table | pa.RecordBatch | Iterable[Any]) -> pa.Table
         "headers": _to_headers(data) if "headers" in names else null_headers(rows),
     }
     if "partition" in names:
-        if not pa.types.is_integer(data["partition"].type) or data["partition"].null_count:
-            raise InvalidMessagesError("Column 'partition' must be integers without nulls.")
+        if not pa.types.is_integer(data["partition"].type):
+            raise InvalidMessagesError("Column 'partition' must be integers (a null: the partitioner's choice).")
         columns["partition"] = _cast_checked(data["partition"], pa.int32(), "partition")
     return pa.table(columns)
 

@@ -131,6 +131,17 @@ def test_a_partition_column_chooses_the_partition(store: Store) -> None:
     assert list(store.append("t", table)) == [(1, 0), (0, 0), (1, 1), (1, 2)]
 
 
+def test_a_null_in_the_partition_column_leaves_that_message_to_the_partitioner(store: Store) -> None:
+    store.create_topic("t", partitions=4)
+    data = changelog(200)
+    given = [3 if row % 3 == 0 else None for row in range(200)]
+    result = store.append("t", data.append_column("partition", pa.array(given, pa.int32())))
+    by_key = partition_for_keys(data["key"].combine_chunks(), 4)
+    assert result.partitions.tolist() == [3 if p is not None else int(k) for p, k in zip(given, by_key, strict=True)]
+    with pytest.raises(UnknownPartitionError):
+        store.append("t", data.slice(0, 2).append_column("partition", pa.array([None, 9], pa.int32())))
+
+
 @pytest.mark.parametrize("compression", ["lz4", "zstd"])
 def test_compressed_batches_read_back_the_same(store: Store, compression: str) -> None:
     store.create_topic("t")

@@ -5,12 +5,10 @@ from __future__ import annotations
 import argparse
 import errno
 import sys
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -126,18 +124,14 @@ def _append_lines(store: Store, args: argparse.Namespace, table: pa.Table) -> tu
     refusal = _unknown_partition(store, args, table)
     if refusal is not None:
         table = table.slice(0, refusal.row)
-    written = 0
-    for start, run in _partition_runs(table):
-        try:
-            written += _append(store, args, run)
-        except (MessageTooLargeError, KeylessMessageError) as error:
-            # The store refuses a whole append: write the messages before the refused one.
-            written += _append(store, args, run.slice(0, error.row))
-            reason = (f"the message is {error.size_bytes} bytes, over the topic's max.message.bytes="
-                      f"{error.limit_bytes}" if isinstance(error, MessageTooLargeError) else
-                      "the message has no key, and the topic is compacted (cleanup.policy=compact)")
-            return written, _Refusal(start + error.row, reason)
-    return written, refusal
+    try:
+        return _append(store, args, table), refusal
+    except (MessageTooLargeError, KeylessMessageError) as error:
+        # The store refuses a whole append: write the messages before the refused one.
+        reason = (f"the message is {error.size_bytes} bytes, over the topic's max.message.bytes="
+                  f"{error.limit_bytes}" if isinstance(error, MessageTooLargeError) else
+                  "the message has no key, and the topic is compacted (cleanup.policy=compact)")
+        return _append(store, args, table.slice(0, error.row)), _Refusal(error.row, reason)
 
 
 def _unknown_partition(store: Store, args: argparse.Namespace, table: pa.Table) -> _Refusal | None:
@@ -151,20 +145,6 @@ def _unknown_partition(store: Store, args: argparse.Namespace, table: pa.Table) 
         return None
     return _Refusal(row, f"'partition' is {table['partition'][row]}, and topic {args.topic!r} has partitions 0 to "
                          f"{count - 1} (leave it out, or null, for the partitioner's choice)")
-
-
-def _partition_runs(table: pa.Table) -> Iterator[tuple[int, pa.Table]]:
-    """The table's runs of consecutive messages that all name their partition or all leave it to the partitioner,
-    each with its first row: the store takes a partition column only without nulls, and a run without one is
-    partitioned as if it came alone."""
-    if "partition" not in table.column_names or table.num_rows == 0:
-        yield 0, table
-        return
-    named = table["partition"].is_valid().to_numpy(zero_copy_only=False)
-    starts = [0, *(np.flatnonzero(named[1:] != named[:-1]) + 1).tolist()]
-    for start, stop in zip(starts, [*starts[1:], len(named)], strict=True):
-        run = table.slice(start, stop - start)
-        yield start, run if named[start] else run.drop_columns(["partition"])
 
 
 def _refused(name: str, lines_before: int, chunk: bytes, non_blank_index: int, reason: str,
