@@ -42,6 +42,18 @@ class CompactionStatus:
     """The top ledger of the last view a run published here, kept by the statuses of the runs after it (failed or
     still running too): with it a lost compaction cursor is told from a partition never compacted."""
 
+    def __post_init__(self) -> None:
+        _check(_is_count(self.partition), f"partition {self.partition!r} is not an integer >= 0")
+        _check(isinstance(self.state, CompactionState), f"state {self.state!r} is not a CompactionState")
+        _check(self.last_error is None or isinstance(self.last_error, str),
+               f"last_error {self.last_error!r} is not None or text")
+        for name in ("started_ms", "ended_ms", "published_ledger_id"):
+            value = getattr(self, name)
+            _check(value is None or _is_count(value), f"{name} {value!r} is not None or an integer >= 0")
+        for name in ("messages_read", "messages_kept", "messages_removed"):
+            value = getattr(self, name)
+            _check(_is_count(value), f"{name} {value!r} is not an integer >= 0")
+
     def as_record(self) -> dict[str, object]:
         return {**asdict(self), "state": self.state.value}
 
@@ -55,7 +67,10 @@ def read_status(partition_folder: Path, partition: int, *, run_in_progress: Call
     record = _stored_record(partition_folder)
     if record is None:
         return CompactionStatus(partition)
-    status = CompactionStatus(**{**record, "state": CompactionState(record["state"])})
+    try:
+        status = CompactionStatus(**{**record, "state": CompactionState(record["state"])})
+    except (ValueError, TypeError, KeyError) as error:
+        raise CorruptRecordError(str(status_path(partition_folder)), STATUS_RECORD, str(error)) from None
     if status.state is CompactionState.RUNNING and not run_in_progress():
         return replace(status, state=CompactionState.ERROR,
                        last_error="the process running this compaction stopped before it finished")
@@ -81,6 +96,15 @@ def _stored_record(partition_folder: Path) -> dict[str, Any] | None:
         return decode_record(path, path.read_bytes(), STATUS_RECORD, max_version=STATUS_VERSION, legacy=True)[1]
     except FileNotFoundError:
         return None
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check(condition: bool, problem: str) -> None:
+    if not condition:
+        raise ValueError(problem)
 
 
 def write_status(partition_folder: Path, status: CompactionStatus) -> None:

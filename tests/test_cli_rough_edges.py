@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from storage import Store
+from storage.compaction_status import STATUS_RECORD, STATUS_VERSION, status_path
+from storage.records import decode_record, encode_record
 from tests.cli_runner import run_cli
 
 pytestmark = pytest.mark.slow  # subprocesses: the whole suite runs these, not the fast one
@@ -75,3 +77,21 @@ def test_verify_finds_a_topic_not_yet_written_sound_and_a_partition_whose_segmen
     assert broken.code != 0
     assert "fresh-1: no segment files, though the recovery-point checkpoint records messages up to offset 1" in (
         broken.out + broken.err)
+
+
+@pytest.mark.parametrize("field, value, problem", [
+    ("messages_read", "many", "messages_read 'many' is not an integer >= 0"),
+    ("state", "DONE", "'DONE' is not a valid CompactionState"),
+    ("ended_ms", -5, "ended_ms -5 is not None or an integer >= 0"),
+])
+def test_a_status_record_whose_checksum_holds_but_whose_fields_do_not_is_reported_as_damaged(
+        data_dir: Path, field: str, value: object, problem: str) -> None:
+    run_cli(data_dir, "topics", "create", "t")
+    run_cli(data_dir, "produce", "t", input="a\t1\n")
+    run_cli(data_dir, "compact", "t")
+    path = status_path(data_dir / "t-0")
+    _, body = decode_record(path, path.read_bytes(), STATUS_RECORD, max_version=STATUS_VERSION)
+    path.write_bytes(encode_record(STATUS_RECORD, STATUS_VERSION, {**body, field: value}))
+    shown = run_cli(data_dir, "compaction-status", "t", check=False)
+    assert shown.code == 1 and "Traceback" not in shown.err
+    assert f"compaction-status record {path} is damaged" in shown.err and problem in shown.err
