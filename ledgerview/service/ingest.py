@@ -40,8 +40,9 @@ import pyarrow.compute as pc
 
 from ledgerview.errors import SourceReplayError
 from ledgerview.service.logs import log_event
-from ledgerview.service.sources import Position, Source
+from ledgerview.service.sources import Position, Source, SourceBatch
 from storage import Store, faults
+from storage.errors import KeylessMessageError, MessageTooLargeError
 from storage.fileio import write_atomically
 from storage.partitioner import partition_for_keys
 from storage.periodic import BackgroundThread
@@ -181,7 +182,7 @@ class IngestWorker(BackgroundThread):
                 while not self.stopping.is_set():
                     batch = self.source.read(self._position)
                     if batch is not None and batch.messages.num_rows:
-                        self._append(store, batch.messages)
+                        self._append(store, batch)
                     if batch is not None:
                         self._position = batch.next_position
                     if time.monotonic() - last_flush >= self.flush_interval_s:
@@ -200,14 +201,32 @@ class IngestWorker(BackgroundThread):
             log_event(logger, logging.ERROR, "source.failed", source=self.source.name, topic=self.source.topic,
                       error=self.stats.last_error)
 
-    def _stamped(self, store: Store, messages: pa.Table) -> pa.Table:
-        """The messages with their sequence headers and partitions, numbered from the next sequence number."""
-        partitions = store.topic_metadata(self.source.topic).partitions
+    def _stamped(self, messages: pa.Table, partitions: int) -> pa.Table:
+        """The messages with their sequence headers and partitions (of a topic with ``partitions``), numbered from
+        the next sequence number."""
         table = with_sequence_headers(messages, self.source.name, self._next_sequence)
         return with_partitions(table, partitions, self._next_sequence)
 
-    def _append(self, store: Store, messages: pa.Table) -> None:
-        store.append(self.source.topic, self._stamped(store, messages))
+    def _append(self, store: Store, batch: SourceBatch) -> None:
+        """Append the batch whole, or raise the source's error naming its first message the topic refuses (a
+        partition it lacks, over max.message.bytes, keyless for a compact topic) with nothing of it written."""
+        messages = batch.messages
+        partitions = store.topic_metadata(self.source.topic).partitions
+        table = self._stamped(messages, partitions)
+        named = table.column("partition").to_numpy()
+        beyond = np.flatnonzero(named >= partitions)
+        if len(beyond):
+            raise self.source.refused(batch, int(beyond[0]), (
+                f"'partition' is {named[beyond[0]]}, and topic {self.source.topic!r} has partitions 0 to "
+                f"{partitions - 1} (leave it out, or null, for the partitioner's choice)"))
+        try:
+            store.append(self.source.topic, table)
+        except MessageTooLargeError as error:
+            raise self.source.refused(batch, error.row, f"the message is {error.size_bytes} bytes, over the "
+                                      f"topic's max.message.bytes={error.limit_bytes}") from None
+        except KeylessMessageError as error:
+            raise self.source.refused(batch, error.row, "the message has no key, and the topic is compacted "
+                                      "(cleanup.policy=compact)") from None
         self._next_sequence += messages.num_rows
         self.stats.messages += messages.num_rows
         self.stats.appends += 1
@@ -235,7 +254,7 @@ class IngestWorker(BackgroundThread):
             batch = self.source.read(self._position)
             if batch is None:
                 raise SourceReplayError(self.source.name, self._position, int(highest.max()))
-            table = self._stamped(store, batch.messages)
+            table = self._stamped(batch.messages, store.topic_metadata(self.source.topic).partitions)
             sequences = np.arange(self._next_sequence, self._next_sequence + table.num_rows)
             missing = sequences > highest[table.column("partition").to_numpy()]
             if missing.any():

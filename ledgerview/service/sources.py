@@ -24,8 +24,9 @@ import pyarrow.compute as pc
 
 from ledgerview.changelog import key_names
 from ledgerview.errors import MalformedInputError
-from ledgerview.input_lines import CHUNK_BYTES, LineError, LineFormat, line_number_in, parse_chunk
+from ledgerview.input_lines import CHUNK_BYTES, LineError, LineFormat, line_number_in, parse_chunk, split_lines
 from ledgerview.service.config import SourceSection
+from storage.errors import LedgerviewError
 
 Position = dict[str, Any]
 
@@ -38,6 +39,16 @@ class SourceBatch:
     """Where the read after this one starts."""
     more: bool
     """Whether the source has more right now (the worker then reads again without pausing)."""
+    origin: Position
+    """Where its first message was read (what ``Source.refused`` is given to name a message)."""
+
+
+class RefusedMessageError(LedgerviewError):
+    """A generated message the topic refuses (too large for max.message.bytes)."""
+
+    def __init__(self, source: str, sequence: int, reason: str) -> None:
+        super().__init__(f"Source {source!r}: message {sequence}: {reason}. The source stopped before it; change "
+                         "the source's or the topic's config and restart the service.")
 
 
 class Source(Protocol):
@@ -48,6 +59,9 @@ class Source(Protocol):
 
     def read(self, position: Position) -> SourceBatch | None:
         """The next messages from ``position``; None when there is nothing new now."""
+
+    def refused(self, batch: SourceBatch, row: int, reason: str) -> LedgerviewError:
+        """The error naming the ``row``-th message of ``batch`` (from 0), which the topic refuses for ``reason``."""
 
 
 class GeneratorSource:
@@ -76,14 +90,18 @@ class GeneratorSource:
             tombstone = pa.array(numbers % self.section.tombstone_every == self.section.tombstone_every - 1)
             values = pc.if_else(tombstone, pa.scalar(None, pa.binary()), values)
         keys = self._keys.take(pa.array(numbers % self.section.keys))
-        return SourceBatch(pa.table({"key": keys, "value": values}), {"seq": last}, more=False)
+        return SourceBatch(pa.table({"key": keys, "value": values}), {"seq": last}, more=False,
+                           origin={"seq": first})
+
+    def refused(self, batch: SourceBatch, row: int, reason: str) -> LedgerviewError:
+        return RefusedMessageError(self.name, int(batch.origin["seq"]) + row, reason)
 
 
 class DirectorySource:
     """Lines of the files in a folder whose names match ``pattern``, in name order. A file must be complete when
     it appears (write it under another name, then rename); a file whose name sorts before the current one is
-    never read. A malformed line stops the source at its chunk, naming the file and line, until the file is
-    fixed and the service restarted."""
+    never read. A malformed line, or one the topic refuses (``refused``), stops the source at its chunk, naming
+    the file and line, until the file is fixed and the service restarted."""
 
     def __init__(self, section: SourceSection) -> None:
         self.name, self.topic = section.name, section.topic
@@ -108,12 +126,17 @@ class DirectorySource:
             try:
                 messages = parse_chunk(chunk, self.line_format)
             except LineError as error:
-                line_number = _lines_before(path, start) + line_number_in(chunk, error.line_index)
-                raise MalformedInputError(str(path), line_number, error.line, error.reason, consequence=(
-                    "The source stopped before the chunk holding this line; fix the file and restart the service."
-                )) from None
-            return SourceBatch(messages, {"file": name, "offset": end}, more=True)
+                raise _malformed(path, start, chunk, error.line_index, error.line, error.reason) from None
+            return SourceBatch(messages, {"file": name, "offset": end}, more=True,
+                               origin={"file": name, "offset": start})
         return None
+
+    def refused(self, batch: SourceBatch, row: int, reason: str) -> LedgerviewError:
+        """The MalformedInputError naming the file and line of the refused message, as for a malformed line. The
+        batch's chunk is read again from its file (files do not change once they appear): the error path only."""
+        path, start = self.folder / str(batch.origin["file"]), int(batch.origin["offset"])
+        chunk, _ = self._chunk(path, start, path.stat().st_size)
+        return _malformed(path, start, chunk, row + 1, split_lines(chunk)[row].as_py(), reason)
 
     def _files_from(self, current: str) -> list[str]:
         try:
@@ -136,6 +159,14 @@ class DirectorySource:
                     cut = len(data)
                 data = data[:cut]
         return data, start + len(data)
+
+
+def _malformed(path: Path, start: int, chunk: bytes, non_blank_index: int, line: bytes,
+               reason: str) -> MalformedInputError:
+    """The error for the ``non_blank_index``-th non-blank line (from 1) of the chunk read from byte ``start``."""
+    line_number = _lines_before(path, start) + line_number_in(chunk, non_blank_index)
+    return MalformedInputError(str(path), line_number, line, reason, consequence=(
+        "The source stopped before the chunk holding this line; fix the file and restart the service."))
 
 
 def _lines_before(path: Path, offset: int) -> int:

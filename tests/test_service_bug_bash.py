@@ -1,0 +1,73 @@
+"""A hostile outside look at the service (a bug bash): its directory source given lines the topic refuses and files
+that come and go, its HTTP server given slow, half-sent and oversized requests. Real subprocesses and real HTTP over
+127.0.0.1; nothing of ours is mocked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from readers import read_table
+from tests.service_process import ServiceProcess, write_config
+
+
+def _config(tmp_path: Path, *, sources: list[dict[str, Any]], partitions: int = 2,
+            topic_config: dict[str, str] | None = None) -> Path:
+    return write_config(tmp_path / "ledgerview.toml", {
+        "store": {"data": str(tmp_path / "data")},
+        "service": {"flush_interval_s": 0.2},
+        "http": {"port": 0},
+        "compaction": {"enabled": False},
+        "retention": {"enabled": False},
+        "cleaner": {"enabled": False},
+    }, {
+        "topics": [{"name": "prices", "partitions": partitions, "config": topic_config or {}}],
+        "sources": sources,
+    })
+
+
+def _directory(incoming: Path, **keys: Any) -> dict[str, Any]:
+    return {"name": "drops", "type": "directory", "topic": "prices", "path": str(incoming), "interval_s": 0.05,
+            **keys}
+
+
+def _source(service: ServiceProcess) -> dict[str, Any]:
+    source: dict[str, Any] = service.status()["sources"][0]
+    return source
+
+
+def _failed(service: ServiceProcess) -> dict[str, Any]:
+    return dict(service.wait_until(lambda: _source(service)["state"] == "failed" and _source(service),
+                                   "the source to stop"))
+
+
+def test_a_line_naming_a_partition_the_topic_lacks_stops_the_source_naming_file_line_and_range(
+        tmp_path: Path) -> None:
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    lines = [{"key": f"k{i}", "value": f"v{i}", "partition": i % 2} for i in range(5)]
+    (incoming / "001.json").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (incoming / "002.json").write_text('{"key": "a", "value": "ok"}\n\n{"key": "b", "value": "x", "partition": 7}\n')
+    service = ServiceProcess(_config(tmp_path, sources=[_directory(incoming, format="json")]))
+    failed = _failed(service)
+    error = failed["last_error"]
+    assert error.startswith("MalformedInputError: "), error
+    assert f"{incoming / '002.json'} line 3: 'partition' is 7, and topic 'prices' has partitions 0 to 1" in error
+    assert service.status()["topics"][0]["last_errors"] == [f"source drops: {error}"]
+    assert service.terminate() == 0
+    # As for a malformed line: the files before are in, nothing of the chunk holding the refused line.
+    assert read_table(tmp_path / "data", "prices").num_rows == 5
+
+
+def test_a_line_over_max_message_bytes_or_keyless_for_a_compact_topic_is_named_by_file_and_line(
+        tmp_path: Path) -> None:
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    (incoming / "001.tsv").write_text("k1\tshort\nk2\t" + "x" * 2000 + "\n")
+    service = ServiceProcess(_config(tmp_path, sources=[_directory(incoming)],
+                                     topic_config={"max.message.bytes": "1000"}))
+    error = _failed(service)["last_error"]
+    assert f"{incoming / '001.tsv'} line 2: the message is " in error
+    assert "over the topic's max.message.bytes=1000" in error
+    assert service.terminate() == 0
