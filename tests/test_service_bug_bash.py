@@ -5,10 +5,16 @@ that come and go, its HTTP server given slow, half-sent and oversized requests. 
 from __future__ import annotations
 
 import json
+import select
+import socket
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+from ledgerview.service.http import StatusServer
 from readers import read_table
+from storage import Store
 from tests.service_process import ServiceProcess, write_config
 
 
@@ -71,3 +77,43 @@ def test_a_line_over_max_message_bytes_or_keyless_for_a_compact_topic_is_named_b
     assert f"{incoming / '001.tsv'} line 2: the message is " in error
     assert "over the topic's max.message.bytes=1000" in error
     assert service.terminate() == 0
+
+
+def _closed_by_server(connection: socket.socket) -> bool:
+    """Whether the server closed ``connection`` (an end of file or a reset waits to be read)."""
+    readable, _, _ = select.select([connection], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return connection.recv(1) == b""
+    except ConnectionError:
+        return True
+
+
+def test_a_request_sent_a_byte_at_a_time_is_dropped_at_its_deadline_and_the_server_goes_on(
+        tmp_path: Path) -> None:
+    with Store.open(tmp_path / "data"):
+        pass
+    server = StatusServer("127.0.0.1", 0, tmp_path / "data", lambda store: {}, lambda: {"status": "ok"},
+                          request_timeout_s=1.0)
+    server.start()
+    try:
+        host, port = server.address.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as slow:
+            slow.sendall(b"GET /health HTTP/1.0\r\n")
+            dribble = b"X-Slow: " + b"a" * 100
+            closed = False
+            for byte in dribble:  # every read arrives well within the timeout, the request never ends
+                time.sleep(0.1)
+                try:
+                    slow.sendall(bytes([byte]))
+                except ConnectionError:
+                    closed = True
+                closed = closed or _closed_by_server(slow)
+                if closed:
+                    break
+            assert closed, "the server still waits for a request that began 10 timeouts ago"
+        with urllib.request.urlopen(f"http://{server.address}/health", timeout=30) as response:
+            assert json.loads(response.read()) == {"status": "ok"}
+    finally:
+        server.stop()

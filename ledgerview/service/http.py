@@ -6,18 +6,22 @@
     GET /status   every partition's status, the sources, the loops, groups and rates (ledgerview/service/status.py)
     GET /metrics  the same figures in Prometheus text format, with process metrics and build info
 
-With an ssl.SSLContext the server speaks HTTPS (the TLS handshake happens on the server's thread, bounded by
-REQUEST_TIMEOUT_S like every read). With an HttpAccess that is enforced, every route but /health needs an identity
-allowed to see the status (ledgerview/service/http_access.py): 401 without one, 403 for one not allowed.
+With an ssl.SSLContext the server speaks HTTPS. A client has REQUEST_TIMEOUT_S from its connection for its TLS
+handshake and its whole request (a client sending a byte at a time is dropped then, as one sending nothing), and
+as long again for each write of the response. With an HttpAccess that is enforced, every route but /health needs
+an identity allowed to see the status (ledgerview/service/http_access.py): 401 without one, 403 for one not
+allowed.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -35,7 +39,7 @@ ROUTES = ("/", "/health", "/status", "/metrics")
 OPEN_ROUTES = ("/health",)
 """Served to anyone who reaches the server (liveness probes), whatever the access rule."""
 REQUEST_TIMEOUT_S = 10.0
-"""How long a client may take over its TLS handshake or any read of its request before it is dropped."""
+"""How long a client may take over its TLS handshake and its whole request before it is dropped."""
 logger = logging.getLogger("ledgerview.http")
 
 
@@ -44,12 +48,15 @@ class StatusServer:
 
     def __init__(self, host: str, port: int, data: Path, build_status: StatusBuilder,
                  build_health: HealthBuilder, *, tls: ssl.SSLContext | None = None,
-                 access: HttpAccess | None = None) -> None:
+                 access: HttpAccess | None = None, request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         self.data = data
         self.build_status = build_status
         self.build_health = build_health
         self.access = access
-        self._server = _Server((host, port), _handler(self), tls)
+        self.request_timeout_s = request_timeout_s
+        """From the connection, for the TLS handshake and the whole request; then again for each write of the
+        response."""
+        self._server = _Server((host, port), _handler(self), tls, request_timeout_s)
         self._thread: threading.Thread | None = None
         self.store: Store | None = None
 
@@ -107,13 +114,14 @@ class _Server(HTTPServer):
     """An HTTPServer whose accepted connections time out, and are TLS when given a context."""
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
-                 tls: ssl.SSLContext | None) -> None:
+                 tls: ssl.SSLContext | None, timeout_s: float) -> None:
         self.tls = tls
+        self.timeout_s = timeout_s
         super().__init__(address, handler)
 
     def get_request(self) -> tuple[socket.socket, Any]:
         connection, address = self.socket.accept()
-        connection.settimeout(REQUEST_TIMEOUT_S)
+        connection.settimeout(self.timeout_s)  # bounds the TLS handshake as a whole, and each write
         if self.tls is None:
             return connection, address
         return self.tls.wrap_socket(connection, server_side=True, do_handshake_on_connect=False), address
@@ -124,14 +132,37 @@ class _Server(HTTPServer):
         log_event(logger, logging.INFO, "http.connection_failed", client=str(client_address[0]))
 
 
+class _DeadlineReader(io.RawIOBase):
+    """A connection's bytes, every read bounded by what remains of one deadline for the whole request: each read's
+    own timeout would let a client that sends a byte at a time (slowloris) hold the server for ever."""
+
+    def __init__(self, connection: socket.socket, deadline: float) -> None:
+        self.connection = connection
+        self.deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the request took longer than its deadline")
+        self.connection.settimeout(remaining)
+        return self.connection.recv_into(buffer)
+
+
 def _handler(server: StatusServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def setup(self) -> None:
+            deadline = time.monotonic() + server.request_timeout_s
             if isinstance(self.request, ssl.SSLSocket):
                 self.request.do_handshake()
             super().setup()
+            self.rfile.close()  # the one StreamRequestHandler made: reads go through the deadline instead
+            self.rfile = io.BufferedReader(_DeadlineReader(self.request, deadline))
 
         def do_GET(self) -> None:  # the name http.server calls
+            self.request.settimeout(server.request_timeout_s)  # the response's own budget (each write is bounded)
             try:
                 certificate = self.request.getpeercert() if isinstance(self.request, ssl.SSLSocket) else None
                 principal = None if server.access is None else server.access.principal(
