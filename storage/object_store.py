@@ -107,7 +107,8 @@ class ObjectStore:
                 fsync_file(Path(self._path(key)))
 
     def create(self, key: str, data: bytes) -> bool:
-        """Write ``data`` to ``key`` only if no object has that key; False if one has (someone else won)."""
+        """Write ``data`` to ``key`` only if no object has that key; False if one has (someone else won). True also
+        when the object holds ``data`` already: a retried write whose first attempt made it (the answer was lost)."""
         self._check_writable(key)
         assert self._create_once is not None
         with self._request(key, "create"):
@@ -203,12 +204,19 @@ def _s3_create_once(timeout_s: float) -> Callable[[str, bytes], bool]:
                                               retries={"max_attempts": S3_ATTEMPTS, "mode": "standard"}))
 
     def create(path: str, data: bytes) -> bool:
+        """A refusal may answer a retry of our own write whose answer was lost (the SDK retries a request whose
+        connection dropped): then the object holds ``data``, and the write is ours."""
         bucket, key = path.split("/", 1)
         try:
             client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
-                return False
+                try:
+                    return bool(client.get_object(Bucket=bucket, Key=key)["Body"].read() == data)
+                except ClientError as missing:  # another writer's conditional write still in progress
+                    if missing.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                        return False
+                    raise
             raise
         return True
 
