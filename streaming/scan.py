@@ -244,13 +244,15 @@ class TopicScan(DataSourceReader):
 
 
 def _ledger_lookups(read: PartitionRead, keys: frozenset[bytes]) -> Iterator[pa.RecordBatch]:
-    """The ledger messages of ``keys`` through the ledger's key index, in offset order, within the read's
-    ledger range."""
+    """The ledger messages of ``keys`` through the ledger's key index, in offset order, within the offsets the
+    read's ledger part serves (``PartitionRead.batches``): from ``ledger_start`` to the horizon (or
+    ``ledger_end``), below ``end_offset``."""
     assert read.ledger is not None
+    stop = min(read.horizon + 1 if read.ledger_end is None else read.ledger_end, read.end_offset)
     found = [hit for key in keys if (hit := read.ledger.lookup(key)) is not None]
     found.sort(key=lambda batch: batch.column("offset")[0].as_py())
     for batch in found:
-        if read.ledger_start <= batch.column("offset")[0].as_py() <= read.horizon:
+        if read.ledger_start <= batch.column("offset")[0].as_py() < stop:
             yield with_partition_column(batch, read.partition)
 
 

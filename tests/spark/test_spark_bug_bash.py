@@ -1,0 +1,36 @@
+"""Defects found by reading the Spark paths as an outside checker would, each pinned by the smallest test that
+shows it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from compactor import Compactor
+from storage import Store
+
+pytestmark = pytest.mark.spark
+
+TOPIC = "events"
+
+
+def read(spark: SparkSession, data: Path, **options: str) -> DataFrame:
+    reader = spark.read.format("ledgerview").option("topic", TOPIC)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load(str(data))
+
+
+def test_a_key_lookup_in_read_compacted_stops_at_ending_offsets(spark: SparkSession, tmp_path: Path) -> None:
+    """The ledger answered through its key index gave rows past endingOffsets that the scan leaves out."""
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        store.create_topic(TOPIC)
+        store.append(TOPIC, [(f"k{i}", f"v{i}") for i in range(10)])
+        Compactor(store).compact(TOPIC)
+    frame = read(spark, data, view="read_compacted", endingOffsets='{"events": {"0": 3}}')
+    assert sorted(row.offset for row in frame.collect()) == [0, 1, 2]
+    assert frame.where("key = 'k7'").collect() == []
+    assert [row.offset for row in frame.where("key IN ('k1', 'k7')").collect()] == [1]
