@@ -117,3 +117,24 @@ def test_a_request_sent_a_byte_at_a_time_is_dropped_at_its_deadline_and_the_serv
             assert json.loads(response.read()) == {"status": "ok"}
     finally:
         server.stop()
+
+
+def test_the_directory_source_reads_only_regular_files_and_skips_hidden_ones_as_spark_does(tmp_path: Path) -> None:
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    (incoming / "001.tsv").write_text("".join(f"k{i}\tv{i}\n" for i in range(10)))
+    (incoming / "archive").mkdir()  # a folder matching the pattern
+    (incoming / "_SUCCESS").write_text("")
+    (incoming / "gone.tsv").symlink_to(incoming / "nowhere")  # a file removed between the listing and the read
+    partial = incoming / ".002.tsv.tmp"  # being written, to be renamed when complete, as the docs ask
+    partial.write_text("k10\tv10\nk11\tv1")
+    service = ServiceProcess(_config(tmp_path, sources=[_directory(incoming)]))
+    service.wait_until(lambda: _source(service)["messages"] == 10, "the complete file")
+    with partial.open("a") as file:
+        file.write("1\n")
+    partial.rename(incoming / "002.tsv")
+    service.wait_until(lambda: _source(service)["messages"] == 12, "the renamed file")
+    assert _source(service)["state"] == "running"
+    assert service.terminate() == 0
+    values = read_table(tmp_path / "data", "prices")["value"].to_pylist()
+    assert sorted(values) == sorted(f"v{i}".encode() for i in range(12))

@@ -130,8 +130,8 @@ class SourceSection:
     """Stop generating after this many messages; 0: never."""
     # directory
     path: str = ""
-    """The folder whose files are read in name order; files must be complete when they appear (write them under
-    another name and rename)."""
+    """The folder whose files are read in name order; files must be complete when they appear (write them under a
+    hidden name, ``.name``, or one the pattern does not match, and rename)."""
     pattern: str = "*"
     format: Literal["text", "json"] = "text"
     separator: str = "\t"

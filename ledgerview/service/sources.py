@@ -98,10 +98,11 @@ class GeneratorSource:
 
 
 class DirectorySource:
-    """Lines of the files in a folder whose names match ``pattern``, in name order. A file must be complete when
-    it appears (write it under another name, then rename); a file whose name sorts before the current one is
-    never read. A malformed line, or one the topic refuses (``refused``), stops the source at its chunk, naming
-    the file and line, until the file is fixed and the service restarted."""
+    """Lines of the regular files in a folder whose names match ``pattern`` and are not hidden (``_hidden``), in
+    name order. A file must be complete when it appears (write it under a hidden name, then rename); a file whose
+    name sorts before the current one is never read, one removed before it is read is skipped. A malformed line,
+    or one the topic refuses (``refused``), stops the source at its chunk, naming the file and line, until the
+    file is fixed and the service restarted."""
 
     def __init__(self, section: SourceSection) -> None:
         self.name, self.topic = section.name, section.topic
@@ -119,10 +120,13 @@ class DirectorySource:
         for name in self._files_from(current):
             path = self.folder / name
             start = offset if name == current else 0
-            size = path.stat().st_size
-            if start >= size:
+            try:
+                size = path.stat().st_size
+                if start >= size:
+                    continue
+                chunk, end = self._chunk(path, start, size)
+            except FileNotFoundError:  # removed since the listing
                 continue
-            chunk, end = self._chunk(path, start, size)
             try:
                 messages = parse_chunk(chunk, self.line_format)
             except LineError as error:
@@ -139,11 +143,14 @@ class DirectorySource:
         return _malformed(path, start, chunk, row + 1, split_lines(chunk)[row].as_py(), reason)
 
     def _files_from(self, current: str) -> list[str]:
+        """The names of the files to read from ``current`` on: regular files (or links to one; not folders, FIFOs,
+        devices or dangling links, which reading would fail on or block), not hidden, matching the pattern."""
         try:
-            names = os.listdir(self.folder)
+            with os.scandir(self.folder) as entries:
+                return sorted(entry.name for entry in entries if entry.name >= current and not _hidden(entry.name)
+                              and fnmatch.fnmatchcase(entry.name, self.pattern) and entry.is_file())
         except FileNotFoundError:
             return []
-        return sorted(name for name in names if fnmatch.fnmatchcase(name, self.pattern) and name >= current)
 
     def _chunk(self, path: Path, start: int, size: int) -> tuple[bytes, int]:
         """Whole lines from ``start``, at most chunk_bytes unless one line is longer; the file's last line may
@@ -159,6 +166,15 @@ class DirectorySource:
                     cut = len(data)
                 data = data[:cut]
         return data, start + len(data)
+
+
+def _hidden(name: str) -> bool:
+    """Whether Spark's file source leaves a file of this name out (InMemoryFileIndex.shouldFilterOutPathName), as
+    the directory source then does on either engine: names starting with ``.`` (editors' and rsync's files being
+    written), with ``_`` (``_SUCCESS``, ``_temporary``) unless they hold ``=`` or are Parquet's ``_metadata`` and
+    ``_common_metadata``, or ending with ``._COPYING_`` (hdfs dfs -put)."""
+    left_out = name.startswith(".") or (name.startswith("_") and "=" not in name) or name.endswith("._COPYING_")
+    return left_out and not name.startswith(("_common_metadata", "_metadata"))
 
 
 def _malformed(path: Path, start: int, chunk: bytes, non_blank_index: int, line: bytes,
