@@ -28,6 +28,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from storage.key_index import RUN, CorruptKeyIndexError, offset_in_group, packed_groups
+from storage.object_store import RemoteObjectMissingError
 
 MAGIC: Final = b"LVKEYS02"
 MAGIC_WITHOUT_CRC: Final = b"LVKEYS01"
@@ -76,13 +77,15 @@ class FlatKeyIndex:
         if self._runs is None:
             if self._size < TAIL.size:
                 raise CorruptKeyIndexError(self.path, key, f"{self._size} bytes cannot hold its tail")
-            start, groups, magic = TAIL.unpack(self._read_range(self._size - TAIL.size, TAIL.size).to_pybytes())
+            start, groups, magic = TAIL.unpack(self._read(self._size - TAIL.size, TAIL.size, key))
             if magic not in (MAGIC, MAGIC_WITHOUT_CRC) or start > self._size - TAIL.size:
                 raise CorruptKeyIndexError(self.path, key, "its tail is not a flat key index's")
-            data = self._read_range(start, self._size - TAIL.size - start).to_pybytes()
+            data = self._read(start, self._size - TAIL.size - start, key)
             runs: dict[int, tuple[list[bytes], list[tuple[int, int, int | None]]]] = {}
             at = 0
             for _ in range(groups):
+                if at + (ENTRY if magic == MAGIC else ENTRY_WITHOUT_CRC).size > len(data):
+                    raise CorruptKeyIndexError(self.path, key, "its directory is damaged")
                 if magic == MAGIC:
                     position, length, crc, entry_length = ENTRY.unpack_from(data, at)
                     at += ENTRY.size
@@ -106,13 +109,25 @@ class FlatKeyIndex:
             if group < 0:
                 continue
             position, length, crc = places[group]
-            data = self._read_range(position, length).to_pybytes()
+            data = self._read(position, length, key)
             if crc is not None and crc32c.crc32c(data) != crc:
                 raise CorruptKeyIndexError(self.path, key, f"the group at byte {position} fails its CRC-32C")
             offset = offset_in_group(data, key, self.path)
             if offset is not None:
                 return offset
         return None
+
+    def _read(self, position: int, length: int, key: bytes) -> bytes:
+        """``length`` bytes at ``position``; CorruptKeyIndexError if the object is gone or shorter than the remote
+        log's manifest says (a lookup then answers from a scan of the ledger, never from the damage)."""
+        try:
+            data: bytes = self._read_range(position, length).to_pybytes()
+        except RemoteObjectMissingError:
+            raise CorruptKeyIndexError(self.path, key, "the remote tier no longer holds it") from None
+        if len(data) != length:
+            raise CorruptKeyIndexError(self.path, key, f"it is shorter than the {self._size} bytes the remote log's "
+                                                       "manifest says")
+        return data
 
     def close(self) -> None:
         self._runs = None

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from readers import Reader
+from compactor import Compactor
+from readers import Reader, TableView
 from storage import Store
 from storage.object_store import open_object_store
 from storage.remote_log import RemoteLog
@@ -120,3 +121,34 @@ def test_a_publish_whose_answer_is_lost_keeps_the_remote_log_whole(data_dir: Pat
         assert [message.offset for message in Reader(s3_uri, "t")] == list(range(result.remote_end_offset))
     finally:
         relay.close()
+
+
+def compacted_on_a_mount(data_dir: Path, tier: Path, clock: ManualClock) -> None:
+    """Topic ``t``: 300 keys, compacted, its ledger and flat key index uploaded to the file:// tier at ``tier``, and
+    its local copies gone."""
+    with Store.open(data_dir, remote=f"file://{tier}", clock=clock) as store:
+        store.create_topic("t", 1, {**TIERED, "segment.bytes": "65536"})
+        store.append("t", [(f"key{i:05d}", f"v{i}".encode()) for i in range(300)], partition=0)
+        store.roll("t", 0)
+        Compactor(store).compact("t")
+        store.sync_remote()
+        clock.advance(1)
+        store.enforce_retention("t")
+
+
+@pytest.mark.parametrize("damage", ["cut short", "deleted"])
+def test_a_remote_key_index_cut_short_or_gone_never_stops_a_lookup(data_dir: Path, tmp_path: Path,
+                                                                  clock: ManualClock, damage: str) -> None:
+    """A flat key index object shorter than its manifest says (or gone) is a damaged key index: lookups answer
+    from a scan of the ledger, as for a group that fails its CRC. They raised struct.error (or the missing object's
+    error) though the ledger holds every answer."""
+    tier = tmp_path / "mount" / "tier"
+    compacted_on_a_mount(data_dir, tier, clock)
+    [keys_object] = tier.rglob("*.keys")
+    if damage == "deleted":
+        keys_object.unlink()
+    else:
+        keys_object.write_bytes(keys_object.read_bytes()[:-10])
+    with TableView(f"file://{tier}", "t") as table:
+        assert [table.get(f"key{i:05d}".encode()) for i in range(300)] == [f"v{i}".encode() for i in range(300)]
+        assert table.get(b"absent") is None
