@@ -25,6 +25,7 @@ from streaming.rows import TIMESTAMP_TYPE
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 RANGE_FILTERS = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
+INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -118,16 +119,18 @@ class ScanFilters:
 
 
 def _bounds(pushed: Any, value: int) -> tuple[int | None, int | None]:
-    """[low, high) of ``column op value`` over integers."""
+    """[low, high) of ``column op value`` over the columns' 64-bit integers: no bound is past the largest of them,
+    so every bound fits the Arrow scalar it is compared as (``value <= Long.MaxValue`` bounds nothing)."""
+    above = value + 1 if value < INT64_MAX else None  # None: no 64-bit integer is above value
     if isinstance(pushed, EqualTo):
-        return value, value + 1
+        return value, above
     if isinstance(pushed, GreaterThan):
-        return value + 1, None
+        return (above, None) if above is not None else (INT64_MAX, INT64_MAX)
     if isinstance(pushed, GreaterThanOrEqual):
         return value, None
     if isinstance(pushed, LessThan):
         return None, value
-    return None, value + 1
+    return None, above
 
 
 def _micros(moment: datetime.datetime) -> int:

@@ -34,3 +34,16 @@ def test_a_key_lookup_in_read_compacted_stops_at_ending_offsets(spark: SparkSess
     assert sorted(row.offset for row in frame.collect()) == [0, 1, 2]
     assert frame.where("key = 'k7'").collect() == []
     assert [row.offset for row in frame.where("key IN ('k1', 'k7')").collect()] == [1]
+
+
+@pytest.mark.parametrize("view", ["raw", "read_compacted", "compacted"])
+def test_offset_bounds_at_the_largest_long_are_bounds(spark: SparkSession, tmp_path: Path, view: str) -> None:
+    """``offset <= 9223372036854775807`` (Long.MaxValue) failed every task with an OverflowError."""
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        store.create_topic(TOPIC)
+        store.append(TOPIC, [(f"k{i}", f"v{i}") for i in range(5)])
+    frame = read(spark, data, view=view)
+    assert frame.where("offset <= 9223372036854775807").count() == 5
+    assert frame.where("offset > 9223372036854775807").count() == 0
+    assert frame.where("offset = 9223372036854775807").count() == 0
