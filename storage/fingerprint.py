@@ -2,17 +2,31 @@
 per key whatever its length, as Kafka's cleaner keeps a fixed 16-byte MD5 per key) and the compactor splits its
 phase one by them (compactor/key_codes.py).
 
-Computed for a whole ``pa.binary()`` array at once, without a loop per key: keys are taken by length class (one
-class when keys have a fixed width, the common case), each class as a 2-D byte array zero-padded to whole 64-bit
-words; the loop runs over the word index (a key of L bytes has ceil(L / 8) words), never over the keys. Each word
-is mixed into the hash with a multiply-rotate step, the length first, so keys that differ only by trailing zero
-bytes differ. A splitmix64 finaliser spreads the bits.
+The hash is keyed: its multipliers are drawn at random once per process, so that no one outside the process can
+choose a key with the fingerprint of another. With the fixed hash this module had before, anyone who could append
+to a compacted topic computed in microseconds a key of their own with the fingerprint of someone else's key, and
+the next cleaning pass removed that key's latest message as superseded. Fingerprints therefore differ between
+processes and are never stored: a key map, a phase one and their spills live in one process.
 
-Two distinct keys share a fingerprint with probability about 2**-64 per pair (Kafka accepts MD5's 2**-128); the
-cleaner would then treat them as one key. With a million keys in one map that is about 3 in 10**8 per pass.
+The family is the vector multiply-shift hash (Dietzfelbinger; Thorup, "High Speed Hashing for Integers and
+Strings", 2015, section 3.3): a key is a vector of 32-bit words, its byte length first, then its bytes as
+little-endian words (zero-padded), and one lane is ``(a[0] + sum(a[i + 1] * x[i])) mod 2**64 >> 32`` with random
+64-bit multipliers ``a``. A lane is strongly universal: two distinct keys, chosen without knowing ``a``, share its
+32 bits with probability 2**-32. Two lanes with their own multipliers make the 64-bit fingerprint: 2**-64 per
+pair (Kafka accepts MD5's 2**-128). The cleaner would treat two keys that collide as one; with a million keys in
+one map that is about 3 in 10**8 per pass. The length word makes keys that differ only by trailing zero bytes
+distinct vectors.
+
+Computed for a whole ``pa.binary()`` array at once, without a loop per key: keys are taken by length class (one
+class when keys have a fixed width, the common case), each class as a 2-D array of 32-bit words; the loop runs
+over the word index, never over the keys.
 """
 
 from __future__ import annotations
+
+import secrets
+import threading
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -22,11 +36,12 @@ from storage.binary_arrays import value_offsets
 
 U64 = npt.NDArray[np.uint64]
 
-_SEED = np.uint64(0x9E3779B97F4A7C15)
-_MULTIPLY = np.uint64(0xBF58476D1CE4E5B9)
-_WORD_MULTIPLY = np.uint64(0x94D049BB133111EB)
-_ROTATE = np.uint64(31)
-_ROTATE_BACK = np.uint64(33)
+LANES: Final = 2
+ROWS_PER_SLICE: Final = 65536
+_random_words = np.random.Generator(np.random.PCG64(secrets.randbits(128)))
+_multipliers = np.empty((LANES, 0), dtype=np.uint64)
+"""Each lane's multipliers ``a``, drawn as longer keys need them; never shown outside this module."""
+_multipliers_lock = threading.Lock()
 
 
 def fingerprints(keys: pa.Array) -> U64:
@@ -47,41 +62,56 @@ def fingerprints(keys: pa.Array) -> U64:
     shortest, longest = int(lengths.min()), int(lengths.max())
     if shortest == longest:
         return fingerprint_rows(data.reshape(count, longest))
-    state = np.empty(count, dtype=np.uint64)
+    result = np.empty(count, dtype=np.uint64)
     for length in np.unique(lengths).tolist():
         rows = np.flatnonzero(lengths == length)
         rows_bytes = data[starts[rows, None] + np.arange(length)] if length else np.zeros((len(rows), 0), np.uint8)
-        state[rows] = _hash_fixed_width(rows_bytes, length)
-    return _finalise(state)
+        result[rows] = _hash_fixed_width(rows_bytes, length)
+    return result
 
 
 def fingerprint_rows(rows_bytes: npt.NDArray[np.uint8]) -> U64:
     """The fingerprints of keys given as the rows of a (keys, length) byte matrix: equal to ``fingerprints`` of the
     same keys as a binary array."""
-    return _finalise(_hash_fixed_width(rows_bytes, rows_bytes.shape[1]))
+    return _hash_fixed_width(rows_bytes, rows_bytes.shape[1])
 
 
 def _hash_fixed_width(rows_bytes: npt.NDArray[np.uint8], length: int) -> U64:
-    """The unfinalised hash of keys that all have ``length`` bytes (one per row of ``rows_bytes``)."""
-    count = rows_bytes.shape[0]
-    word_count = (length + 7) // 8
-    padded = np.zeros((count, word_count * 8), dtype=np.uint8)
-    padded[:, :length] = rows_bytes
-    words = padded.view("<u8")
-    state = np.full(count, ((length + int(_SEED)) * int(_MULTIPLY)) % 2**64, dtype=np.uint64)
-    for j in range(word_count):
-        mixed = words[:, j] * _WORD_MULTIPLY
-        mixed = (mixed << _ROTATE) | (mixed >> _ROTATE_BACK)
-        state ^= mixed
-        state *= _MULTIPLY
-    return state
-
-
-def _finalise(state: U64) -> U64:
-    """splitmix64's finaliser: every input bit affects every output bit."""
-    state = state ^ (state >> np.uint64(30))
-    state = state * _MULTIPLY
-    state = state ^ (state >> np.uint64(27))
-    state = state * _WORD_MULTIPLY
-    result: U64 = state ^ (state >> np.uint64(31))
+    """The fingerprints of keys that all have ``length`` bytes (one per row of ``rows_bytes``), ROWS_PER_SLICE keys
+    at a time so that the word arrays stay small and in the CPU's caches."""
+    count, word_count = rows_bytes.shape[0], -(-length // 4)
+    multipliers = _lane_multipliers(word_count + 2)
+    result = np.empty(count, dtype=np.uint64)
+    for first in range(0, count, ROWS_PER_SLICE):
+        rows = rows_bytes[first : first + ROWS_PER_SLICE]
+        words = np.zeros((len(rows), word_count * 4), dtype=np.uint8)
+        words[:, :length] = rows
+        result[first : first + len(rows)] = _vector_multiply_shift(words.view("<u4"), length, multipliers)
     return result
+
+
+def _vector_multiply_shift(by_word: npt.NDArray[np.uint32], length: int, multipliers: U64) -> U64:
+    """Both lanes of the keys whose 32-bit words are the rows of ``by_word``, as one 64-bit fingerprint each."""
+    count = by_word.shape[0]
+    lanes = [np.full(count, (int(a[0]) + int(a[1]) * length) % 2**64, dtype=np.uint64) for a in multipliers]
+    word, term = np.empty(count, dtype=np.uint64), np.empty(count, dtype=np.uint64)
+    for j in range(by_word.shape[1]):
+        np.copyto(word, by_word[:, j], casting="safe")
+        for lane, a in zip(lanes, multipliers, strict=True):
+            np.multiply(word, a[j + 2], out=term)
+            np.add(lane, term, out=lane)
+    high, low = (np.right_shift(lane, np.uint64(32), out=lane) for lane in lanes)
+    fingerprint: U64 = np.bitwise_or(np.left_shift(high, np.uint64(32), out=high), low, out=high)
+    return fingerprint
+
+
+def _lane_multipliers(count: int) -> U64:
+    """The first ``count`` multipliers of each lane, drawing more when keys longer than any before need them
+    (under a lock: the compactor's worker threads fingerprint at once, and equal keys must get equal
+    multipliers)."""
+    global _multipliers
+    with _multipliers_lock:
+        if _multipliers.shape[1] < count:
+            more = _random_words.integers(0, 2**64, (LANES, count - _multipliers.shape[1]), dtype=np.uint64)
+            _multipliers = np.concatenate([_multipliers, more], axis=1)
+        return _multipliers[:, :count]
