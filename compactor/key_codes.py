@@ -16,6 +16,7 @@ first batch; a later batch it refuses makes phase one start again with a wider o
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import Final
 
@@ -30,7 +31,11 @@ from storage.fingerprint import fingerprint_rows, fingerprints
 MAX_CODED_KEY_BYTES: Final = 64
 WORD_BYTES: Final = 8
 U64 = npt.NDArray[np.uint64]
-_FIBONACCI: Final = np.uint64(0x9E3779B97F4A7C15)
+_BUCKET_MULTIPLIER: Final = np.uint64(secrets.randbits(64) | 1)
+"""Odd, drawn at random once per process: multiply-shift hashing (Dietzfelbinger) spreads the top bits of any keys
+not chosen knowing it. With a fixed multiplier (2**64 / phi before), a producer could choose keys whose products
+share their top bits: every key fell in one bucket, and phase one finished that bucket whole, far past its
+memory budget."""
 
 
 class KeysRefused(Exception):
@@ -147,9 +152,9 @@ class KeyCoding:
 
     def bucket_ids(self, codes: pa.Array, bits: int) -> np.ndarray:
         """A bucket from 0 to 2**bits - 1 (bits <= 16) for every key, equal keys in one bucket. Word codes take the
-        top bits of the word times 2**64 / phi (Fibonacci hashing: one multiply, where ``hashes`` costs about
-        20 ns a key); other codes the top bits of ``hashes``."""
-        mixed: U64 = codes.to_numpy() * _FIBONACCI if self.prefix is not None else self.hashes(codes)
+        top bits of the word times _BUCKET_MULTIPLIER (one multiply, where ``hashes`` costs about 20 ns a key);
+        other codes the top bits of ``hashes``, which is keyed too."""
+        mixed: U64 = codes.to_numpy() * _BUCKET_MULTIPLIER if self.prefix is not None else self.hashes(codes)
         ids: np.ndarray = (mixed >> np.uint64(64 - bits)).astype(np.uint8 if bits <= 8 else np.uint16)
         return ids
 
