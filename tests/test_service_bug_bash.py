@@ -138,3 +138,21 @@ def test_the_directory_source_reads_only_regular_files_and_skips_hidden_ones_as_
     assert service.terminate() == 0
     values = read_table(tmp_path / "data", "prices")["value"].to_pylist()
     assert sorted(values) == sorted(f"v{i}".encode() for i in range(12))
+
+
+def test_a_line_too_long_for_any_message_the_topic_takes_is_refused_without_reading_it_whole(
+        tmp_path: Path) -> None:
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    chunk_bytes = 8 * 1024 * 1024  # what one read of the source takes, and the least it lets a line be
+    with (incoming / "001.tsv").open("wb") as file:
+        file.write(b"k1\tfirst\n\n")
+        file.write(b"k2\t" + b"x" * (3 * chunk_bytes) + b"\n")  # 3 chunks without a line end: no message is that big
+        file.write(b"k3\tafter\n")
+    service = ServiceProcess(_config(tmp_path, sources=[_directory(incoming)],
+                                     topic_config={"max.message.bytes": "1000"}))
+    error = _failed(service)["last_error"]
+    assert f"{incoming / '001.tsv'} line 3: the line is longer than {chunk_bytes} bytes, which cannot hold a " \
+           "message of at most the topic's max.message.bytes=1000" in error, error
+    assert service.terminate() == 0
+    assert read_table(tmp_path / "data", "prices")["value"].to_pylist() == [b"first"]

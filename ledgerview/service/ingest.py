@@ -180,7 +180,8 @@ class IngestWorker(BackgroundThread):
                 self.stats.state = "running"
                 last_flush = time.monotonic()
                 while not self.stopping.is_set():
-                    batch = self.source.read(self._position)
+                    limit = store.topic_metadata(self.source.topic).config.max_message_bytes
+                    batch = self.source.read(self._position, limit)
                     if batch is not None and batch.messages.num_rows:
                         self._append(store, batch)
                     if batch is not None:
@@ -251,7 +252,7 @@ class IngestWorker(BackgroundThread):
         highest = np.array([int(found[p].max()) if len(found[p]) else -1 for p in sorted(found)], np.int64)
         replayed = skipped = 0
         while self._next_sequence <= int(highest.max(initial=-1)):
-            batch = self.source.read(self._position)
+            batch = self.source.read(self._position, store.topic_metadata(self.source.topic).config.max_message_bytes)
             if batch is None:
                 raise SourceReplayError(self.source.name, self._position, int(highest.max()))
             table = self._stamped(batch.messages, store.topic_metadata(self.source.topic).partitions)

@@ -29,6 +29,8 @@ from ledgerview.service.config import SourceSection
 from storage.errors import LedgerviewError
 
 Position = dict[str, Any]
+JSON_BYTES_PER_BYTE = 6
+"""The most bytes a JSON line spends on one byte of a message: a ``\\u00XX`` escape."""
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,9 @@ class Source(Protocol):
 
     def initial_position(self) -> Position: ...
 
-    def read(self, position: Position) -> SourceBatch | None:
-        """The next messages from ``position``; None when there is nothing new now."""
+    def read(self, position: Position, max_message_bytes: int | None = None) -> SourceBatch | None:
+        """The next messages from ``position``; None when there is nothing new now. ``max_message_bytes``: the
+        topic's, which bounds what a source reads for one message (None: no bound)."""
 
     def refused(self, batch: SourceBatch, row: int, reason: str) -> LedgerviewError:
         """The error naming the ``row``-th message of ``batch`` (from 0), which the topic refuses for ``reason``."""
@@ -76,7 +79,9 @@ class GeneratorSource:
     def initial_position(self) -> Position:
         return {"seq": 0}
 
-    def read(self, position: Position) -> SourceBatch | None:
+    def read(self, position: Position, max_message_bytes: int | None = None) -> SourceBatch | None:
+        """``max_message_bytes`` is not needed: a message is value_bytes and a key (the append refuses one too
+        large, and ``refused`` names it)."""
         first = int(position["seq"])
         last = first + self.section.batch_messages
         if self.section.limit:
@@ -115,8 +120,11 @@ class DirectorySource:
     def initial_position(self) -> Position:
         return {"file": "", "offset": 0}
 
-    def read(self, position: Position) -> SourceBatch | None:
+    def read(self, position: Position, max_message_bytes: int | None = None) -> SourceBatch | None:
+        """The next chunk of lines; a line longer than ``max_line_bytes(max_message_bytes)`` is refused unread
+        (MalformedInputError), since it cannot hold a message the topic takes."""
         current, offset = str(position["file"]), int(position["offset"])
+        line_bound = None if max_message_bytes is None else self.max_line_bytes(max_message_bytes)
         for name in self._files_from(current):
             path = self.folder / name
             start = offset if name == current else 0
@@ -124,9 +132,15 @@ class DirectorySource:
                 size = path.stat().st_size
                 if start >= size:
                     continue
-                chunk, end = self._chunk(path, start, size)
+                chunk, end = self._chunk(path, start, size, line_bound)
             except FileNotFoundError:  # removed since the listing
                 continue
+            if line_bound is not None and end - start > line_bound:
+                assert max_message_bytes is not None
+                raise _malformed(path, start, chunk, 1, chunk, (
+                    f"the line is longer than {line_bound} bytes, which cannot hold a message of at most the topic's "
+                    f"max.message.bytes={max_message_bytes} (the longest line read is {JSON_BYTES_PER_BYTE} times "
+                    f"that, a JSON \\u escape's bytes for one, and {self.chunk_bytes} bytes at least)")) from None
             try:
                 messages = parse_chunk(chunk, self.line_format)
             except LineError as error:
@@ -139,7 +153,7 @@ class DirectorySource:
         """The MalformedInputError naming the file and line of the refused message, as for a malformed line. The
         batch's chunk is read again from its file (files do not change once they appear): the error path only."""
         path, start = self.folder / str(batch.origin["file"]), int(batch.origin["offset"])
-        chunk, _ = self._chunk(path, start, path.stat().st_size)
+        chunk, _ = self._chunk(path, start, path.stat().st_size, None)
         return _malformed(path, start, chunk, row + 1, split_lines(chunk)[row].as_py(), reason)
 
     def _files_from(self, current: str) -> list[str]:
@@ -152,17 +166,21 @@ class DirectorySource:
         except FileNotFoundError:
             return []
 
-    def _chunk(self, path: Path, start: int, size: int) -> tuple[bytes, int]:
+    def max_line_bytes(self, max_message_bytes: int) -> int:
+        """The longest line (with its line end) that may hold a message of at most ``max_message_bytes``: JSON
+        spells a byte in up to JSON_BYTES_PER_BYTE (a ``\\u`` escape), and a chunk's worth is always read."""
+        return max(self.chunk_bytes, JSON_BYTES_PER_BYTE * max_message_bytes)
+
+    def _chunk(self, path: Path, start: int, size: int, line_bound: int | None) -> tuple[bytes, int]:
         """Whole lines from ``start``, at most chunk_bytes unless one line is longer; the file's last line may
-        lack its line end."""
+        lack its line end. A first line longer than ``line_bound`` is cut one byte past it (None: never)."""
         with path.open("rb") as file:
             file.seek(start)
             data = file.read(self.chunk_bytes)
             if start + len(data) < size:
                 cut = data.rfind(b"\n") + 1
                 if cut == 0:
-                    rest = file.readline()
-                    data += rest
+                    data += file.readline(-1 if line_bound is None else line_bound + 1 - len(data))
                     cut = len(data)
                 data = data[:cut]
         return data, start + len(data)
@@ -186,9 +204,13 @@ def _malformed(path: Path, start: int, chunk: bytes, non_blank_index: int, line:
 
 
 def _lines_before(path: Path, offset: int) -> int:
-    """Lines before byte ``offset`` of the file (on the error path only)."""
+    """Lines before byte ``offset`` of the file (on the error path only), counted a chunk at a time."""
+    lines = 0
     with path.open("rb") as file:
-        return file.read(offset).count(b"\n")
+        while offset > 0 and (block := file.read(min(offset, CHUNK_BYTES))):
+            lines += block.count(b"\n")
+            offset -= len(block)
+    return lines
 
 
 def open_source(section: SourceSection) -> Source:
