@@ -7,6 +7,7 @@ import os
 from pyspark.sql import SparkSession
 
 from storage import Store
+from storage.errors import LedgerviewError
 from streaming.datasource import LedgerviewDataSource
 
 RAW_SUFFIX = "_raw"
@@ -23,11 +24,15 @@ def register_views(spark: SparkSession, path: str | os.PathLike[str], *, raw_suf
     Each view is ``SELECT * FROM <scan view> WHERE offset >= 0``. Spark 4.3 caches a Python source's planned
     partitions and pushed filters on the relation and replans them only when a query pushes a filter, so a
     second query on a plain ``USING`` view would reuse the first one's filters and end offsets. The always-true
-    offset filter makes every query push one, and so plan afresh."""
+    offset filter makes every query push one, and so plan afresh.
+
+    Names two topics' views would share (topics ``a`` and ``a_raw`` with the default ``raw_suffix``) are refused
+    before any view is made: one view would silently replace the other."""
     spark.dataSource.register(LedgerviewDataSource)
     folder = os.path.abspath(path)
     with Store.open(folder) as store:
         topics = store.list_topics()
+    _refuse_shared_names(topics, raw_suffix)
     names = []
     for topic in topics:
         for name, view in ((topic, "compacted"), (topic + raw_suffix, "raw")):
@@ -37,6 +42,23 @@ def register_views(spark: SparkSession, path: str | os.PathLike[str], *, raw_suf
             spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW `{name}` AS SELECT * FROM `{scan}` WHERE offset >= 0")
             names.append(name)
     return names
+
+
+class ViewNameClashError(LedgerviewError):
+    def __init__(self, name: str, first: str, second: str, raw_suffix: str) -> None:
+        super().__init__(f"register_views cannot name both the {first} and the {second} {name!r}: pass a "
+                         f"raw_suffix that no topic name ends with (now {raw_suffix!r}), such as '__raw'.")
+
+
+def _refuse_shared_names(topics: list[str], raw_suffix: str) -> None:
+    """Each view, and the scan view under it, needs a name of its own."""
+    taken: dict[str, str] = {}
+    for topic in topics:
+        for name, what in ((topic, f"table of topic {topic!r}"), (topic + raw_suffix, f"raw view of topic {topic!r}")):
+            for view, role in ((name, what), (name + SCAN_SUFFIX, f"scan under the {what}")):
+                if view in taken:
+                    raise ViewNameClashError(view, taken[view], role, raw_suffix)
+                taken[view] = role
 
 
 def _literal(text: str) -> str:

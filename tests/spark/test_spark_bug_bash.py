@@ -10,6 +10,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from compactor import Compactor
 from storage import Store
+from streaming import register_views
+from streaming.views import ViewNameClashError
 
 pytestmark = pytest.mark.spark
 
@@ -47,3 +49,15 @@ def test_offset_bounds_at_the_largest_long_are_bounds(spark: SparkSession, tmp_p
     assert frame.where("offset <= 9223372036854775807").count() == 5
     assert frame.where("offset > 9223372036854775807").count() == 0
     assert frame.where("offset = 9223372036854775807").count() == 0
+
+
+def test_register_views_refuses_names_that_two_views_would_take(spark: SparkSession, tmp_path: Path) -> None:
+    """Topics ``a`` and ``a_raw``: the raw view of ``a`` was silently replaced by the table of ``a_raw``."""
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        store.create_topic("a")
+        store.create_topic("a_raw")
+    with pytest.raises(ViewNameClashError, match=r"raw view of topic 'a' and the table of topic 'a_raw' 'a_raw'"):
+        register_views(spark, data)
+    assert register_views(spark, data, raw_suffix="__raw") == ["a", "a__raw", "a_raw", "a_raw__raw"]
+    assert [row.n for row in spark.sql("SELECT count(*) AS n FROM a_raw").collect()] == [0]
