@@ -17,6 +17,12 @@ pair (Kafka accepts MD5's 2**-128). The cleaner would treat two keys that collid
 one map that is about 3 in 10**8 per pass. The length word makes keys that differ only by trailing zero bytes
 distinct vectors.
 
+A key longer than BLOCK_BYTES is hashed as a tree: its blocks of BLOCK_BYTES (the last zero-padded) are hashed
+alone, and the row of their fingerprints is hashed as the key, with the key's own length as its first word. So
+the multipliers are a fixed 34 a lane whatever the key length (a table that grew with the longest key would let one
+huge key hold memory for the life of the process), and two distinct keys of n blocks collide with probability at
+most about n * 2**-64: distinct keys differ in a block, whose fingerprints then collide, or in the row above.
+
 Computed for a whole ``pa.binary()`` array at once, without a loop per key: keys are taken by length class (one
 class when keys have a fixed width, the common case), each class as a 2-D array of 32-bit words; the loop runs
 over the word index, never over the keys.
@@ -25,7 +31,6 @@ over the word index, never over the keys.
 from __future__ import annotations
 
 import secrets
-import threading
 from typing import Final
 
 import numpy as np
@@ -37,11 +42,12 @@ from storage.binary_arrays import value_offsets
 U64 = npt.NDArray[np.uint64]
 
 LANES: Final = 2
+BLOCK_BYTES: Final = 128
+"""Keys longer than this are hashed as a tree of blocks (``_tree_hash``)."""
 ROWS_PER_SLICE: Final = 65536
-_random_words = np.random.Generator(np.random.PCG64(secrets.randbits(128)))
-_multipliers = np.empty((LANES, 0), dtype=np.uint64)
-"""Each lane's multipliers ``a``, drawn as longer keys need them; never shown outside this module."""
-_multipliers_lock = threading.Lock()
+_MULTIPLIERS: Final = np.random.Generator(np.random.PCG64(secrets.randbits(128))).integers(
+    0, 2**64, (LANES, BLOCK_BYTES // 4 + 2), dtype=np.uint64)
+"""Each lane's multipliers ``a``, drawn once per process; never shown outside this module."""
 
 
 def fingerprints(keys: pa.Array) -> U64:
@@ -77,41 +83,46 @@ def fingerprint_rows(rows_bytes: npt.NDArray[np.uint8]) -> U64:
 
 
 def _hash_fixed_width(rows_bytes: npt.NDArray[np.uint8], length: int) -> U64:
-    """The fingerprints of keys that all have ``length`` bytes (one per row of ``rows_bytes``), ROWS_PER_SLICE keys
-    at a time so that the word arrays stay small and in the CPU's caches."""
-    count, word_count = rows_bytes.shape[0], -(-length // 4)
-    multipliers = _lane_multipliers(word_count + 2)
+    """The fingerprints of keys that all have ``length`` bytes (one per row of ``rows_bytes``)."""
+    return _tree_hash(rows_bytes, length)
+
+
+def _tree_hash(rows_bytes: npt.NDArray[np.uint8], length_word: int) -> U64:
+    """Rows of up to BLOCK_BYTES hashed as they are; longer ones cut into blocks (zero-padded), each block hashed,
+    and the rows of block fingerprints hashed the same way, so that no key needs more multipliers than a block."""
+    count, width = rows_bytes.shape
+    if width <= BLOCK_BYTES:
+        return _sliced_hash(rows_bytes, length_word)
+    blocks = -(-width // BLOCK_BYTES)
+    padded = np.zeros((count, blocks * BLOCK_BYTES), dtype=np.uint8)
+    padded[:, :width] = rows_bytes
+    block_fingerprints = _sliced_hash(padded.reshape(count * blocks, BLOCK_BYTES), BLOCK_BYTES)
+    return _tree_hash(block_fingerprints.view(np.uint8).reshape(count, blocks * 8), length_word)
+
+
+def _sliced_hash(rows_bytes: npt.NDArray[np.uint8], length_word: int) -> U64:
+    """The vector hash of rows of at most BLOCK_BYTES, ROWS_PER_SLICE rows at a time so that the word arrays stay
+    small and in the CPU's caches."""
+    count, width = rows_bytes.shape
     result = np.empty(count, dtype=np.uint64)
     for first in range(0, count, ROWS_PER_SLICE):
         rows = rows_bytes[first : first + ROWS_PER_SLICE]
-        words = np.zeros((len(rows), word_count * 4), dtype=np.uint8)
-        words[:, :length] = rows
-        result[first : first + len(rows)] = _vector_multiply_shift(words.view("<u4"), length, multipliers)
+        words = np.zeros((len(rows), -(-width // 4) * 4), dtype=np.uint8)
+        words[:, :width] = rows
+        result[first : first + len(rows)] = _vector_multiply_shift(words.view("<u4"), length_word)
     return result
 
 
-def _vector_multiply_shift(by_word: npt.NDArray[np.uint32], length: int, multipliers: U64) -> U64:
-    """Both lanes of the keys whose 32-bit words are the rows of ``by_word``, as one 64-bit fingerprint each."""
+def _vector_multiply_shift(by_word: npt.NDArray[np.uint32], length_word: int) -> U64:
+    """Both lanes of the vectors (length_word, *row) for the rows of ``by_word``, as one 64-bit fingerprint each."""
     count = by_word.shape[0]
-    lanes = [np.full(count, (int(a[0]) + int(a[1]) * length) % 2**64, dtype=np.uint64) for a in multipliers]
+    lanes = [np.full(count, (int(a[0]) + int(a[1]) * length_word) % 2**64, dtype=np.uint64) for a in _MULTIPLIERS]
     word, term = np.empty(count, dtype=np.uint64), np.empty(count, dtype=np.uint64)
     for j in range(by_word.shape[1]):
         np.copyto(word, by_word[:, j], casting="safe")
-        for lane, a in zip(lanes, multipliers, strict=True):
+        for lane, a in zip(lanes, _MULTIPLIERS, strict=True):
             np.multiply(word, a[j + 2], out=term)
             np.add(lane, term, out=lane)
     high, low = (np.right_shift(lane, np.uint64(32), out=lane) for lane in lanes)
     fingerprint: U64 = np.bitwise_or(np.left_shift(high, np.uint64(32), out=high), low, out=high)
     return fingerprint
-
-
-def _lane_multipliers(count: int) -> U64:
-    """The first ``count`` multipliers of each lane, drawing more when keys longer than any before need them
-    (under a lock: the compactor's worker threads fingerprint at once, and equal keys must get equal
-    multipliers)."""
-    global _multipliers
-    with _multipliers_lock:
-        if _multipliers.shape[1] < count:
-            more = _random_words.integers(0, 2**64, (LANES, count - _multipliers.shape[1]), dtype=np.uint64)
-            _multipliers = np.concatenate([_multipliers, more], axis=1)
-        return _multipliers[:, :count]

@@ -85,3 +85,13 @@ def test_a_key_chosen_to_collide_does_not_make_the_cleaner_remove_another_key(da
         kept = store.read("accounts", 0).select(["key", "value"]).to_pylist()
     assert kept == [{"key": b"user-123", "value": b"balance=100"}, {"key": chosen, "value": b"anything"},
                     {"key": b"other", "value": b"active segment"}]
+
+
+def test_long_keys_are_told_apart_by_any_byte_and_by_their_length() -> None:
+    """Keys longer than a block are hashed as a tree of blocks."""
+    base = bytes(range(256)) * 4 + b"tail"
+    variants = [base, base[:-1], base + b"\x00", base[:200], base[:200] + b"\x00" * 56, b"\x00" * len(base),
+                *(base[:at] + bytes([base[at] ^ 1]) + base[at + 1 :] for at in (0, 127, 128, 700, len(base) - 1))]
+    hashes = fingerprints(pa.array(variants, pa.binary())).tolist()
+    assert len(set(hashes)) == len(variants)
+    assert hashes[0] == int(fingerprints(pa.array([base], pa.binary()))[0])
