@@ -168,27 +168,36 @@ def open_object_store(uri: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Obje
     if not scheme or (scheme == "s3" and not parsed.netloc):
         raise RemoteStorageError(uri, "open", "a remote tier is a URI such as s3://bucket/prefix or "
                                               "file:///shared/mount/prefix")
+    create_once: Callable[[str, bytes], bool] | None = _local_create_once if scheme == "file" else None
     try:
-        filesystem, base = _s3_filesystem(parsed, timeout_s) if scheme == "s3" else pafs.FileSystem.from_uri(uri)
+        if scheme == "s3":
+            filesystem, base = _s3_filesystem(uri, parsed, timeout_s)
+            create_once = _s3_create_once(timeout_s)
+        else:
+            filesystem, base = pafs.FileSystem.from_uri(uri)
     except (pa.ArrowException, OSError, ValueError) as error:
         raise RemoteStorageError(uri, "open", str(error)) from error
-    create_once: Callable[[str, bytes], bool] | None = None
-    if scheme == "s3":
-        create_once = _s3_create_once(timeout_s)
-    elif scheme == "file":
-        create_once = _local_create_once
     return ObjectStore(uri, filesystem, base, create_once)
 
 
-def _s3_filesystem(parsed: ParseResult, timeout_s: float) -> tuple[pafs.S3FileSystem, str]:
+def _s3_filesystem(uri: str, parsed: ParseResult, timeout_s: float) -> tuple[pafs.S3FileSystem, str]:
     """pyarrow's S3 client with time-outs, which its URI form cannot set; the endpoint, region and keys come from
-    the AWS variables as boto3 reads them (the constructor, unlike from_uri, does not read the endpoint's)."""
+    the AWS variables as boto3 reads them (the constructor, unlike from_uri, does not read the endpoint's). An
+    endpoint that is not an http:// or https:// URL with a host is refused, naming its variable."""
     options: dict[str, Any] = {"connect_timeout": timeout_s, "request_timeout": timeout_s,
                                "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=S3_ATTEMPTS)}
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        where = urlparse(endpoint)
-        options.update(endpoint_override=where.netloc, scheme=where.scheme or "https")
+    variable = next((name for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") if os.environ.get(name)), None)
+    if variable is not None:
+        endpoint = os.environ[variable]
+        try:
+            where = urlparse(endpoint)
+            valid = where.scheme in ("http", "https") and bool(where.hostname) and where.port != 0
+        except ValueError:  # a port that is no number
+            valid = False
+        if not valid:
+            raise RemoteStorageError(uri, "open", f"its endpoint, {variable}={endpoint!r}, is not a URL such as "
+                                                  "http://host:port or https://host")
+        options.update(endpoint_override=where.netloc, scheme=where.scheme)
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if region:
         options["region"] = region

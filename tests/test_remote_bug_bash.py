@@ -6,6 +6,7 @@ the fix it comes with."""
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
 from pathlib import Path
@@ -15,8 +16,11 @@ import pytest
 from compactor import Compactor
 from readers import Reader, TableView
 from storage import Store
-from storage.object_store import open_object_store
+from storage.files import REMOTE_TIER_RECORD
+from storage.object_store import RemoteStorageError, open_object_store
 from storage.remote_log import RemoteLog
+from storage.remote_store import RemoteStore
+from tests.cli_runner import run_cli
 from tests.conftest import ManualClock
 from tests.s3_server import S3Server
 
@@ -152,3 +156,25 @@ def test_a_remote_key_index_cut_short_or_gone_never_stops_a_lookup(data_dir: Pat
     with TableView(f"file://{tier}", "t") as table:
         assert [table.get(f"key{i:05d}".encode()) for i in range(300)] == [f"v{i}".encode() for i in range(300)]
         assert table.get(b"absent") is None
+
+
+@pytest.mark.parametrize("endpoint", ["127.0.0.1:{port}", "localhost:{port}", "http://", "http://127.0.0.1:port"])
+def test_an_endpoint_that_is_no_url_is_named_and_nothing_is_remembered(data_dir: Path, s3_server: S3Server,
+                                                                       s3_uri: str, endpoint: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """AWS_ENDPOINT_URL without its scheme (the commonest slip) or without a host: an error that names the variable
+    and the form it takes, from the store, the remote-only reader and the command line alike. It was a bare
+    ValueError from boto3, or pyarrow's 'Invalid S3 connection scheme' blamed on the URI."""
+    given = endpoint.format(port=s3_server.endpoint.rsplit(":", 1)[1])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", given)
+    message = f"AWS_ENDPOINT_URL='{given}', is not a URL such as http://host:port"
+    with pytest.raises(RemoteStorageError, match=re.escape(message)):
+        Store.open(data_dir, remote=s3_uri)
+    assert not (data_dir / REMOTE_TIER_RECORD).exists()
+    with pytest.raises(RemoteStorageError, match=re.escape(message)):
+        RemoteStore.open(s3_uri)
+    fresh = data_dir.with_name("fresh")
+    result = run_cli(fresh, "--remote", s3_uri, "topics", "create", "t", "--config", "remote.storage.enable=true",
+                     check=False)
+    assert result.code == 2 and message in result.err and "Traceback" not in result.err
+    assert not fresh.exists()
