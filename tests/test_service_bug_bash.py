@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import json
 import select
+import shutil
 import socket
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from compactor import Compactor
 from ledgerview.service.http import StatusServer
 from readers import read_table
 from storage import Store
 from tests.service_process import ServiceProcess, write_config
+from tests.test_console import chromium
 
 
 def _config(tmp_path: Path, *, sources: list[dict[str, Any]], partitions: int = 2,
@@ -156,3 +161,49 @@ def test_a_line_too_long_for_any_message_the_topic_takes_is_refused_without_read
            "message of at most the topic's max.message.bytes=1000" in error, error
     assert service.terminate() == 0
     assert read_table(tmp_path / "data", "prices")["value"].to_pylist() == [b"first"]
+
+
+def _one_damaged_partition(tmp_path: Path) -> tuple[ServiceProcess, Path]:
+    """A service on a store of two topics whose topic "damaged" has a partition with an unreadable cursor."""
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        for topic in ("damaged", "sound"):
+            store.create_topic(topic, partitions=2)
+            store.append(topic, [{"key": f"k{i}".encode(), "value": b"v"} for i in range(6)])
+        Compactor(store).compact("damaged")
+        cursor = store.compacted_ledgers("damaged", 1).folder / "cursor.json"
+    cursor.write_text("{not json")
+    return ServiceProcess(write_config(tmp_path / "ledgerview.toml", {
+        "store": {"data": str(data)}, "http": {"port": 0}, "compaction": {"enabled": False},
+        "retention": {"enabled": False}, "cleaner": {"enabled": False}}, {})), cursor
+
+
+def test_a_damaged_partition_is_named_in_the_status_and_the_others_are_still_reported(tmp_path: Path) -> None:
+    service, cursor = _one_damaged_partition(tmp_path)
+    try:
+        topics = {topic["topic"]: topic["partitions"] for topic in service.status()["topics"]}
+        damaged = topics["damaged"][1]
+        assert damaged["end_offset"] is None and damaged["compaction"] is None
+        assert len(damaged["last_errors"]) == 1
+        assert damaged["last_errors"][0].startswith(f"CorruptCompactionCursorError: Compaction cursor {cursor}")
+        assert topics["damaged"][0]["horizon"] >= 0 and topics["damaged"][0]["last_errors"] == []
+        assert sum(p["end_offset"] for p in topics["sound"]) == 6
+        metrics = service.get("/metrics")[2]
+        assert 'ledgerview_partition_end_offset{topic="sound",partition="0"}' in metrics
+        assert 'ledgerview_partition_end_offset{topic="damaged",partition="1"}' not in metrics
+        assert "None" not in metrics
+    finally:
+        assert service.terminate() == 0
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+def test_the_console_shows_a_damaged_partition_with_its_error_beside_the_others(tmp_path: Path) -> None:
+    service, _ = _one_damaged_partition(tmp_path)
+    try:
+        page = chromium("--dump-dom", f"http://{service.address}/", profile=tmp_path / "profile")
+        assert "2 topics, 4 partitions" in page, page[:3000]
+        assert page.count("<td>sound</td>") == 2
+        damaged_row = page[page.index('<td>damaged</td><td class="n">1</td>'):].split("</tr>")[0]
+        assert "CorruptCompactionCursorError: Compaction cursor" in damaged_row
+    finally:
+        assert service.terminate() == 0

@@ -12,12 +12,20 @@ from dataclasses import asdict
 from importlib.metadata import version
 from typing import Any
 
-from compactor import Compactor
 from readers.groups import describe_group, list_groups
 from storage import Store
 from storage.cleaner_manager import CleanerManager, first_dirty_offset, log_to_clean
+from storage.compacted import CompactedLedgers
+from storage.compaction_status import read_status
+from storage.errors import LedgerviewError, UnknownTopicError
 from storage.object_store import RemoteStorageError
 from storage.partition_log import PartitionLog
+
+PARTITION_FIGURES = ("start_offset", "end_offset", "size_bytes", "segments", "horizon", "compacted_messages",
+                     "compacted_layers", "ledger_bytes", "dirty_bytes", "dirty_ratio", "compaction", "cleaner",
+                     "next_retention_ms", "remote_upload_lag_bytes")
+"""What a partition's status holds beside its number and last_errors; all null for a partition that cannot be
+read."""
 
 
 def partition_statuses(store: Store, topic: str, cleaner: CleanerManager | None) -> list[dict[str, Any]]:
@@ -26,40 +34,56 @@ def partition_statuses(store: Store, topic: str, cleaner: CleanerManager | None)
 
     ``dirty_ratio`` is the share of the partition's bytes above the horizon, not yet in the compacted view (for a
     topic never compacted, all of it). The cleaner's ``dirty_ratio`` is Kafka's: cleanable bytes over clean plus
-    cleanable bytes."""
+    cleanable bytes.
+
+    A partition whose status cannot be read (damaged data, a lost cursor) is reported with its figures null and
+    the error in ``last_errors``, and the other partitions as usual: the status must answer most when something
+    is wrong."""
     statuses = []
-    compactions = Compactor(store).status(topic)
     checkpoints = cleaner.read_checkpoints() if cleaner else {}
     uncleanable = cleaner.uncleanable() if cleaner else {}
-    for compaction in compactions:
-        log = store.partition_log(topic, compaction.partition)
-        log.refresh()
-        cursor = store.compacted_ledgers(topic, compaction.partition).read_cursor()
-        horizon = cursor.horizon if cursor else -1
-        errors = [compaction.last_error] if compaction.last_error else []
-        size, dirty = _sizes(log, horizon, errors)
-        key = (topic, compaction.partition)
-        if key in uncleanable:
-            errors.append(f"cleaner: {uncleanable[key]}")
-        statuses.append({
-            "partition": compaction.partition,
-            "start_offset": log.log_start_offset,
-            "end_offset": log.end_offset,
-            "size_bytes": size,
-            "segments": len(log.segments),
-            "horizon": horizon,
-            "compacted_messages": cursor.messages_kept if cursor else 0,
-            "compacted_layers": len(cursor.ledger_ids) if cursor else 0,
-            "ledger_bytes": cursor.ledger_bytes if cursor else 0,
-            "dirty_bytes": dirty,
-            "dirty_ratio": round(dirty / size, 6) if size else 0.0,
-            "compaction": compaction.as_record(),
-            "cleaner": _cleaner_status(store, log, cleaner, checkpoints.get(key), uncleanable.get(key)),
-            "next_retention_ms": _next_retention_ms(log),
-            "remote_upload_lag_bytes": _upload_lag_bytes(store, log),
-            "last_errors": errors,
-        })
+    for partition in range(store.topic_metadata(topic).partitions):
+        key = (topic, partition)
+        try:
+            statuses.append(_partition_status(store, topic, partition, cleaner, checkpoints.get(key),
+                                              uncleanable.get(key)))
+        except UnknownTopicError:
+            raise
+        except LedgerviewError as error:
+            statuses.append({"partition": partition, **dict.fromkeys(PARTITION_FIGURES),
+                             "last_errors": [f"{type(error).__name__}: {error}"]})
     return statuses
+
+
+def _partition_status(store: Store, topic: str, partition: int, cleaner: CleanerManager | None,
+                      checkpoint: int | None, uncleanable: str | None) -> dict[str, Any]:
+    log = store.partition_log(topic, partition)
+    log.refresh()
+    compaction = read_status(log.folder, partition, run_in_progress=CompactedLedgers(log.folder).is_locked)
+    cursor = store.compacted_ledgers(topic, partition).read_cursor()
+    horizon = cursor.horizon if cursor else -1
+    errors = [compaction.last_error] if compaction.last_error else []
+    size, dirty = _sizes(log, horizon, errors)
+    if uncleanable is not None:
+        errors.append(f"cleaner: {uncleanable}")
+    return {
+        "partition": partition,
+        "start_offset": log.log_start_offset,
+        "end_offset": log.end_offset,
+        "size_bytes": size,
+        "segments": len(log.segments),
+        "horizon": horizon,
+        "compacted_messages": cursor.messages_kept if cursor else 0,
+        "compacted_layers": len(cursor.ledger_ids) if cursor else 0,
+        "ledger_bytes": cursor.ledger_bytes if cursor else 0,
+        "dirty_bytes": dirty,
+        "dirty_ratio": round(dirty / size, 6) if size else 0.0,
+        "compaction": compaction.as_record(),
+        "cleaner": _cleaner_status(store, log, cleaner, checkpoint, uncleanable),
+        "next_retention_ms": _next_retention_ms(log),
+        "remote_upload_lag_bytes": _upload_lag_bytes(store, log),
+        "last_errors": errors,
+    }
 
 
 def _sizes(log: PartitionLog, horizon: int, errors: list[str]) -> tuple[int, int]:
@@ -111,12 +135,19 @@ def service_status(store: Store, *, started_ms: int, now_ms: int, sources: list[
                    loops: dict[str, Any], topic_errors: dict[str, list[str]], cleaner: CleanerManager | None) -> (
     dict[str, Any]
 ):
-    """``topic_errors``: the last failures of loops and sources per topic, shown with the topic."""
+    """``topic_errors``: the last failures of loops and sources per topic, shown with the topic. A topic whose
+    metadata cannot be read has no partitions and the error in its ``last_errors``."""
     topics = []
     for topic in store.list_topics():
-        metadata = store.topic_metadata(topic)
-        topics.append({"topic": topic, "partitions": partition_statuses(store, topic, cleaner),
-                       "config": dict(metadata.overrides), "last_errors": topic_errors.get(topic, [])})
+        errors = topic_errors.get(topic, [])
+        try:
+            config = dict(store.topic_metadata(topic).overrides)
+            partitions = partition_statuses(store, topic, cleaner)
+        except UnknownTopicError:  # deleted meanwhile
+            continue
+        except LedgerviewError as error:  # its metadata cannot be read: named, and the other topics reported
+            config, partitions, errors = {}, [], [*errors, f"{type(error).__name__}: {error}"]
+        topics.append({"topic": topic, "partitions": partitions, "config": config, "last_errors": errors})
     failed = [source["name"] for source in sources if source["state"] == "failed"]
     return {
         "status": "degraded" if failed else "ok",
@@ -173,7 +204,8 @@ def prometheus_text(status: dict[str, Any]) -> str:
              "# HELP ledgerview_uptime_seconds Seconds since the service started.",
              "# TYPE ledgerview_uptime_seconds gauge", f"ledgerview_uptime_seconds {status['uptime_s']}"]
     partitions = [({"topic": topic["topic"], "partition": str(p["partition"])}, p)
-                  for topic in status["topics"] for p in topic["partitions"]]
+                  for topic in status["topics"] for p in topic["partitions"]
+                  if p["end_offset"] is not None]  # an unreadable partition has no figures
     for key, name, help_text in _PARTITION_GAUGES:
         lines += _family(name, "gauge", help_text, ((labels, p[key]) for labels, p in partitions))
     lines += _family("ledgerview_partition_compaction_state", "gauge",
