@@ -17,10 +17,22 @@ import pyarrow as pa
 
 from storage.codec import BatchHeader
 from storage.compacted import CompactionCursor
+from storage.errors import CorruptDataError
 from storage.ledger import Ledger
 from storage.object_store import ObjectStore
 from storage.remote_key_index import FlatKeyIndex, FlatKeyIndexes, RangeReader
 from storage.remote_segment import FetchCache
+
+
+class RemoteViewMismatchError(CorruptDataError):
+    """A compacted view on the remote tier whose counts disagree with its batches (``RemoteCompactedView.mismatch``):
+    served as it is, it would miss or repeat messages. The remote-tier twin of the local ViewMismatchError."""
+
+    def __init__(self, manifest_url: str, reason: str) -> None:
+        super().__init__(f"The compacted view that {manifest_url} names does not match its ledger: {reason}. Its "
+                         "writer published a view it does not hold, so readers of the remote tier get no compacted "
+                         "view of this partition (its raw log is read as before) until a compaction publishes a new "
+                         "one.")
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,25 @@ class RemoteCompactedView:
     @property
     def object_keys(self) -> tuple[str, ...]:
         return (*self.ledger_keys, *(piece.key for piece in self.key_indexes))
+
+    def mismatch(self) -> str | None:
+        """Why the view disagrees with its batch headers (they are in the manifest, so this costs no request), or
+        None: the messages it says it serves and its bytes are its batches', no batch lies above its horizon, each
+        lies in one of its ledger objects, and a view with batches has a key index to look keys up in."""
+        headers = [BatchHeader(*fields[:-1]) for fields in self.batches]
+        messages = sum(header.record_count for header in headers)
+        if messages != self.messages_kept:
+            return f"it says the view serves {self.messages_kept} messages, its batches hold {messages}"
+        size = sum(header.batch_length for header in headers)
+        if size != self.ledger_bytes:
+            return f"it says the ledger holds {self.ledger_bytes} bytes, its batches take {size}"
+        if headers and headers[-1].last_offset > self.horizon:
+            return f"its last batch holds offset {headers[-1].last_offset}, above its horizon {self.horizon}"
+        if any(not 0 <= fields[-1] < len(self.ledger_keys) for fields in self.batches):
+            return f"a batch lies in none of its {len(self.ledger_keys)} ledger objects"
+        if headers and not self.key_indexes:
+            return "it has batches but no key index"
+        return None
 
     def cursor(self) -> CompactionCursor:
         """The view as a local compaction cursor says it (readers plan on that)."""

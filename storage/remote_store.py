@@ -26,7 +26,7 @@ from storage.errors import LedgerviewError, OffsetOutOfRangeError, UnknownPartit
 from storage.files import TOPIC_METADATA, TOPICS_FOLDER, validate_topic_name
 from storage.ledger import Ledger
 from storage.object_store import DEFAULT_TIMEOUT_S, ObjectStore, RemoteObjectMissingError, open_object_store
-from storage.remote_ledger import RemoteLedger
+from storage.remote_ledger import RemoteLedger, RemoteViewMismatchError
 from storage.remote_log import RemoteLog, RemoteLogManifest, change_unowned
 from storage.remote_segment import DEFAULT_CACHE_BYTES, FetchCache, RemoteSegment, RemoteSegments
 from storage.schema import with_partition_column
@@ -64,9 +64,17 @@ class RemoteCompactedLedgers:
         return view.cursor() if view else None
 
     def open_current(self, *, verify: bool = True) -> tuple[CompactionCursor, Ledger] | None:
-        view = self.store.manifest(self.topic, self.partition).compacted
+        """The view the remote log names and its ledger; None before the first compaction. Raises
+        RemoteViewMismatchError if the view's counts disagree with its batches, as the local view is checked
+        against its cursor on open (CompactedLedgers._check_view)."""
+        manifest = self.store.manifest(self.topic, self.partition)
+        view = manifest.compacted
         if view is None:
             return None
+        reason = view.mismatch()
+        if reason is not None:
+            log = RemoteLog(self.store.objects, self.topic, self.partition)
+            raise RemoteViewMismatchError(self.store.objects.url(log.manifest_key(manifest.version)), reason)
         return view.cursor(), RemoteLedger(self.store.objects, view, self.store.cache, verify=verify)
 
     def open_ledger(self, ledger_id: int, *, verify: bool = True) -> Ledger | None:

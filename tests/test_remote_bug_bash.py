@@ -6,6 +6,7 @@ the fix it comes with."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import socket
 import threading
@@ -16,6 +17,7 @@ import pytest
 from compactor import Compactor
 from readers import Reader, TableView
 from storage import Store
+from storage.errors import CorruptDataError
 from storage.files import REMOTE_TIER_RECORD
 from storage.object_store import RemoteStorageError, open_object_store
 from storage.remote_log import RemoteLog
@@ -178,3 +180,36 @@ def test_an_endpoint_that_is_no_url_is_named_and_nothing_is_remembered(data_dir:
                      check=False)
     assert result.code == 2 and message in result.err and "Traceback" not in result.err
     assert not fresh.exists()
+
+
+@pytest.mark.parametrize("disagreement", ["messages_kept", "horizon", "ledger_bytes"])
+def test_a_remote_view_whose_counts_disagree_with_its_batches_is_refused(data_dir: Path, s3_uri: str,
+                                                                        clock: ManualClock, disagreement: str) -> None:
+    """A manifest (create-once, CRC-checked) whose compacted view says it serves more messages or bytes than its
+    batch headers hold, or whose horizon lies below its last batch: a remote-only reader refuses the view, naming
+    the manifest, as the local view is refused when its cursor and ledgers disagree; the raw log still reads. It
+    was served: a count planned from the manifest that the reader never delivered, or (a horizon too low) raw
+    messages above it served again after the ledger's."""
+    with Store.open(data_dir, remote=s3_uri, clock=clock) as store:
+        store.create_topic("t", 1, TIERED)
+        produce(store, "t", 200)
+        store.roll("t", 0)
+        Compactor(store).compact("t")
+        store.sync_remote()
+    log = RemoteLog(open_object_store(s3_uri), "t", 0)
+    manifest = log.latest()
+    assert manifest is not None and manifest.compacted is not None
+    view = manifest.compacted
+    wrong = {"messages_kept": dataclasses.replace(view, messages_kept=view.messages_kept + 1),
+             "horizon": dataclasses.replace(view, horizon=view.batches[-1][0] - 1),
+             "ledger_bytes": dataclasses.replace(view, ledger_bytes=view.ledger_bytes - 1)}[disagreement]
+    assert log.publish(dataclasses.replace(manifest, version=manifest.version + 1, compacted=wrong))
+    manifest_url = open_object_store(s3_uri).url(log.manifest_key(manifest.version + 1))
+    with pytest.raises(CorruptDataError, match=re.escape(f"The compacted view that {manifest_url} names does not "
+                                                         "match its ledger")):
+        list(Reader(s3_uri, "t", read_compacted=True))
+    reason = {"messages_kept": "the view serves", "horizon": "above its horizon",
+              "ledger_bytes": "the ledger holds"}[disagreement]
+    with pytest.raises(CorruptDataError, match=reason), TableView(s3_uri, "t") as table:
+        table.get(b"k3")
+    assert [message.offset for message in Reader(s3_uri, "t")] == list(range(200))
