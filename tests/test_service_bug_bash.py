@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from compactor import Compactor
+from ledgerview.errors import ServiceConfigError
+from ledgerview.service.config import parse_service_config
 from ledgerview.service.http import StatusServer
 from readers import read_table
 from storage import Store
@@ -207,3 +209,25 @@ def test_the_console_shows_a_damaged_partition_with_its_error_beside_the_others(
         assert "CorruptCompactionCursorError: Compaction cursor" in damaged_row
     finally:
         assert service.terminate() == 0
+
+
+@pytest.mark.parametrize(("source", "topic", "message"), [
+    ("../../escaped", "prices", "[[sources]] '../../escaped' name: it names the source's checkpoint file, so it "
+                                "follows the rule of topic names: Invalid topic name '../../escaped': it contains '/'"),
+    ("..", "prices", "Invalid topic name '..': '.' and '..' are reserved"),
+    ("", "prices", "Invalid topic name '': it is empty"),
+    ("nul\u0000", "prices", "Invalid topic name 'nul\\x00': it contains '\\x00'"),
+    ("ticks", "../prices", "[[sources]] 'ticks' topic: Invalid topic name '../prices': it contains '/'"),
+])
+def test_a_source_name_that_would_leave_the_data_folder_is_refused_with_the_config(
+        tmp_path: Path, source: str, topic: str, message: str) -> None:
+    raw = {"store": {"data": str(tmp_path / "data")},
+           "sources": [{"name": source, "type": "generator", "topic": topic}]}
+    with pytest.raises(ServiceConfigError) as refused:
+        parse_service_config(raw, "ledgerview.toml")
+    assert message in str(refused.value)
+
+
+def test_a_topic_name_is_checked_with_the_config(tmp_path: Path) -> None:
+    with pytest.raises(ServiceConfigError, match=r"\[\[topics\]\] #1 name: Invalid topic name 'a b': it contains ' '"):
+        parse_service_config({"topics": [{"name": "a b"}]}, "ledgerview.toml")

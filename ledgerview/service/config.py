@@ -24,7 +24,8 @@ from ledgerview.kafka.broker_config import CONFIG_KEYS, TLS_KEYS, endpoint_optio
 from ledgerview.kafka.security_options import SecurityConfigError, SecurityOptions, check_security
 from ledgerview.kafka.tls import server_context
 from ledgerview.service.http_access import HttpAccess, check_http_security
-from storage.errors import LedgerviewError
+from storage.errors import InvalidTopicNameError, LedgerviewError
+from storage.files import validate_topic_name
 from storage.object_store import WRITABLE_SCHEMES
 
 SourceKind = Literal["generator", "directory", "topic", "kafka"]
@@ -265,6 +266,8 @@ def parse_service_config(raw: dict[str, Any], path: str) -> ServiceConfig:
                                       f"[[topics]] #{i + 1}") for i, item in enumerate(_list(raw, "topics", path)))
     sources = tuple(_build(SourceSection, _table(item, path, f"[[sources]] #{i + 1}"), path, f"[[sources]] #{i + 1}")
                     for i, item in enumerate(_list(raw, "sources", path)))
+    for number, topic in enumerate(sections["topics"], 1):
+        _check_topic_name(topic.name, path, f"[[topics]] #{number} name")
     _check_sources(sources, path, spark_enabled=sections.get("spark", SparkSection()).enabled)
     _check_remote(sections.get("remote", RemoteSection()), path)
     sections["sources"] = sources
@@ -320,6 +323,8 @@ def _check_sources(sources: tuple[SourceSection, ...], path: str, *, spark_enabl
     names = [source.name for source in sources]
     for source in sources:
         where = f"[[sources]] {source.name!r}"
+        _check_source_name(source.name, path, f"{where} name")
+        _check_topic_name(source.topic, path, f"{where} topic")
         if names.count(source.name) > 1:
             raise ServiceConfigError(path, where, "two sources have this name; each needs its own")
         if source.type == "directory" and not source.path:
@@ -333,6 +338,23 @@ def _check_sources(sources: tuple[SourceSection, ...], path: str, *, spark_enabl
         for key in ("batch_messages", "keys", "value_bytes"):
             if getattr(source, key) < 1:
                 raise ServiceConfigError(path, f"{where} {key}", "must be >= 1")
+
+
+def _check_topic_name(name: str, path: str, where: str) -> None:
+    try:
+        validate_topic_name(name)
+    except InvalidTopicNameError as error:
+        raise ServiceConfigError(path, where, str(error).rstrip(".")) from None
+
+
+def _check_source_name(name: str, path: str, where: str) -> None:
+    """A source's name names its checkpoint file (and Spark checkpoint folder) in the data folder and its header:
+    the rule of topic names, so that no name leaves the folder."""
+    try:
+        validate_topic_name(name)
+    except InvalidTopicNameError as error:
+        raise ServiceConfigError(path, where, "it names the source's checkpoint file, so it follows the rule of "
+                                 f"topic names: {str(error).rstrip('.')}") from None
 
 
 def _list(raw: dict[str, Any], name: str, path: str) -> list[Any]:
