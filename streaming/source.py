@@ -19,6 +19,13 @@ published between planning and reading makes the task read raw and the next batc
 ever skips a tombstone.
 That keeps a query resumable from its checkpoint across any number of compactions and retention.
 
+A partition whose log now ends below the query's position was deleted and created again (or lost messages it had
+not flushed): that is data loss too, as the offsets read belong to the old log, and going on from them would skip
+the new log's first messages. With failOnDataLoss the query fails with TopicRecreatedError; without it the
+partition is read again from the view's start (the raw log start; the compacted view's whole snapshot), as by a
+query started from earliest. A topic created again that has already passed the query's position when the query
+next plans is not told from the old one: its offsets below that position are skipped.
+
 Options (streaming/options.py): ``path``, ``topic``, ``view``, ``startingOffsets`` (Kafka's, used only when the
 query first starts), ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` with ``maxTriggerDelay``,
 ``failOnDataLoss``.
@@ -46,7 +53,7 @@ from storage.readable import ReadableStore
 from streaming.options import STREAM_READ, Options, resolve_offsets, topic_offsets
 from streaming.rows import SparkRows
 from streaming.scan import DEFAULT_MAX_PARTITION_BYTES, segment_runs
-from streaming.source_offsets import EARLIEST, LATEST, admitted, checked_start
+from streaming.source_offsets import EARLIEST, LATEST, TopicRecreatedError, admitted, checked_start
 from streaming.store_cache import cached_readable_store
 
 VIEWS = ("raw", "compacted")
@@ -122,6 +129,22 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {int(p): Position(int(v["offset"]), v["ledger"]) if isinstance(v, dict) else Position(int(v))
                 for p, v in offsets.items()}
 
+    def _continued(self, start: dict[str, Any], ends: dict[int, int]) -> dict[int, Position]:
+        """Where each partition's range up to ``ends`` begins: at ``start``, unless the partition's log now ends
+        below it (the topic was created again); then, as data loss, TopicRecreatedError with failOnDataLoss, else
+        the view's start (see the module docstring). A partition ``start`` lacks begins at 0."""
+        begin = self._decode(start)
+        continued = {}
+        for partition, end in ends.items():
+            position = begin.get(partition, Position(0))
+            if end < position.offset:
+                if self.options.fail_on_data_loss:
+                    raise TopicRecreatedError(self.options.topic, partition, position.offset, end)
+                position = Position(0 if self.options.compacted else
+                                    self.store.start_offset(self.options.topic, partition))
+            continued[partition] = position
+        return continued
+
     def _partitions(self) -> range:
         return range(self.store.topic_metadata(self.options.topic).partitions)
 
@@ -162,15 +185,15 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The next micro-batch's end: every partition's end (or the availableNow target), at most
         maxOffsetsPerTrigger offsets, nothing new while fewer than minOffsetsPerTrigger wait and
         maxTriggerDelay has not passed (availableNow takes what there is: waiting could never end)."""
-        begin = self._decode(start)
         ends = self.target if self.target is not None else self._end_offsets()
-        offsets = {p: max(end, begin[p].offset if p in begin else 0) for p, end in ends.items()}
+        begin = self._continued(start, ends)
+        offsets = {p: max(end, begin[p].offset) for p, end in ends.items()}
         if isinstance(limit, ReadMaxRows):
             offsets = admitted({p: pos.offset for p, pos in begin.items()}, offsets, limit.max_rows)
         if self._waits_for_more(begin, offsets):
             return start
         self._last_batch_ms = self.clock_ms()
-        return self._encode({p: self._tagged(p, begin.get(p, Position(0)), end) for p, end in offsets.items()})
+        return self._encode({p: self._tagged(p, begin[p], end) for p, end in offsets.items()})
 
     def _waits_for_more(self, begin: dict[int, Position], ends: dict[int, int]) -> bool:
         now = self.clock_ms()
@@ -179,7 +202,7 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         minimum = self.options.min_offsets
         if minimum is None or self.target is not None:
             return False
-        waiting = sum(end - (begin[p].offset if p in begin else 0) for p, end in ends.items())
+        waiting = sum(end - begin[p].offset for p, end in ends.items())
         return waiting < minimum and now - self._last_batch_ms < self.options.max_trigger_delay_ms
 
     def _tagged(self, partition: int, begin: Position, end: int) -> Position:
@@ -198,10 +221,11 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {str(p): end for p, end in sorted(self._end_offsets().items())}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        begin, stop = self._decode(start), self._decode(end)
+        stop = self._decode(end)
+        begin = self._continued(start, {p: position.offset for p, position in stop.items()})
         ranges = []
         for partition, end_position in sorted(stop.items()):
-            first = begin.get(partition, Position(0))
+            first = begin[partition]
             start_offset = self._checked_start(partition, first.offset, first.ledger)
             if start_offset >= end_position.offset:
                 continue

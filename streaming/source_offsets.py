@@ -25,6 +25,17 @@ class DataLossError(LedgerviewError):
         )
 
 
+class TopicRecreatedError(LedgerviewError):
+    def __init__(self, topic: str, partition: int, position: int, end: int) -> None:
+        self.topic, self.partition, self.position, self.end = topic, partition, position, end
+        super().__init__(
+            f"Data loss in {topic}-{partition}: the query read up to offset {position}, but the log now ends at "
+            f"{end}: the topic was deleted and created again (or lost messages it had not flushed), and the "
+            "query's offsets name messages of the old log. Set failOnDataLoss=false to read the partition again "
+            "from its start, or start the query on a new checkpoint."
+        )
+
+
 def checked_start(topic: str, partition: int, wanted: int, log_start: int, *, fail_on_data_loss: bool) -> int:
     """Where a read planned from ``wanted`` starts: ``wanted`` itself, or the log start when retention deleted
     the offsets in between and failOnDataLoss is off (with it on, DataLossError)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
 from compactor import Compactor
@@ -61,3 +62,43 @@ def test_register_views_refuses_names_that_two_views_would_take(spark: SparkSess
         register_views(spark, data)
     assert register_views(spark, data, raw_suffix="__raw") == ["a", "a__raw", "a_raw", "a_raw__raw"]
     assert [row.n for row in spark.sql("SELECT count(*) AS n FROM a_raw").collect()] == [0]
+
+
+def run_stream(spark: SparkSession, data: Path, checkpoint: Path, **options: str) -> list[bytes]:
+    """The values a ``trigger(availableNow=True)`` run of the stream reads from its checkpoint on."""
+    reader = spark.readStream.format("ledgerview").option("path", str(data)).option("topic", TOPIC) \
+        .option("startingOffsets", "earliest")
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    values: list[bytes] = []
+    query = reader.load().writeStream.foreachBatch(lambda batch, _: values.extend(r.value for r in batch.collect())) \
+        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    query.awaitTermination()
+    return sorted(values)
+
+
+def recreate(data: Path, values: list[str]) -> None:
+    with Store.open(data) as store:
+        store.delete_topic(TOPIC)
+        store.create_topic(TOPIC)
+        store.append(TOPIC, [("k", value) for value in values])
+
+
+@pytest.mark.parametrize("view", ["raw", "compacted"])
+def test_a_stream_over_a_topic_created_again_fails_or_reads_the_new_log_from_its_start(
+        spark: SparkSession, tmp_path: Path, view: str) -> None:
+    """The query's offsets named the old log: it read nothing until the new log passed them, then skipped the new
+    log's first messages."""
+    data, checkpoint = tmp_path / "data", tmp_path / "checkpoint"
+    with Store.open(data) as store:
+        store.create_topic(TOPIC)
+        store.append(TOPIC, [("k", f"old{i}") for i in range(10)])
+    assert len(run_stream(spark, data, checkpoint, view=view)) == 10
+    recreate(data, ["a0", "a1", "a2"])
+    with pytest.raises(StreamingQueryException, match=r"Data loss in events-0: the query read up to offset 10, but "
+                                                      r"the log now ends at 3: the topic was deleted and created"):
+        run_stream(spark, data, checkpoint, view=view)
+    assert run_stream(spark, data, checkpoint, view=view, failOnDataLoss="false") == [b"a0", b"a1", b"a2"]
+    with Store.open(data) as store:
+        store.append(TOPIC, [("k", f"b{i:02d}") for i in range(12)])
+    assert run_stream(spark, data, checkpoint, view=view) == [f"b{i:02d}".encode() for i in range(12)]
