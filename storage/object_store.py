@@ -13,9 +13,10 @@ reader may be reading; the small records that publish them are the only objects 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,9 @@ class ObjectStore:
         self._base = base.rstrip("/")
         self._create_once = create_once
         self._local = isinstance(filesystem, pafs.LocalFileSystem)
+        self._root = self._base if self._local else (
+            self._base.split("/", 1)[0] if isinstance(filesystem, pafs.S3FileSystem) else None)
+        """The bucket of an S3 tier, the folder of a file:// one: checked when an object is missing."""
         self.requests = 0
         """Requests made so far (reads, lists, writes, deletes), for tests and status."""
 
@@ -77,13 +81,36 @@ class ObjectStore:
     # -------------------------------------------------------------------------------------------------- reads
     def read(self, key: str) -> pa.Buffer:
         """The whole object, in one request."""
-        with self._request(key, "read"), self.filesystem.open_input_file(self._path(key)) as source:
+        with (self._naming_a_missing_root(), self._request(key, "read"),
+              self.filesystem.open_input_file(self._path(key)) as source):
             return source.read_buffer()
 
     def read_range(self, key: str, position: int, length: int) -> pa.Buffer:
         """``length`` bytes from ``position`` (fewer at the object's end), in one ranged request."""
-        with self._request(key, "read"), self.filesystem.open_input_file(self._path(key)) as source:
+        with (self._naming_a_missing_root(), self._request(key, "read"),
+              self.filesystem.open_input_file(self._path(key)) as source):
             return pa.py_buffer(source.read_at(length, position))
+
+    @contextlib.contextmanager
+    def _naming_a_missing_root(self) -> Iterator[None]:
+        """An object missing because the tier's bucket (or, for a file:// tier, its folder) does not exist is
+        that error instead: 'no such object' would send its reader looking for retention, and a reader of the
+        tier alone would be told its topic is unknown. One more request, on that path only."""
+        try:
+            yield
+        except RemoteObjectMissingError as missing:
+            if self._root is None:
+                raise
+            self.requests += 1
+            try:
+                found = self.filesystem.get_file_info(self._root).type != pafs.FileType.NotFound
+            except (OSError, pa.ArrowException):
+                raise missing from None
+            if found:
+                raise
+            where = (f"the tier's folder {self._root} does not exist (is the shared mount there?)" if self._local
+                     else f"the bucket {self._root!r} does not exist at {_s3_endpoint_named()}")
+            raise RemoteStorageError(missing.url, missing.action, where) from None
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         """Every object under ``prefix`` (recursively), sorted by key; none if the prefix does not exist."""
@@ -202,6 +229,14 @@ def _s3_filesystem(uri: str, parsed: ParseResult, timeout_s: float) -> tuple[paf
     if region:
         options["region"] = region
     return pafs.S3FileSystem(**options), f"{parsed.netloc}{parsed.path}".rstrip("/")
+
+
+def _s3_endpoint_named() -> str:
+    """Where S3 requests go, for errors: the endpoint variable that is set, or AWS's own endpoint."""
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        if os.environ.get(name):
+            return f"{os.environ[name]} ({name}); check the URI's bucket and that variable"
+    return "AWS's endpoint (AWS_ENDPOINT_URL is not set); check the URI's bucket"
 
 
 def _s3_create_once(timeout_s: float) -> Callable[[str, bytes], bool]:

@@ -17,7 +17,7 @@ import pytest
 from compactor import Compactor
 from readers import Reader, TableView
 from storage import Store
-from storage.errors import CorruptDataError
+from storage.errors import CorruptDataError, UnknownTopicError
 from storage.files import REMOTE_TIER_RECORD
 from storage.object_store import RemoteStorageError, open_object_store
 from storage.remote_log import RemoteLog
@@ -213,3 +213,22 @@ def test_a_remote_view_whose_counts_disagree_with_its_batches_is_refused(data_di
     with pytest.raises(CorruptDataError, match=reason), TableView(s3_uri, "t") as table:
         table.get(b"k3")
     assert [message.offset for message in Reader(s3_uri, "t")] == list(range(200))
+
+
+def test_a_reader_of_a_bucket_or_mount_that_does_not_exist_is_told_so(s3_server: S3Server, tmp_path: Path) -> None:
+    """A remote-only reader given a bucket that does not exist (a typo, another endpoint), or a file:// tier whose
+    mount is not there, is told that, naming the bucket and the endpoint or the folder; it was told 'Unknown topic
+    't'. Topics in this store: none.', as if the tier were empty."""
+    with pytest.raises(RemoteStorageError, match=re.escape(
+            f"the bucket 'no-such-bucket' does not exist at {s3_server.endpoint} (AWS_ENDPOINT_URL)")):
+        list(Reader("s3://no-such-bucket/tier", "t"))
+    with pytest.raises(RemoteStorageError, match="the bucket 'no-such-bucket' does not exist"):
+        TableView("s3://no-such-bucket/tier", "t").get(b"k")
+    unmounted = tmp_path / "unmounted" / "tier"
+    with pytest.raises(RemoteStorageError, match=re.escape(f"the tier's folder {unmounted} does not exist")):
+        list(Reader(f"file://{unmounted}", "t"))
+
+
+def test_a_topic_missing_from_a_tier_that_exists_is_still_an_unknown_topic(s3_uri: str) -> None:
+    with pytest.raises(UnknownTopicError):
+        list(Reader(s3_uri, "t"))
