@@ -231,3 +231,25 @@ def test_a_source_name_that_would_leave_the_data_folder_is_refused_with_the_conf
 def test_a_topic_name_is_checked_with_the_config(tmp_path: Path) -> None:
     with pytest.raises(ServiceConfigError, match=r"\[\[topics\]\] #1 name: Invalid topic name 'a b': it contains ' '"):
         parse_service_config({"topics": [{"name": "a b"}]}, "ledgerview.toml")
+
+
+@pytest.mark.parametrize(("checkpoint", "problem"), [
+    (b"{\"version\": 1, \"posi", "it is not JSON"),
+    (b"\xff\xfe", "it is not JSON"),
+    (json.dumps({"version": 1, "position": {"seq": 5}, "next_sequence": 5, "end_offsets": [0, 0]}).encode(),
+     "its position {'seq': 5} is not one of this source (whose positions have the keys file, offset)"),
+    (json.dumps({"version": 1, "position": {"file": "", "offset": 0}, "next_sequence": "x",
+                 "end_offsets": None}).encode(), "next_sequence is not a count"),
+])
+def test_a_damaged_source_checkpoint_is_named_with_what_is_wrong(tmp_path: Path, checkpoint: bytes,
+                                                                 problem: str) -> None:
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    path = tmp_path / "data" / "__service" / "sources" / "drops.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(checkpoint)
+    service = ServiceProcess(_config(tmp_path, sources=[_directory(incoming)]))
+    error = _failed(service)["last_error"]
+    assert error.startswith(f"CorruptSourceCheckpointError: Source checkpoint {path}: {problem}"), error
+    assert "remove it to read the source again from its start" in error
+    assert service.terminate() == 0

@@ -42,7 +42,7 @@ from ledgerview.errors import SourceReplayError
 from ledgerview.service.logs import log_event
 from ledgerview.service.sources import Position, Source, SourceBatch
 from storage import Store, faults
-from storage.errors import KeylessMessageError, MessageTooLargeError
+from storage.errors import CorruptDataError, KeylessMessageError, MessageTooLargeError
 from storage.fileio import write_atomically
 from storage.partitioner import partition_for_keys
 from storage.periodic import BackgroundThread
@@ -94,12 +94,39 @@ def sequence_header_key(source_name: str) -> str:
     return SEQUENCE_HEADER_PREFIX + source_name
 
 
-def read_checkpoint(path: Path) -> SourceCheckpoint | None:
+class CorruptSourceCheckpointError(CorruptDataError):
+    """A source checkpoint that is not what the worker writes."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"Source checkpoint {path}: {problem}. The source stopped; remove it to read the source "
+                         "again from its start (recovery then appends only what the topic lacks, by the sequence "
+                         "headers).")
+
+
+def read_checkpoint(path: Path, kind: Position) -> SourceCheckpoint | None:
+    """The checkpoint at ``path``, None when there is none; raises CorruptSourceCheckpointError when it is not one
+    of a source whose positions have the keys of ``kind``."""
     try:
         record = json.loads(path.read_bytes())
     except FileNotFoundError:
         return None
-    return SourceCheckpoint(record["position"], int(record["next_sequence"]), record["end_offsets"])
+    except ValueError as error:
+        raise CorruptSourceCheckpointError(path, f"it is not JSON ({error})") from None
+    if not isinstance(record, dict) or set(record) != {"version", "position", "next_sequence", "end_offsets"}:
+        raise CorruptSourceCheckpointError(path, "it does not hold version, position, next_sequence and end_offsets")
+    position, sequence, ends = record["position"], record["next_sequence"], record["end_offsets"]
+    if not isinstance(position, dict) or set(position) != set(kind):
+        raise CorruptSourceCheckpointError(path, f"its position {position!r} is not one of this source (whose "
+                                           f"positions have the keys {', '.join(kind)})")
+    if not _count(sequence):
+        raise CorruptSourceCheckpointError(path, "next_sequence is not a count")
+    if ends is not None and not (isinstance(ends, list) and all(_count(end) for end in ends)):
+        raise CorruptSourceCheckpointError(path, "end_offsets is not a list of offsets")
+    return SourceCheckpoint(position, sequence, ends)
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def with_sequence_headers(messages: pa.Table, source_name: str, first_sequence: int) -> pa.Table:
@@ -244,7 +271,7 @@ class IngestWorker(BackgroundThread):
 
     def _recover(self, store: Store) -> None:
         """Recovery steps 1 to 4 of the module doc."""
-        checkpoint = read_checkpoint(self._checkpoint_path)
+        checkpoint = read_checkpoint(self._checkpoint_path, self.source.initial_position())
         if checkpoint is not None:
             self._position, self._next_sequence = checkpoint.position, checkpoint.next_sequence
         found = read_sequences(store, self.source.topic, self.source.name,
