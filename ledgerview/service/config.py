@@ -119,7 +119,7 @@ class SourceSection:
     type: SourceKind
     topic: str
     batch_messages: int = 1000
-    """Messages per append (generator), or the most lines read per append (directory)."""
+    """Messages per append (generator; a directory source appends its files 8 MiB of whole lines at a time)."""
     interval_s: float = 1.0
     """Pause between appends when the source has nothing more right now (generator: between every append)."""
     # generator
