@@ -146,8 +146,20 @@ class TopicScan(DataSourceReader):
                 planned += [ScanPartition(partition, low, high)
                             for low, high in segment_runs(store.segments(topic, partition), start, end, piece_bytes)]
             else:  # read_compacted: offset 0 of the compacted view is its earliest
+                if start != 0:
+                    start = self._compacted_start(store, partition, start, log_starts[partition])
                 planned.append(ScanPartition(partition, EARLIEST if start == 0 else start, end))
         return planned
+
+    def _compacted_start(self, store: ReadableStore, partition: int, start: int, log_start: int) -> int:
+        """Where a ``read_compacted`` read from offset ``start`` begins: the ledger serves offsets up to its
+        horizon, the raw log those above; a raw offset retention deleted is data loss (DataLossError with
+        failOnDataLoss, else the read begins at the log start), as in the raw view."""
+        cursor = store.compacted_ledgers(self.options.topic, partition).read_cursor()
+        if cursor is not None and start <= cursor.horizon:
+            return start
+        return checked_start(self.options.topic, partition, start, log_start,
+                             fail_on_data_loss=self.options.fail_on_data_loss)
 
     def _piece_bytes(self, total_bytes: int) -> int:
         """Bytes per task, as Spark sizes file splits: enough for minPartitions tasks, but at least

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pyspark.errors import StreamingQueryException
+from pyspark.errors import PySparkException, StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
 from compactor import Compactor
@@ -102,3 +102,22 @@ def test_a_stream_over_a_topic_created_again_fails_or_reads_the_new_log_from_its
     with Store.open(data) as store:
         store.append(TOPIC, [("k", f"b{i:02d}") for i in range(12)])
     assert run_stream(spark, data, checkpoint, view=view) == [f"b{i:02d}".encode() for i in range(12)]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_read_compacted_from_an_offset_retention_deleted_is_data_loss(spark: SparkSession, tmp_path: Path,
+                                                                      fail_on_data_loss: str) -> None:
+    """failOnDataLoss was ignored by view=read_compacted: a task failed with OffsetOutOfRangeError either way."""
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        store.create_topic(TOPIC, config={"segment.bytes": "2048"})
+        store.append(TOPIC, [("k", f"v{i}") for i in range(100)])
+        store.delete_records(TOPIC, 0, 50)
+    frame = read(spark, data, view="read_compacted", failOnDataLoss=fail_on_data_loss,
+                 startingOffsets='{"events": {"0": 20}}')
+    if fail_on_data_loss == "true":
+        with pytest.raises(PySparkException, match=r"DataLossError: Data loss in events-0: the query needs offsets "
+                                                   r"from 20, but retention deleted everything below 50"):
+            frame.collect()
+    else:
+        assert sorted(row.offset for row in frame.collect()) == list(range(50, 100))
