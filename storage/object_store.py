@@ -33,6 +33,10 @@ DEFAULT_TIMEOUT_S = 30.0
 """How long an S3 request may wait for a connection, or for the next bytes of an answer, before it fails (the
 SDKs' defaults let one request of a remote that hangs wait about 100 s, with retries after)."""
 S3_ATTEMPTS = 3
+REFUSED_CREDENTIALS = ("ACCESS_DENIED", "AccessDenied", "INVALID_ACCESS_KEY_ID", "InvalidAccessKeyId",
+                       "SIGNATURE_DOES_NOT_MATCH", "SignatureDoesNotMatch", "ExpiredToken", "EXPIRED_TOKEN")
+"""What pyarrow's and boto3's errors say when S3 refuses a request's credentials (a HEAD's answer has no body,
+so pyarrow's says only ACCESS_DENIED)."""
 
 
 class RemoteStorageError(LedgerviewError):
@@ -181,7 +185,11 @@ class _Translated:
         if isinstance(error, FileNotFoundError) or "NoSuchKey" in str(error) or "Path does not exist" in str(error):
             raise RemoteObjectMissingError(self.url, self.action) from error
         if isinstance(error, OSError | pa.ArrowException) or type(error).__module__.startswith("botocore"):
-            raise RemoteStorageError(self.url, self.action, f"{type(error).__name__}: {error}") from error
+            reason = f"{type(error).__name__}: {str(error).rstrip('.')}"
+            if type(error).__name__ == "NoCredentialsError" or any(mark in str(error) for mark in REFUSED_CREDENTIALS):
+                reason += (" (the credentials were refused or missing: check AWS_ACCESS_KEY_ID and "
+                           "AWS_SECRET_ACCESS_KEY, or the profile in use, and that they may use this bucket)")
+            raise RemoteStorageError(self.url, self.action, reason) from error
 
 
 def open_object_store(uri: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> ObjectStore:

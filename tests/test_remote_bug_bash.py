@@ -10,6 +10,7 @@ import dataclasses
 import re
 import socket
 import threading
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,33 @@ def test_a_reader_of_a_bucket_or_mount_that_does_not_exist_is_told_so(s3_server:
 def test_a_topic_missing_from_a_tier_that_exists_is_still_an_unknown_topic(s3_uri: str) -> None:
     with pytest.raises(UnknownTopicError):
         list(Reader(s3_uri, "t"))
+
+
+def test_credentials_the_server_refuses_are_named_as_such(data_dir: Path, s3_server: S3Server, s3_uri: str,
+                                                         clock: ManualClock) -> None:
+    """With moto checking signatures (its reset-auth switch), the test's keys are unknown to it: every request is
+    refused. The error names the object, and says the credentials were refused and which variables give them; a
+    remote-only reader was told only 'AWS Error ACCESS_DENIED during HeadObject operation: No response body..'."""
+    with Store.open(data_dir, remote=s3_uri, clock=clock) as store:
+        store.create_topic("t", 1, TIERED)
+        produce(store, "t", 100)
+        store.sync_remote()
+    hint = "the credentials were refused or missing: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+    set_moto_auth(s3_server, after_requests="0")
+    try:
+        with pytest.raises(RemoteStorageError, match=f"could not read {re.escape(s3_uri)}/.*{hint}"):
+            list(Reader(s3_uri, "t"))
+        with Store.open(data_dir, clock=clock) as store:
+            produce(store, "t", 100, start=100)
+            with pytest.raises(RemoteStorageError, match=f"could not \\w+ {re.escape(s3_uri)}/.*{hint}"):
+                store.sync_remote()
+            assert store.read("t", 0, 100).num_rows == 100  # appends go on locally
+    finally:
+        set_moto_auth(s3_server, after_requests="inf")
+
+
+def set_moto_auth(server: S3Server, *, after_requests: str) -> None:
+    """moto checks the signatures and keys of requests once this many have been made since (it starts at inf)."""
+    request = urllib.request.Request(f"{server.endpoint}/moto-api/reset-auth", data=after_requests.encode(),
+                                     headers={"Content-Type": "text/plain"}, method="POST")
+    urllib.request.urlopen(request, timeout=10).close()
