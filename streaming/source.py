@@ -140,10 +140,16 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if end < position.offset:
                 if self.options.fail_on_data_loss:
                     raise TopicRecreatedError(self.options.topic, partition, position.offset, end)
-                position = Position(0 if self.options.compacted else
-                                    self.store.start_offset(self.options.topic, partition))
+                position = Position(self._earliest(partition))
             continued[partition] = position
         return continued
+
+    def _earliest(self, partition: int) -> int:
+        """The view's first offset: the raw log start, or in the compacted view of a compacted partition 0 (the
+        whole ledger, even where retention passed its offsets). A partition never compacted is its raw log."""
+        if self._cursor(partition) is not None:
+            return 0
+        return self.store.start_offset(self.options.topic, partition)
 
     def _partitions(self) -> range:
         return range(self.store.topic_metadata(self.options.topic).partitions)
@@ -157,9 +163,9 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.store.compacted_ledgers(self.options.topic, partition).read_cursor()
 
     def initialOffset(self) -> dict[str, Any]:
-        topic, store = self.options.topic, self.store
+        topic = self.options.topic
         ends = self._end_offsets()
-        earliest = {p: 0 if self.options.compacted else store.start_offset(topic, p) for p in ends}
+        earliest = {p: self._earliest(p) for p in ends}
         starting = self.options.starting
         if starting in ("earliest", "latest"):
             chosen = earliest if starting == "earliest" else ends

@@ -121,3 +121,19 @@ def test_read_compacted_from_an_offset_retention_deleted_is_data_loss(spark: Spa
             frame.collect()
     else:
         assert sorted(row.offset for row in frame.collect()) == list(range(50, 100))
+
+
+def test_the_compacted_stream_from_earliest_starts_a_partition_never_compacted_at_its_log_start(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """Earliest was offset 0 on every partition, so a partition with no ledger whose start retention had moved
+    failed the query's first batch with DataLossError (the raw view's earliest starts at the log start)."""
+    data, checkpoint = tmp_path / "data", tmp_path / "checkpoint"
+    with Store.open(data) as store:
+        store.create_topic(TOPIC, config={"segment.bytes": "2048"})
+        store.append(TOPIC, [(f"k{i % 10}", f"v{i:03d}") for i in range(100)])
+        store.delete_records(TOPIC, 0, 50)
+    assert run_stream(spark, data, checkpoint, view="compacted") == [f"v{i:03d}".encode() for i in range(50, 100)]
+    with Store.open(data) as store:
+        Compactor(store).compact(TOPIC)
+        store.append(TOPIC, [("k1", "w")])
+    assert run_stream(spark, data, checkpoint, view="compacted") == [b"w"]
