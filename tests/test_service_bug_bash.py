@@ -21,6 +21,7 @@ from ledgerview.service.config import parse_service_config
 from ledgerview.service.http import StatusServer
 from readers import read_table
 from storage import Store
+from storage.cursors import SubscriptionCursor, write_subscription_cursor
 from tests.service_process import ServiceProcess, write_config
 from tests.test_console import chromium
 
@@ -253,3 +254,30 @@ def test_a_damaged_source_checkpoint_is_named_with_what_is_wrong(tmp_path: Path,
     assert error.startswith(f"CorruptSourceCheckpointError: Source checkpoint {path}: {problem}"), error
     assert "remove it to read the source again from its start" in error
     assert service.terminate() == 0
+
+
+def test_a_damaged_segment_is_named_in_the_status_beside_the_other_topics_and_the_groups(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        for topic in ("damaged", "sound"):
+            store.create_topic(topic, partitions=1)
+            store.append(topic, [{"key": f"k{i}".encode(), "value": b"v" * 50} for i in range(20)])
+            store.flush(topic)
+        write_subscription_cursor(store.partition_log("sound", 0).folder, SubscriptionCursor("billing", 0, 5, False,
+                                                                                              None, 0))
+    segment = data / "damaged-0" / "00000000000000000000.log"
+    damaged = bytearray(segment.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    segment.write_bytes(bytes(damaged))
+    service = ServiceProcess(write_config(tmp_path / "ledgerview.toml", {
+        "store": {"data": str(data)}, "http": {"port": 0}, "compaction": {"enabled": False},
+        "retention": {"enabled": False}, "cleaner": {"enabled": False}}, {}))
+    try:
+        status = service.status()
+        topics = {topic["topic"]: topic["partitions"] for topic in status["topics"]}
+        assert topics["damaged"][0]["last_errors"][0].startswith(f"CorruptSegmentError: Corrupt batch in {segment}")
+        assert topics["sound"][0]["end_offset"] == 20
+        assert status["groups"] == []
+        assert status["groups_error"].startswith(f"CorruptSegmentError: Corrupt batch in {segment}")
+    finally:
+        assert service.terminate() == 0

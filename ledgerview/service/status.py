@@ -12,7 +12,7 @@ from dataclasses import asdict
 from importlib.metadata import version
 from typing import Any
 
-from readers.groups import describe_group, list_groups
+from readers.groups import UnknownGroupError, describe_group, list_groups
 from storage import Store
 from storage.cleaner_manager import CleanerManager, first_dirty_offset, log_to_clean
 from storage.compacted import CompactedLedgers
@@ -158,10 +158,29 @@ def service_status(store: Store, *, started_ms: int, now_ms: int, sources: list[
         "sources": sources,
         "loops": loops,
         "topics": topics,
-        "groups": [{"group": group, "positions": [asdict(position) | {"lag": position.lag}
-                                                  for position in describe_group(store, group)]}
-                   for group in list_groups(store)],
+        **_groups(store),
     }
+
+
+def _groups(store: Store) -> dict[str, Any]:
+    """``groups``: each group or subscription with its positions (``error`` when they cannot be read; a group
+    removed meanwhile is left out); ``groups_error``: why there are none when they cannot be listed (a partition
+    that does not open), else None."""
+    try:
+        names = list_groups(store)
+    except LedgerviewError as error:
+        return {"groups": [], "groups_error": f"{type(error).__name__}: {error}"}
+    groups: list[dict[str, Any]] = []
+    for group in names:
+        try:
+            positions = [asdict(position) | {"lag": position.lag} for position in describe_group(store, group)]
+        except UnknownGroupError:
+            continue
+        except LedgerviewError as error:
+            groups.append({"group": group, "positions": [], "error": f"{type(error).__name__}: {error}"})
+        else:
+            groups.append({"group": group, "positions": positions, "error": None})
+    return {"groups": groups, "groups_error": None}
 
 
 PROCESS_START_S = round(time.time(), 3)
