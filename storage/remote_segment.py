@@ -19,7 +19,7 @@ import pyarrow as pa
 from storage.errors import CorruptSegmentError
 from storage.files import LOG_SUFFIX, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
 from storage.index import OffsetIndex, TimeIndex
-from storage.object_store import ObjectStore
+from storage.object_store import ObjectStore, RemoteObjectMissingError
 from storage.segment import SegmentReads
 
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
@@ -148,15 +148,24 @@ class RemoteSegment(SegmentReads):
         if self._indexes is None:
             offset_key, time_key = self.info.offset_index_key, self.info.time_index_key
             offset_index, time_index = OffsetIndex(Path(offset_key)), TimeIndex(Path(time_key))
-            # An index that does not parse only costs speed: a scan then starts at the segment's first batch.
-            if not (offset_index.load_bytes(self.objects.read(offset_key).to_pybytes())
+            # An index that does not parse, or that the tier no longer holds, only costs speed: a scan then starts
+            # at the segment's first batch.
+            if not (offset_index.load_bytes(self._index_bytes(offset_key))
                     and offset_index.is_consistent(self.size_bytes)):
                 offset_index.keys, offset_index.values = [], []
-            if not (time_index.load_bytes(self.objects.read(time_key).to_pybytes())
+            if not (time_index.load_bytes(self._index_bytes(time_key))
                     and time_index.is_consistent(self.next_offset - self.base_offset)):
                 time_index.keys, time_index.values = [], []
             self._indexes = offset_index, time_index
         return self._indexes
+
+    def _index_bytes(self, key: str) -> bytes:
+        """The index object's bytes; none if the tier no longer holds it (reads then scan from the first batch)."""
+        try:
+            data: bytes = self.objects.read(key).to_pybytes()
+        except RemoteObjectMissingError:
+            return b""
+        return data
 
     @property
     def offset_index(self) -> OffsetIndex:  # type: ignore[override]  # fetched on first use, not at listing

@@ -263,3 +263,27 @@ def set_moto_auth(server: S3Server, *, after_requests: str) -> None:
     request = urllib.request.Request(f"{server.endpoint}/moto-api/reset-auth", data=after_requests.encode(),
                                      headers={"Content-Type": "text/plain"}, method="POST")
     urllib.request.urlopen(request, timeout=10).close()
+
+
+@pytest.mark.parametrize("suffix", [".index", ".timeindex"])
+def test_a_remote_segment_whose_index_object_is_gone_is_still_read(data_dir: Path, tmp_path: Path,
+                                                                    clock: ManualClock, suffix: str) -> None:
+    """A segment's index objects only speed up reads, as a damaged index does: one the tier no longer holds makes
+    reads scan the segment from its first batch. It made every read of the segment fail, its log intact."""
+    tier = tmp_path / "mount" / "tier"
+    with Store.open(data_dir, remote=f"file://{tier}", clock=clock) as store:
+        store.create_topic("t", 1, TIERED)
+        for i in range(100):
+            clock.advance(10)
+            produce(store, "t", 1, start=i)
+        store.sync_remote()
+        clock.advance(1)
+        store.enforce_retention("t")
+    for index in tier.rglob(f"*{suffix}"):
+        index.unlink()
+    with Store.open(data_dir, clock=clock) as store:
+        assert store.read("t", 0, 0).column("offset").to_pylist() == list(range(100))
+        assert store.read("t", 0, 37, max_messages=2).column("offset").to_pylist() == [37, 38]
+        stamps = store.read("t", 0, 0).column("timestamp").to_pylist()
+        assert store.offset_for_timestamp("t", 0, stamps[41]) == 41
+    assert [message.offset for message in Reader(f"file://{tier}", "t")][:3] == [0, 1, 2]
