@@ -281,3 +281,26 @@ def test_a_damaged_segment_is_named_in_the_status_beside_the_other_topics_and_th
         assert status["groups_error"].startswith(f"CorruptSegmentError: Corrupt batch in {segment}")
     finally:
         assert service.terminate() == 0
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+def test_the_console_counts_the_lag_behind_the_end_from_the_log_start_when_retention_removed_more(
+        tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        store.create_topic("prices")
+        store.append("prices", [{"key": f"k{i}".encode(), "value": b"v"} for i in range(10)])
+        store.delete_records("prices", 0, 6)  # never compacted: the messages left are 6 to 9
+    service = ServiceProcess(write_config(tmp_path / "ledgerview.toml", {
+        "store": {"data": str(data)}, "http": {"port": 0}, "compaction": {"enabled": False},
+        "retention": {"enabled": False}, "cleaner": {"enabled": False}}, {}))
+    try:
+        partition = service.status()["topics"][0]["partitions"][0]
+        assert (partition["start_offset"], partition["end_offset"], partition["horizon"]) == (6, 10, -1)
+        page = chromium("--dump-dom", f"http://{service.address}/", profile=tmp_path / "profile")
+        row = page[page.index("<td>prices</td>"):].split("</tr>")[0]
+        cells = [cell.removesuffix("</td>") for cell in row.replace('<td class="n">', "<td>").split("<td>")[1:]]
+        assert (cells[2], cells[6]) == ("6", "-1")  # start, horizon
+        assert cells[7] == "4", row  # lag behind end: 6 to 9 are not in the view
+    finally:
+        assert service.terminate() == 0
