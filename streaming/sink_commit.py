@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import crc32c
@@ -215,7 +215,7 @@ def _roll_forward(store: Store, topic: str, folders: SinkFolders, record: SinkRe
             continue
         if present != start.rows_before:
             starts[partition] = PartitionStart(store.end_offset(topic, partition), present)
-            record = SinkRecord(record.committed_batch, record.pending_batch, record.pending_files, starts)
+            record = replace(record, pending_starts=dict(starts))
             write_atomically(folders.record, record.encode())
         store.append(topic, rows.slice(present), partition=partition)
         crash_jvm_at("sink.commit.after_partition_append")

@@ -3,15 +3,23 @@ shows it."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyspark.errors import PySparkException, StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
 from compactor import Compactor
 from storage import Store
+from storage.faults import CRASH_AT_ENV
 from streaming import register_views
+from streaming.sink import SinkOptions, stage_task_rows
+from streaming.sink_commit import SinkFolders, SinkRecord, commit_batch
 from streaming.views import ViewNameClashError
 
 pytestmark = pytest.mark.spark
@@ -137,3 +145,48 @@ def test_the_compacted_stream_from_earliest_starts_a_partition_never_compacted_a
         Compactor(store).compact(TOPIC)
         store.append(TOPIC, [("k1", "w")])
     assert run_stream(spark, data, checkpoint, view="compacted") == [b"w"]
+
+
+COMMIT_IN_CHILD = """
+import sys
+from storage import Store
+from storage.faults import CRASH_AT_ENV
+from streaming.sink_commit import commit_batch
+with Store.open(sys.argv[1]) as store:
+    commit_batch(store, sys.argv[2], "query", 0, {sys.argv[3]: int(sys.argv[4])})
+"""
+
+
+def commit_in_child(data: Path, staged: dict[str, int], crash_at: str) -> None:
+    """``commit_batch`` of batch 0 in a child process that the crash point kills (SIGKILL)."""
+    [(name, checksum)] = staged.items()
+    env = {**os.environ, CRASH_AT_ENV: crash_at}
+    ended = subprocess.run([sys.executable, "-c", COMMIT_IN_CHILD, str(data), TOPIC, name, str(checksum)],
+                           env=env, capture_output=True, timeout=120, check=False)
+    assert ended.returncode == -signal.SIGKILL, ended.stderr.decode()[-2000:]
+
+
+def test_a_commit_resumed_twice_still_checks_its_pending_file_against_its_crc(tmp_path: Path) -> None:
+    """A resumed commit that recorded a new start for a partition wrote the record without the pending files'
+    CRC-32C, so after one more crash a pending file damaged by a power loss was trusted and its wrong bytes
+    appended (or its rows could not be read), where the replay's files hold the right rows."""
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        store.create_topic(TOPIC)
+    rows = pa.table({"key": [f"k{i}" for i in range(20)], "value": [f"value{i:02d}" for i in range(20)]})
+    options = SinkOptions(str(data), TOPIC)
+    staged = stage_task_rows(options, "query", 0, iter(rows.to_batches())).files
+    commit_in_child(data, staged, "sink.commit.after_pending_record")
+    with Store.open(data) as store:  # the commit's append died after its first 5 rows reached the log
+        store.append(TOPIC, rows.slice(0, 5), partition=0)
+    commit_in_child(data, staged, "sink.commit.after_partition_append")  # resumed from row 5, died again
+    with Store.open(data) as store:
+        folders = SinkFolders.of(store, TOPIC, "query")
+    assert SinkRecord.read(folders.record).pending_checksums == tuple(staged.values())
+    pending = folders.pending / next(iter(staged))
+    content = pending.read_bytes()  # a power loss: a block of the unsynced file comes back as zeros
+    pending.write_bytes(content.replace(b"value07", bytes(7)))
+    replayed = stage_task_rows(options, "query", 0, iter(rows.to_batches())).files
+    with Store.open(data) as store:
+        assert commit_batch(store, TOPIC, "query", 0, replayed)
+        assert store.read(TOPIC, 0).column("value").to_pylist() == rows.column("value").cast(pa.binary()).to_pylist()
