@@ -256,7 +256,8 @@ def test_a_damaged_source_checkpoint_is_named_with_what_is_wrong(tmp_path: Path,
     assert service.terminate() == 0
 
 
-def test_a_damaged_segment_is_named_in_the_status_beside_the_other_topics_and_the_groups(tmp_path: Path) -> None:
+def _one_damaged_segment(tmp_path: Path) -> tuple[ServiceProcess, Path]:
+    """A service on a store of two topics, "damaged" with a flipped byte in its segment, "sound" with a group."""
     data = tmp_path / "data"
     with Store.open(data) as store:
         for topic in ("damaged", "sound"):
@@ -269,9 +270,13 @@ def test_a_damaged_segment_is_named_in_the_status_beside_the_other_topics_and_th
     damaged = bytearray(segment.read_bytes())
     damaged[len(damaged) // 2] ^= 0xFF
     segment.write_bytes(bytes(damaged))
-    service = ServiceProcess(write_config(tmp_path / "ledgerview.toml", {
+    return ServiceProcess(write_config(tmp_path / "ledgerview.toml", {
         "store": {"data": str(data)}, "http": {"port": 0}, "compaction": {"enabled": False},
-        "retention": {"enabled": False}, "cleaner": {"enabled": False}}, {}))
+        "retention": {"enabled": False}, "cleaner": {"enabled": False}}, {})), segment
+
+
+def test_a_damaged_segment_is_named_in_the_status_beside_the_other_topics_and_the_groups(tmp_path: Path) -> None:
+    service, segment = _one_damaged_segment(tmp_path)
     try:
         status = service.status()
         topics = {topic["topic"]: topic["partitions"] for topic in status["topics"]}
@@ -279,6 +284,10 @@ def test_a_damaged_segment_is_named_in_the_status_beside_the_other_topics_and_th
         assert topics["sound"][0]["end_offset"] == 20
         assert status["groups"] == []
         assert status["groups_error"].startswith(f"CorruptSegmentError: Corrupt batch in {segment}")
+        if shutil.which("chromium") is not None:
+            page = chromium("--dump-dom", f"http://{service.address}/", profile=tmp_path / "profile")
+            groups = page[page.index('<table id="groups">'):].split("</table>")[0]
+            assert f"cannot list the groups: CorruptSegmentError: Corrupt batch in {segment}" in groups
     finally:
         assert service.terminate() == 0
 
