@@ -23,6 +23,18 @@ from storage.files import TOPICS_FOLDER
     ({"http": {"port": 99999}}, r"\[http\] port: 99999 is not a port \(0 to 65535"),
     ({"kafka": {"port": -1}}, r"\[kafka\] port: -1 is not a port"),
     ({"topics": [{"name": "t", "partitions": 0}]}, r"\[\[topics\]\] #1 partitions: 0 is below 1"),
+    # A wait past threading.TIMEOUT_MAX raises OverflowError in the loop's thread, which died with a traceback.
+    ({"compaction": {"interval_s": 1e10}}, r"\[compaction\] interval_s: 10000000000.0 is not above 0 seconds and at "
+                                           r"most 9223372036 \(the longest a thread waits\)"),
+    ({"retention": {"interval_s": float("inf")}}, r"\[retention\] interval_s: inf is not above 0 seconds"),
+    ({"cleaner": {"interval_s": float("nan")}}, r"\[cleaner\] interval_s: nan is not above 0 seconds"),
+    ({"sources": [{"name": "g", "type": "generator", "topic": "t", "interval_s": 1e300}]},
+     r"\[\[sources\]\] #1 interval_s: 1e\+300 is not above 0 seconds and at most"),
+    # A negative limit made the generator produce nothing, without a word.
+    ({"sources": [{"name": "g", "type": "generator", "topic": "t", "limit": -1}]},
+     r"\[\[sources\]\] 'g' limit: must be >= 0 \(0: never stops\)"),
+    ({"sources": [{"name": "g", "type": "generator", "topic": "t", "tombstone_every": -2}]},
+     r"\[\[sources\]\] 'g' tombstone_every: must be >= 0 \(0: no tombstones\)"),
 ])
 def test_out_of_range_values_are_refused_naming_the_key(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(ServiceConfigError, match=message):

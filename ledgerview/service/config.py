@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import ssl
+import threading
 import tomllib
 import types
 import typing
@@ -338,6 +339,9 @@ def _check_sources(sources: tuple[SourceSection, ...], path: str, *, spark_enabl
         for key in ("batch_messages", "keys", "value_bytes"):
             if getattr(source, key) < 1:
                 raise ServiceConfigError(path, f"{where} {key}", "must be >= 1")
+        for key, zero in (("limit", "never stops"), ("tombstone_every", "no tombstones")):
+            if getattr(source, key) < 0:
+                raise ServiceConfigError(path, f"{where} {key}", f"must be >= 0 (0: {zero})")
 
 
 def _check_topic_name(name: str, path: str, where: str) -> None:
@@ -389,11 +393,12 @@ def _build(kind: type[Any], values: dict[str, Any], path: str, where: str) -> An
 
 
 def _check_range(key: str, value: Any, path: str, where: str) -> None:
-    """Ranges read off the key's name (units last): seconds above 0 (an interval of 0 would spin a loop), a port
-    in 0 to 65535, counts of messages, partitions and connections, byte limits (``_max_bytes``) and milliseconds
-    at least 1."""
-    if key.endswith("_s") and value <= 0:
-        raise ServiceConfigError(path, where, f"{value!r} is not above 0 seconds")
+    """Ranges read off the key's name (units last): seconds above 0 (an interval of 0 would spin a loop) and at most
+    threading.TIMEOUT_MAX (a longer wait fails the thread; nan and inf are refused), a port in 0 to 65535, counts
+    of messages, partitions and connections, byte limits (``_max_bytes``) and milliseconds at least 1."""
+    if key.endswith("_s") and not 0 < value <= threading.TIMEOUT_MAX:
+        raise ServiceConfigError(path, where, f"{value!r} is not above 0 seconds and at most "
+                                 f"{threading.TIMEOUT_MAX:.0f} (the longest a thread waits)")
     if key == "port" and not 0 <= value <= 65535:
         raise ServiceConfigError(path, where, f"{value!r} is not a port (0 to 65535; 0 picks a free one)")
     counted = ("_messages", "partitions", "_max_bytes", "_ms", "max_connections", "max_connections_per_ip")
