@@ -88,8 +88,9 @@ class SinkOptions:
                 raise InvalidSinkError(f"column {column.name!r} has type {column.dataType.simpleString()}")
         if "value" not in schema.fieldNames():
             raise InvalidSinkError("a value column is required (null values are tombstones)")
-        # an unknown topic fails the query at its start
-        (cached_readable_store(path) if is_remote_location(path) else cached_store(path)).topic_metadata(topic)
+        # a path that is no store, or an unknown topic, fails the query at its start; read-only, so that a
+        # mistyped path is not made a data folder
+        cached_readable_store(path).topic_metadata(topic)
         return cls(path, topic)
 
 

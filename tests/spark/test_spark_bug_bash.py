@@ -190,3 +190,13 @@ def test_a_commit_resumed_twice_still_checks_its_pending_file_against_its_crc(tm
     with Store.open(data) as store:
         assert commit_batch(store, TOPIC, "query", 0, replayed)
         assert store.read(TOPIC, 0).column("value").to_pylist() == rows.column("value").cast(pa.binary()).to_pylist()
+
+
+def test_a_write_to_a_path_that_holds_no_store_says_so_and_creates_nothing(spark: SparkSession,
+                                                                            tmp_path: Path) -> None:
+    """A mistyped path was made an empty data folder, then the write failed with 'Unknown topic'."""
+    missing = tmp_path / "mistyped"
+    frame = spark.createDataFrame([("k", "v")], "key string, value string")
+    with pytest.raises(PySparkException, match=f"No ledgerview data folder at {missing}"):
+        frame.write.format("ledgerview").option("path", str(missing)).option("topic", TOPIC).mode("append").save()
+    assert not missing.exists()
