@@ -256,20 +256,24 @@ def _s3_create_once(timeout_s: float) -> Callable[[str, bytes], bool]:
                                               retries={"max_attempts": S3_ATTEMPTS, "mode": "standard"}))
 
     def create(path: str, data: bytes) -> bool:
-        """A refusal may answer a retry of our own write whose answer was lost (the SDK retries a request whose
-        connection dropped): then the object holds ``data``, and the write is ours."""
+        """A refusal of a retry may answer our own first attempt, which made the write but whose answer was lost
+        (the SDK retries a request whose connection dropped): then the object holds ``data``, and the write is
+        ours. A refusal of a first attempt is another writer's win, even of the same bytes (two claims made in
+        the same millisecond from the same manifest are byte for byte equal, and only one may win)."""
         bucket, key = path.split("/", 1)
         try:
             client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
         except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
-                try:
-                    return bool(client.get_object(Bucket=bucket, Key=key)["Body"].read() == data)
-                except ClientError as missing:  # another writer's conditional write still in progress
-                    if missing.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                        return False
-                    raise
-            raise
+            if error.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "ConditionalRequestConflict"):
+                raise
+            if not error.response.get("ResponseMetadata", {}).get("RetryAttempts"):
+                return False
+            try:
+                return bool(client.get_object(Bucket=bucket, Key=key)["Body"].read() == data)
+            except ClientError as missing:  # another writer's conditional write still in progress
+                if missing.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                    return False
+                raise
         return True
 
     return create

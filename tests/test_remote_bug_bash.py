@@ -130,6 +130,14 @@ def test_a_publish_whose_answer_is_lost_keeps_the_remote_log_whole(data_dir: Pat
         relay.close()
 
 
+def test_of_two_creates_of_the_same_bytes_only_the_first_wins(s3_uri: str) -> None:
+    """Reading a refused create back is for a retry of our own write only: two claims made in the same millisecond
+    from the same manifest are the same bytes, and both winning would give two folders one epoch."""
+    objects = open_object_store(s3_uri)
+    assert objects.create("t-0/manifests/00000000000000000001.json", b"the same claim")
+    assert not objects.create("t-0/manifests/00000000000000000001.json", b"the same claim")
+
+
 def compacted_on_a_mount(data_dir: Path, tier: Path, clock: ManualClock) -> None:
     """Topic ``t``: 300 keys, compacted, its ledger and flat key index uploaded to the file:// tier at ``tier``, and
     its local copies gone."""
