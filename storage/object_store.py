@@ -128,7 +128,9 @@ class ObjectStore:
 
     # ------------------------------------------------------------------------------------------------- writes
     def upload(self, local: Path, key: str) -> None:
-        """Copy a local file to ``key``, which must be fresh: the object appears whole or not at all."""
+        """Copy a local file to ``key``, which must be fresh. On S3 the object appears whole or not at all; on a
+        mount (file://) a crash may leave it partly written, but under a key that no manifest names yet, so no
+        reader sees it and the sweep (``RemoteLog.remove_unreferenced``) deletes it."""
         self._check_writable(key)
         with self._request(key, "upload"):
             self._make_parent(key)
