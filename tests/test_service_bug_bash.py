@@ -313,3 +313,29 @@ def test_the_console_counts_the_lag_behind_the_end_from_the_log_start_when_reten
         assert cells[7] == "4", row  # lag behind end: 6 to 9 are not in the view
     finally:
         assert service.terminate() == 0
+
+
+def _exchange(server: StatusServer, request: bytes) -> bytes:
+    """The whole answer to a raw request."""
+    host, port = server.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as connection:
+        connection.sendall(request)
+        answer = b""
+        while block := connection.recv(65536):
+            answer += block
+    return answer
+
+
+def test_head_and_an_absolute_request_target_are_answered_as_http_requires(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "data"):
+        pass
+    server = StatusServer("127.0.0.1", 0, tmp_path / "data", lambda store: {}, lambda: {"status": "ok"})
+    server.start()
+    try:
+        head, _, body = _exchange(server, b"HEAD /health HTTP/1.0\r\n\r\n").partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.0 200 OK\r\n") and b"\r\nContent-Length: 16" in head
+        assert body == b""  # HEAD: GET's headers without its body (RFC 9110 9.3.2)
+        absolute = _exchange(server, f"GET http://{server.address}/health?probe=1 HTTP/1.0\r\n\r\n".encode())
+        assert absolute.startswith(b"HTTP/1.0 200 OK\r\n") and absolute.endswith(b'{"status": "ok"}')
+    finally:
+        server.stop()

@@ -6,6 +6,8 @@
     GET /status   every partition's status, the sources, the loops, groups and rates (ledgerview/service/status.py)
     GET /metrics  the same figures in Prometheus text format, with process metrics and build info
 
+HEAD of each answers GET's status and headers without the body; other methods are 501.
+
 With an ssl.SSLContext the server speaks HTTPS. A client has REQUEST_TIMEOUT_S from its connection for its TLS
 handshake and its whole request (a client sending a byte at a time is dropped then, as one sending nothing), and
 as long again for each write of the response. With an HttpAccess that is enforced, every route but /health needs
@@ -26,6 +28,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ledgerview.service.http_access import HttpAccess, Verdict
 from ledgerview.service.logs import log_event
@@ -151,6 +154,14 @@ class _DeadlineReader(io.RawIOBase):
         return self.connection.recv_into(buffer)
 
 
+def _route(target: str) -> str:
+    """The path of a request target, without its query; an absolute one (``http://host/status``, which a server
+    must take, RFC 9112 3.2.2) by its path."""
+    if target.startswith(("http://", "https://")):
+        return urlsplit(target).path or "/"
+    return target.split("?", 1)[0]
+
+
 def _handler(server: StatusServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def setup(self) -> None:
@@ -161,14 +172,20 @@ def _handler(server: StatusServer) -> type[BaseHTTPRequestHandler]:
             self.rfile.close()  # the one StreamRequestHandler made: reads go through the deadline instead
             self.rfile = io.BufferedReader(_DeadlineReader(self.request, deadline))
 
-        def do_GET(self) -> None:  # the name http.server calls
+        def do_GET(self) -> None:  # the names http.server calls
+            self._answer(with_body=True)
+
+        def do_HEAD(self) -> None:
+            """GET's status and headers without its body (RFC 9110 9.3.2)."""
+            self._answer(with_body=False)
+
+        def _answer(self, *, with_body: bool) -> None:
             self.request.settimeout(server.request_timeout_s)  # the response's own budget (each write is bounded)
             try:
                 certificate = self.request.getpeercert() if isinstance(self.request, ssl.SSLSocket) else None
                 principal = None if server.access is None else server.access.principal(
                     self.headers.get("Authorization"), certificate)
-                code, content_type, body = server.respond(self.path.split("?", 1)[0], principal,
-                                                          self.client_address[0])
+                code, content_type, body = server.respond(_route(self.path), principal, self.client_address[0])
             except Exception as error:  # a broken status must not take the server down
                 log_event(logger, logging.ERROR, "http.failed", path=self.path, error=f"{type(error).__name__}: "
                           f"{error}")
@@ -179,7 +196,8 @@ def _handler(server: StatusServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            if with_body:
+                self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:
             log_event(logger, logging.DEBUG, "http.request", request=format % args)
