@@ -200,3 +200,14 @@ def test_a_write_to_a_path_that_holds_no_store_says_so_and_creates_nothing(spark
     with pytest.raises(PySparkException, match=f"No ledgerview data folder at {missing}"):
         frame.write.format("ledgerview").option("path", str(missing)).option("topic", TOPIC).mode("append").save()
     assert not missing.exists()
+
+
+def test_a_stream_starting_past_the_end_of_a_partition_is_refused(spark: SparkSession, tmp_path: Path) -> None:
+    """startingOffsets past a partition's end was taken, and the query waited for the log to reach it (with the
+    check of a log that went back, it would have been reported as a topic created again)."""
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        store.create_topic(TOPIC)
+        store.append(TOPIC, [("k", f"v{i}") for i in range(10)])
+    with pytest.raises(StreamingQueryException, match=r"Offset 50 is outside events-0, which holds offsets 0 to 10"):
+        run_stream(spark, data, tmp_path / "checkpoint", startingOffsets='{"events": {"0": 50}}')
