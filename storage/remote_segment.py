@@ -61,7 +61,8 @@ class RemoteSegmentInfo:
 class FetchCache:
     """Fetched objects, least recently used dropped first once their bytes pass ``capacity_bytes``. Thread-safe;
     a buffer handed out stays valid after it is dropped (Arrow counts its references). ``prefetch`` fetches on a
-    background thread, so a scan reads segment n + 1 from the remote tier while it decodes segment n."""
+    background thread, so a scan reads segment n + 1 from the remote tier while it decodes segment n; what it
+    fetched is a cache entry as soon as it arrives, so a prefetch that no read collects is dropped as any other."""
 
     def __init__(self, capacity_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.capacity_bytes = capacity_bytes
@@ -69,31 +70,60 @@ class FetchCache:
         self._bytes = 0
         self._lock = threading.Lock()
         self._pending: dict[str, Future[pa.Buffer]] = {}
+        self._unread: set[str] = set()
+        """Entries a prefetch put in that no ``get`` has handed out yet: their first ``get`` says fetched."""
         self._fetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledgerview-remote-fetch")
 
     def prefetch(self, key: str, fetch: Callable[[], pa.Buffer]) -> None:
         """Start fetching ``key`` unless it is cached or on its way (a failed fetch is retried by ``get``)."""
         with self._lock:
             if key not in self._entries and key not in self._pending:
-                self._pending[key] = self._fetcher.submit(fetch)
+                self._pending[key] = self._fetcher.submit(self._prefetched, key, fetch)
+
+    def _prefetched(self, key: str, fetch: Callable[[], pa.Buffer]) -> pa.Buffer:
+        try:
+            fetched = fetch()
+        except BaseException:
+            with self._lock:
+                self._pending.pop(key, None)
+            raise
+        with self._lock:  # pending until cached: a get meanwhile waits for it rather than fetching again
+            self._pending.pop(key, None)
+            if key not in self._entries:
+                self._put(key, fetched)
+                self._unread.add(key)
+        return fetched
 
     def get(self, key: str, fetch: Callable[[], pa.Buffer]) -> tuple[pa.Buffer, bool]:
-        """The cached object, or ``fetch()`` put in the cache; the flag says whether it was fetched now."""
+        """The cached object, or ``fetch()`` put in the cache; the flag says whether it was fetched for this call
+        (now, or by a prefetch no earlier call collected)."""
         with self._lock:
             cached = self._entries.get(key)
             if cached is not None:
                 self._entries.move_to_end(key)
-                return cached, False
-            pending = self._pending.pop(key, None)
-        fetched = fetch() if pending is None or pending.exception() is not None else pending.result()
+                unread = key in self._unread
+                self._unread.discard(key)
+                return cached, unread
+            pending = self._pending.get(key)
+        if pending is not None and pending.exception() is None:  # waits for the prefetch, which cached it
+            with self._lock:
+                self._unread.discard(key)
+            return pending.result(), True
+        fetched = fetch()
         with self._lock:
             if key not in self._entries:
-                self._entries[key] = fetched
-                self._bytes += fetched.size
-            while self._bytes > self.capacity_bytes and len(self._entries) > 1:
-                _, dropped = self._entries.popitem(last=False)
-                self._bytes -= dropped.size
+                self._put(key, fetched)
         return fetched, True
+
+    def _put(self, key: str, data: pa.Buffer) -> None:
+        """Add an entry, dropping the least recently used past the capacity (the newest always stays); under the
+        lock."""
+        self._entries[key] = data
+        self._bytes += data.size
+        while self._bytes > self.capacity_bytes and len(self._entries) > 1:
+            dropped_key, dropped = self._entries.popitem(last=False)
+            self._bytes -= dropped.size
+            self._unread.discard(dropped_key)
 
 
 class RemoteSegments:

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import re
 import socket
 import threading
 import urllib.request
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from compactor import Compactor
@@ -295,3 +297,32 @@ def test_a_remote_segment_whose_index_object_is_gone_is_still_read(data_dir: Pat
         stamps = store.read("t", 0, 0).column("timestamp").to_pylist()
         assert store.offset_for_timestamp("t", 0, stamps[41]) == 41
     assert [message.offset for message in Reader(f"file://{tier}", "t")][:3] == [0, 1, 2]
+
+
+def test_prefetched_segments_nobody_reads_are_held_within_the_cache(data_dir: Path, tmp_path: Path,
+                                                                      clock: ManualClock) -> None:
+    """Each read of a remote segment prefetches the next one; a read that stops inside its segment (a point read,
+    a fetch with a message limit) never collects it. Such prefetches were held outside the cache's capacity until
+    that segment was read, so a long-lived reader's memory grew by a segment per such read; they are cache
+    entries now, dropped as any other once past the capacity."""
+    tier = tmp_path / "mount" / "tier"
+    segment_bytes = 256 * 1024
+    with Store.open(data_dir, remote=f"file://{tier}", clock=clock) as store:
+        store.create_topic("t", 1, {**TIERED, "segment.bytes": str(segment_bytes)})
+        for start in range(0, 6000, 100):
+            store.append("t", [(f"k{i}", bytes(1024)) for i in range(start, start + 100)], partition=0)
+        store.sync_remote()
+    remote = RemoteStore.open(f"file://{tier}", cache_bytes=2 * segment_bytes)
+    segments = remote.segments("t", 0)
+    assert len(segments) > 20
+    gc.collect()
+    before = pa.total_allocated_bytes()
+    for segment in segments[:-1:2]:  # a read from the start of every other one that stops at its first batch
+        batches = remote.read_batches("t", 0, segment.base_offset)
+        assert next(batches).column("offset")[0].as_py() == segment.base_offset  # the next segment is prefetched
+        batches.close()
+    remote.cache.prefetch("drain", lambda: pa.py_buffer(b""))  # queued after every prefetch: wait for them
+    remote.cache.get("drain", lambda: pa.py_buffer(b""))
+    gc.collect()
+    held = pa.total_allocated_bytes() - before
+    assert held <= 4 * segment_bytes, f"{held} bytes held after reads of {len(segments)} segments"
