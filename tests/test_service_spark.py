@@ -92,3 +92,29 @@ def test_a_kafka_source_mirrors_a_kafka_topic_partition_for_partition(tmp_path: 
             columns = ["offset", "key", "value"]
             assert (mirror.read("orders-copy", partition).select(columns).to_pylist()
                     == original.read("orders", partition).select(columns).to_pylist())
+
+
+def test_a_json_line_s_partition_is_kept_on_spark_as_without(tmp_path: Path) -> None:
+    """docs/service.md: a directory source's JSON line keeps the partition it names, the others go where the
+    partitioner sends them, whichever engine reads the folder."""
+    from storage import Store
+
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    lines = [f'{{"key": "k{i}", "value": "v{i}", "partition": 1}}' for i in range(20)]
+    lines.append('{"key": "free", "value": "x"}')
+    (incoming / "001.json").write_text("\n".join(lines) + "\n")
+    path = write_config(tmp_path / "ledgerview.toml", {
+        "store": {"data": str(tmp_path / "data")}, "service": {"flush_interval_s": 0.2}, "http": {"port": 0},
+        "spark": {"enabled": True, "master": "local[1]"},
+    }, {
+        "topics": [{"name": "prices", "partitions": 2}],
+        "sources": [{"name": "drops", "type": "directory", "topic": "prices", "path": str(incoming),
+                     "format": "json", "interval_s": 0.2}],
+    })
+    service = ServiceProcess(path)
+    service.wait_until(lambda: end_offsets(service) == {"prices": 21}, "the file", deadline_s=240)
+    assert service.terminate() == 0
+    with Store.open(tmp_path / "data") as store:
+        named = store.read("prices", 1)["value"].to_pylist()
+    assert sorted(value for value in named if value != b"x") == sorted(f"v{i}".encode() for i in range(20))

@@ -110,9 +110,10 @@ class SparkIngest:
                     .load().select("key", "value", "timestamp", "headers"))
         files = spark.readStream.option("pathGlobFilter", section.pattern)
         if section.format == "json":
-            lines = files.schema("key string, value string, timestamp long").option("mode", "FAILFAST")
-            return lines.json(section.path).select(
-                "key", "value", F.coalesce("timestamp", F.unix_millis(F.current_timestamp())).alias("timestamp"))
+            lines = files.schema("key string, value string, timestamp long, partition int").option("mode", "FAILFAST")
+            return lines.json(section.path).select(  # a null partition is the sink's partitioner's choice
+                "key", "value", F.coalesce("timestamp", F.unix_millis(F.current_timestamp())).alias("timestamp"),
+                "partition")
         text = files.text(section.path).where(F.length("value") > 0)
         parts = F.split(F.col("value"), f"\\Q{section.separator}\\E", 2)
         malformed = F.raise_error(F.concat(F.lit(f"a line of a file in {section.path} has no separator "
