@@ -4,14 +4,15 @@
     spark.readStream.format("ledgerview-kafka")
         .option("kafka.bootstrap.servers", "host:9092")   # or "bootstrap.servers"
         .option("subscribe", "orders,payments")           # one topic or several, comma-separated
-        .option("startingOffsets", "earliest")            # "latest", or JSON {"orders": {"0": 42, "1": -2}}
+        .option("startingOffsets", "earliest")            # "latest", or JSON {"orders": {"0": 42, "1": -2}, ...}
         .option("maxOffsetsPerTrigger", "100000")         # optional: messages per micro-batch, over all partitions
         .option("failOnDataLoss", "true")                 # default; see below
         .load()
 
 Rows have Spark's Kafka-source columns: key, value, topic, partition, offset, timestamp, timestampType, headers;
 the timestamp is milliseconds since the epoch (a long), as in ledgerview's message model.
-In startingOffsets JSON, -2 means earliest and -1 latest, as in Spark's Kafka source.
+In startingOffsets JSON, -2 means earliest and -1 latest, as in Spark's Kafka source, which also requires the JSON to
+name every partition of every subscribed topic and no other topic.
 
 Offsets live in the Spark checkpoint: a micro-batch's end offsets are JSON ``{topic: {partition: next offset}}``,
 written by Spark before the batch runs, so a restarted query reads exactly the same ranges again and then goes on
@@ -49,7 +50,7 @@ from pyspark.sql.types import (
 )
 
 from storage.errors import LedgerviewError
-from streaming.options import KAFKA_READ, InvalidOptionError, Options
+from streaming.options import KAFKA_READ, InvalidOptionError, Options, resolve_offsets
 from streaming.source import RefusedStream
 from streaming.source_offsets import EARLIEST, LATEST, admitted, checked_start
 
@@ -68,6 +69,7 @@ ARROW_SCHEMA = to_arrow_schema(SCHEMA)
 POLL_TIMEOUT_MS = 500
 READ_TIMEOUT_POLLS = 120
 """Empty polls in a row after which a read gives up on reaching its range's end (a minute)."""
+WHERE = "readStream.format('ledgerview-kafka')"
 Offsets = dict[str, dict[str, int]]
 """{topic: {partition (a string, for JSON): offset}}: the next offset to read per partition."""
 
@@ -91,7 +93,7 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, given: Mapping[str, str]) -> SourceOptions:
-        options = Options(given, KAFKA_READ, "readStream.format('ledgerview-kafka')")
+        options = Options(given, KAFKA_READ, WHERE)
         servers = options.get("kafka.bootstrap.servers") or options.get("bootstrap.servers")
         if not servers:
             raise options.invalid("kafka.bootstrap.servers", servers)
@@ -142,19 +144,31 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------------------------- offsets (driver)
     def initialOffset(self) -> Offsets:
+        """Where the query starts: every partition's earliest or latest offset, or the JSON's. As Spark's Kafka
+        source requires, the JSON names every partition of every subscribed topic and no other topic, and an
+        explicit offset lies within the partition (one below its first offset is data loss when read)."""
         latest = self._end_offsets()
         earliest = self._beginning_offsets()
         starting = self.options.starting_offsets
+        if isinstance(starting, str):
+            return earliest if starting == "earliest" else latest
+        unknown = sorted(set(starting) - set(latest))
+        if unknown:
+            raise InvalidOptionError(WHERE, "startingOffsets", dict(starting),
+                                     f"JSON naming the subscribed topics only ({', '.join(sorted(latest))}; not "
+                                     f"{', '.join(unknown)})")
         offsets: Offsets = {}
-        for topic, partitions in latest.items():
-            offsets[topic] = {}
-            for partition, end in partitions.items():
-                if isinstance(starting, str):
-                    code = EARLIEST if starting == "earliest" else LATEST
-                else:
-                    code = starting.get(topic, {}).get(partition, LATEST)
-                offsets[topic][partition] = (earliest[topic][partition] if code == EARLIEST
-                                             else end if code == LATEST else code)
+        for topic, ends in latest.items():
+            last = {int(p): end for p, end in ends.items()}
+            first = {int(p): offset for p, offset in earliest[topic].items()}
+            chosen = {int(p): offset for p, offset in starting.get(topic, {}).items()}
+            resolved = resolve_offsets(WHERE, "startingOffsets", chosen, topic, earliest=first, latest=last,
+                                       allowed_codes=(EARLIEST, LATEST))
+            for partition, offset in resolved.items():
+                if offset > last[partition]:
+                    raise InvalidOptionError(WHERE, "startingOffsets", offset, f"an offset of {topic}-{partition} "
+                                             f"up to its end, {last[partition]}, or -2 / -1")
+            offsets[topic] = {str(p): offset for p, offset in sorted(resolved.items())}
         return offsets
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -216,7 +230,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for topic in self.options.topics:
             partitions = client.partitions_for_topic(topic)
             if not partitions:
-                raise InvalidOptionError("readStream.format('ledgerview-kafka')", "subscribe", topic,
+                raise InvalidOptionError(WHERE, "subscribe", topic,
                                          "topics that exist on the cluster")
             found += [TopicPartition(topic, p) for p in sorted(partitions)]
         return found

@@ -18,9 +18,13 @@ from compactor import Compactor
 from storage import Store
 from storage.faults import CRASH_AT_ENV
 from streaming import register_views
+from streaming.kafka_source import KafkaSource
 from streaming.sink import SinkOptions, stage_task_rows
 from streaming.sink_commit import SinkFolders, SinkRecord, commit_batch
 from streaming.views import ViewNameClashError
+from tests.kafka_support import Running, kafka
+
+__all__ = ["kafka"]
 
 pytestmark = pytest.mark.spark
 
@@ -211,3 +215,24 @@ def test_a_stream_starting_past_the_end_of_a_partition_is_refused(spark: SparkSe
         store.append(TOPIC, [("k", f"v{i}") for i in range(10)])
     with pytest.raises(StreamingQueryException, match=r"Offset 50 is outside events-0, which holds offsets 0 to 10"):
         run_stream(spark, data, tmp_path / "checkpoint", startingOffsets='{"events": {"0": 50}}')
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("starting", "message"), [
+    ('{"orders": {"0": 1}}', r"an offset for every partition of orders \(0, 1; missing \[1\]"),
+    ('{"orders": {"0": 1, "1": -2}, "other": {"0": 0}}', r"JSON naming the subscribed topics only \(orders; not other"),
+    ('{"orders": {"0": 9, "1": -2}}', r"an offset of orders-0 up to its end, 3"),
+])
+def test_the_kafka_source_refuses_starting_offsets_that_leave_out_or_name_the_wrong_partitions(
+        spark: SparkSession, kafka: Running, tmp_path: Path, starting: str, message: str) -> None:
+    """A partition the JSON left out started at latest in silence, a topic not subscribed was ignored, and an
+    offset past the end was taken: the messages below it were skipped once they came."""
+    kafka.store.create_topic("orders", partitions=2)
+    kafka.store.append("orders", [(b"k", b"v%d" % i) for i in range(3)], partition=0)
+    spark.dataSource.register(KafkaSource)
+    frame = spark.readStream.format("ledgerview-kafka").option("kafka.bootstrap.servers", kafka.bootstrap) \
+        .option("subscribe", "orders").option("startingOffsets", starting).load()
+    query = frame.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "checkpoint")) \
+        .trigger(availableNow=True).start()
+    with pytest.raises(StreamingQueryException, match=message):
+        query.awaitTermination()
