@@ -30,7 +30,7 @@ from pathlib import Path
 
 from storage import faults
 from storage.compacted import CompactedLedgers
-from storage.errors import RemoteTierMismatchError
+from storage.errors import LedgerviewError, RemoteTierMismatchError
 from storage.fileio import write_atomically
 from storage.files import REMOTE_LOCK, REMOTE_TIER_RECORD
 from storage.ledger import Ledger
@@ -180,7 +180,8 @@ def sync_partition(log: PartitionLog, writer: RemoteLogWriter) -> RemoteSyncResu
         for first in range(0, len(waiting), PUBLISH_EVERY):
             infos = [writer.log.upload(segment) for segment in waiting[first : first + PUBLISH_EVERY]]
             faults.crash_point("remote.upload.before_publish")
-            manifest = writer.change(functools.partial(_with_segments, infos=infos),
+            manifest = writer.change(functools.partial(_with_segments, infos=infos, topic=log.topic,
+                                                       partition=log.partition),
                                      log_start_offset=log.log_start_offset)
             uploaded += infos
         compacted = _sync_compacted(log, writer, manifest)
@@ -214,10 +215,26 @@ def _sync_compacted(log: PartitionLog, writer: RemoteLogWriter, manifest: Remote
             ledger.close()
 
 
-def _with_segments(manifest: RemoteLogManifest, infos: list[RemoteSegmentInfo]) -> RemoteLogManifest:
-    """``manifest`` with ``infos`` (consecutive, in order) appended. Segments that do not follow the remote log's
+class RemoteLogDivergedError(LedgerviewError):
+    def __init__(self, topic: str, partition: int, segment: RemoteSegmentInfo, remote_end: int) -> None:
+        super().__init__(
+            f"The local log of {topic}-{partition} no longer continues its remote log: its sealed segment of offsets "
+            f"{segment.base_offset} to {segment.next_offset - 1} starts below the remote log's end "
+            f"{remote_end}, so the two may hold different messages at the offsets between (the data folder was "
+            f"restored from an older copy, or lost a tail it had uploaded). Nothing was published: the remote log "
+            f"still holds offsets up to {remote_end - 1}, and its older segments stay. Appends here go on locally."
+        )
+
+
+def _with_segments(manifest: RemoteLogManifest, infos: list[RemoteSegmentInfo], *, topic: str,
+                   partition: int) -> RemoteLogManifest:
+    """``manifest`` with ``infos`` (consecutive, in order) appended. Segments that start above the remote log's
     end mean the local log lost the segments between (retention deleted them before they were uploaded): the
-    remote log, all older than the new segments, then restarts at them."""
+    remote log, all older than the new segments, then restarts at them. Segments that start below it mean the
+    local log diverged from the remote one: RemoteLogDivergedError, since restarting there would drop every older
+    remote segment."""
+    if manifest.segments and infos[0].base_offset < manifest.end_offset:
+        raise RemoteLogDivergedError(topic, partition, infos[0], manifest.end_offset)
     if infos[0].base_offset == manifest.end_offset and manifest.segments:
         return replace(manifest, segments=(*manifest.segments, *infos))
     return replace(manifest, segments=tuple(infos),

@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import gc
 import re
+import shutil
 import socket
 import threading
 import urllib.request
@@ -25,6 +26,7 @@ from storage.files import REMOTE_TIER_RECORD
 from storage.object_store import RemoteStorageError, open_object_store
 from storage.remote_log import RemoteLog
 from storage.remote_store import RemoteStore
+from storage.remote_tier import RemoteLogDivergedError
 from tests.cli_runner import run_cli
 from tests.conftest import ManualClock
 from tests.s3_server import S3Server
@@ -326,3 +328,34 @@ def test_prefetched_segments_nobody_reads_are_held_within_the_cache(data_dir: Pa
     gc.collect()
     held = pa.total_allocated_bytes() - before
     assert held <= 4 * segment_bytes, f"{held} bytes held after reads of {len(segments)} segments"
+
+
+def test_a_folder_restored_from_an_older_copy_never_cuts_the_remote_log(data_dir: Path, tmp_path: Path,
+                                                                         clock: ManualClock) -> None:
+    """A data folder restored from a copy older than its remote log appends again at offsets the tier holds; its
+    next sealed segment starts below the remote log's end. The sync refuses, naming the divergence, and the remote
+    log keeps every segment. It restarted the remote log at that segment, dropping offsets 0 up to it from the tier
+    (and, by local retention, from the folder)."""
+    tier = f"file://{tmp_path / 'mount' / 'tier'}"
+    with Store.open(data_dir, remote=tier, clock=clock) as store:
+        store.create_topic("t", 1, TIERED)
+        produce(store, "t", 100)
+        store.sync_remote()
+    backup = tmp_path / "backup"
+    shutil.copytree(data_dir, backup)
+    with Store.open(data_dir, clock=clock) as store:
+        produce(store, "t", 100, start=100)
+        store.sync_remote()
+    remote = RemoteLog(open_object_store(tier), "t", 0)
+    before = remote.latest()
+    assert before is not None and before.log_start_offset == 0
+    shutil.rmtree(data_dir)
+    shutil.copytree(backup, data_dir)
+    with Store.open(data_dir, clock=clock) as store:
+        store.append("t", [(f"k{i}", b"other" * 90) for i in range(100, 400)], partition=0)  # other rolls
+        sealed = store.partition_log("t", 0).segments[:-1]
+        assert any(s.base_offset < before.end_offset < s.next_offset for s in sealed)  # one spans the remote end
+        with pytest.raises(RemoteLogDivergedError, match=f"starts below the remote log's end {before.end_offset}"):
+            store.sync_remote()
+    assert remote.latest() == before
+    assert [message.offset for message in Reader(tier, "t")] == list(range(before.end_offset))
