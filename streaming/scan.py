@@ -132,6 +132,10 @@ class TopicScan(DataSourceReader):
             latest[partition] = store.end_offset(topic, partition)
         starts = self._bounds("startingOffsets", self.options.starting, earliest, latest, (EARLIEST, LATEST))
         ends = self._bounds("endingOffsets", self.options.ending, earliest, latest, (LATEST,))
+        for partition, end in ends.items():
+            if end < starts[partition]:  # as Spark's Kafka source refuses it, rather than read nothing
+                raise InvalidOptionError(WHERE, "endingOffsets", end, f"an offset of {topic}-{partition} at or "
+                                         f"after its startingOffsets, {starts[partition]}")
         chosen = [p for p in range(count) if self.filters.partitions is None or p in self.filters.partitions]
         if self.options.view == "compacted":
             return self._table_pieces(store, chosen, latest)

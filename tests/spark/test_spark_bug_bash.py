@@ -236,3 +236,18 @@ def test_the_kafka_source_refuses_starting_offsets_that_leave_out_or_name_the_wr
         .trigger(availableNow=True).start()
     with pytest.raises(StreamingQueryException, match=message):
         query.awaitTermination()
+
+
+@pytest.mark.parametrize("view", ["raw", "read_compacted"])
+def test_ending_offsets_before_starting_offsets_are_refused(spark: SparkSession, tmp_path: Path, view: str) -> None:
+    """The read returned no rows, as if the range were empty."""
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        store.create_topic(TOPIC)
+        store.append(TOPIC, [("k", f"v{i}") for i in range(10)])
+    frame = read(spark, data, view=view, startingOffsets='{"events": {"0": 6}}', endingOffsets='{"events": {"0": 4}}')
+    with pytest.raises(PySparkException, match=r"Option endingOffsets=4 is not valid .*allowed: an offset of events-0 "
+                                               r"at or after its startingOffsets, 6"):
+        frame.collect()
+    assert read(spark, data, view=view, startingOffsets='{"events": {"0": 6}}',
+                endingOffsets='{"events": {"0": 6}}').collect() == []
