@@ -339,3 +339,25 @@ def test_head_and_an_absolute_request_target_are_answered_as_http_requires(tmp_p
         assert absolute.startswith(b"HTTP/1.0 200 OK\r\n") and absolute.endswith(b'{"status": "ok"}')
     finally:
         server.stop()
+
+
+def test_a_damaged_cleaner_checkpoint_is_named_in_the_status_of_compact_partitions(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        store.create_topic("changes", partitions=1, config={"cleanup.policy": "compact"})
+        store.create_topic("events", partitions=1)
+        for topic in ("changes", "events"):
+            store.append(topic, [{"key": b"k", "value": b"v"}] * 3)
+    checkpoint = data / "cleaner-offset-checkpoint"
+    checkpoint.write_text("0\n1\nchanges zero 5\n")
+    service = ServiceProcess(write_config(tmp_path / "ledgerview.toml", {
+        "store": {"data": str(data)}, "http": {"port": 0}, "compaction": {"enabled": False},
+        "retention": {"enabled": False}, "cleaner": {"interval_s": 3600}}, {}))
+    try:
+        topics = {topic["topic"]: topic["partitions"][0] for topic in service.status()["topics"]}
+        assert topics["changes"]["end_offset"] == 3 and topics["changes"]["cleaner"] is None
+        assert any(error.startswith("cleaner: CorruptCheckpointError: ") and str(checkpoint) in error
+                   for error in topics["changes"]["last_errors"]), topics["changes"]["last_errors"]
+        assert topics["events"]["last_errors"] == []
+    finally:
+        assert service.terminate() == 0

@@ -40,13 +40,18 @@ def partition_statuses(store: Store, topic: str, cleaner: CleanerManager | None)
     the error in ``last_errors``, and the other partitions as usual: the status must answer most when something
     is wrong."""
     statuses = []
-    checkpoints = cleaner.read_checkpoints() if cleaner else {}
+    checkpoints: dict[tuple[str, int], int] = {}
+    checkpoint_error = None
+    try:
+        checkpoints = cleaner.read_checkpoints() if cleaner else {}
+    except LedgerviewError as error:  # the cleaner's state is unknown; the rest of each partition is not
+        checkpoint_error = f"cleaner: {type(error).__name__}: {error}"
     uncleanable = cleaner.uncleanable() if cleaner else {}
     for partition in range(store.topic_metadata(topic).partitions):
         key = (topic, partition)
         try:
             statuses.append(_partition_status(store, topic, partition, cleaner, checkpoints.get(key),
-                                              uncleanable.get(key)))
+                                              uncleanable.get(key), checkpoint_error))
         except UnknownTopicError:
             raise
         except LedgerviewError as error:
@@ -56,7 +61,11 @@ def partition_statuses(store: Store, topic: str, cleaner: CleanerManager | None)
 
 
 def _partition_status(store: Store, topic: str, partition: int, cleaner: CleanerManager | None,
-                      checkpoint: int | None, uncleanable: str | None) -> dict[str, Any]:
+                      checkpoint: int | None, uncleanable: str | None, checkpoint_error: str | None) -> (
+    dict[str, Any]
+):
+    """``checkpoint_error``: why the cleaner's checkpoint cannot be read, which a compact partition shows in its
+    ``last_errors`` instead of its cleaner status."""
     log = store.partition_log(topic, partition)
     log.refresh()
     compaction = read_status(log.folder, partition, run_in_progress=CompactedLedgers(log.folder).is_locked)
@@ -66,6 +75,9 @@ def _partition_status(store: Store, topic: str, partition: int, cleaner: Cleaner
     size, dirty = _sizes(log, horizon, errors)
     if uncleanable is not None:
         errors.append(f"cleaner: {uncleanable}")
+    cleaner_known = checkpoint_error is None or cleaner is None or not log.config.is_compact
+    if not cleaner_known:
+        errors.append(str(checkpoint_error))
     return {
         "partition": partition,
         "start_offset": log.log_start_offset,
@@ -79,7 +91,7 @@ def _partition_status(store: Store, topic: str, partition: int, cleaner: Cleaner
         "dirty_bytes": dirty,
         "dirty_ratio": round(dirty / size, 6) if size else 0.0,
         "compaction": compaction.as_record(),
-        "cleaner": _cleaner_status(store, log, cleaner, checkpoint, uncleanable),
+        "cleaner": _cleaner_status(store, log, cleaner, checkpoint, uncleanable) if cleaner_known else None,
         "next_retention_ms": _next_retention_ms(log),
         "remote_upload_lag_bytes": _upload_lag_bytes(store, log),
         "last_errors": errors,
