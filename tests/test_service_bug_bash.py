@@ -74,7 +74,7 @@ def test_a_line_naming_a_partition_the_topic_lacks_stops_the_source_naming_file_
     assert read_table(tmp_path / "data", "prices").num_rows == 5
 
 
-def test_a_line_over_max_message_bytes_or_keyless_for_a_compact_topic_is_named_by_file_and_line(
+def test_a_line_over_max_message_bytes_is_named_by_file_and_line(
         tmp_path: Path) -> None:
     incoming = tmp_path / "incoming"
     incoming.mkdir()
