@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from storage.codec import BatchHeader
 from storage.compacted import CompactionCursor
-from storage.errors import CorruptDataError
+from storage.errors import CorruptDataError, CorruptLedgerError
 from storage.ledger import Ledger
 from storage.object_store import ObjectStore
 from storage.remote_key_index import FlatKeyIndex, FlatKeyIndexes, RangeReader
@@ -143,7 +143,13 @@ class RemoteLedger(Ledger):
         return self.cache.get(f"{key}@{position}+{length}", lambda: self.objects.read_range(key, position, length))
 
     def _batch_bytes(self, header: BatchHeader) -> tuple[pa.Buffer, BatchHeader]:
-        buffer, fetched = self._fetch(self._object_of[header.base_offset], header.position, header.batch_length)
+        """The batch, in one ranged read; CorruptLedgerError if its object ends inside it (cut short)."""
+        key = self._object_of[header.base_offset]
+        buffer, fetched = self._fetch(key, header.position, header.batch_length)
+        if buffer.size != header.batch_length:
+            raise CorruptLedgerError(self.objects.url(key), header.position, header.base_offset,
+                                     f"the object holds {buffer.size} of the batch's {header.batch_length} bytes "
+                                     "there: it is cut short")
         if fetched:
             self._verified.discard(header.position)  # check the CRC of every fetch
         return buffer, replace(header, position=0)

@@ -21,7 +21,7 @@ import pytest
 from compactor import Compactor
 from readers import Reader, TableView
 from storage import Store
-from storage.errors import CorruptDataError, UnknownTopicError
+from storage.errors import CorruptDataError, CorruptLedgerError, UnknownTopicError
 from storage.files import REMOTE_TIER_RECORD
 from storage.object_store import RemoteStorageError, open_object_store
 from storage.remote_log import RemoteLog
@@ -359,3 +359,21 @@ def test_a_folder_restored_from_an_older_copy_never_cuts_the_remote_log(data_dir
             store.sync_remote()
     assert remote.latest() == before
     assert [message.offset for message in Reader(tier, "t")] == list(range(before.end_offset))
+
+
+@pytest.mark.parametrize("verify_reads", [True, False])
+def test_a_remote_ledger_cut_short_is_an_error_naming_it(data_dir: Path, tmp_path: Path, clock: ManualClock,
+                                                         verify_reads: bool) -> None:
+    """A compacted ledger object shorter than its manifest's batches: the reader names the object and says it is cut
+    short. Without CRC checks it raised pyarrow's 'buffer slice would exceed buffer length'; with them it blamed a
+    CRC-32C mismatch."""
+    tier = tmp_path / "mount" / "tier"
+    compacted_on_a_mount(data_dir, tier, clock)
+    [ledger] = tier.rglob("*.ledger")
+    ledger.write_bytes(ledger.read_bytes()[:-100])
+    remote = RemoteStore.open(f"file://{tier}", verify_reads=verify_reads)
+    message = f"{re.escape(f'file://{ledger}')} .*it is cut short"
+    with pytest.raises(CorruptLedgerError, match=message):
+        list(Reader(remote, "t", read_compacted=True))
+    with pytest.raises(CorruptLedgerError, match=message), TableView(remote, "t") as table:
+        table.get(b"key00299")
