@@ -30,7 +30,7 @@ def register_views(spark: SparkSession, path: str | os.PathLike[str], *, raw_suf
     before any view is made: one view would silently replace the other."""
     spark.dataSource.register(LedgerviewDataSource)
     folder = os.path.abspath(path)
-    with Store.open(folder) as store:
+    with Store.open(folder, read_only=True) as store:  # a read: a path that is no store is an error, not made one
         topics = store.list_topics()
     _refuse_shared_names(topics, raw_suffix)
     names = []

@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from compactor import Compactor
 from storage import Store
+from storage.errors import LedgerviewError
 from storage.faults import CRASH_AT_ENV
 from streaming import register_views
 from streaming.kafka_source import KafkaSource
@@ -154,6 +155,7 @@ def test_the_compacted_stream_from_earliest_starts_a_partition_never_compacted_a
 COMMIT_IN_CHILD = """
 import sys
 from storage import Store
+from storage.errors import LedgerviewError
 from storage.faults import CRASH_AT_ENV
 from streaming.sink_commit import commit_batch
 with Store.open(sys.argv[1]) as store:
@@ -251,3 +253,12 @@ def test_ending_offsets_before_starting_offsets_are_refused(spark: SparkSession,
         frame.collect()
     assert read(spark, data, view=view, startingOffsets='{"events": {"0": 6}}',
                 endingOffsets='{"events": {"0": 6}}').collect() == []
+
+
+def test_register_views_on_a_path_that_holds_no_store_says_so_and_creates_nothing(spark: SparkSession,
+                                                                                  tmp_path: Path) -> None:
+    """It opened the folder for writing: a mistyped path was made an empty data folder, and no view registered."""
+    missing = tmp_path / "mistyped"
+    with pytest.raises(LedgerviewError, match=f"No ledgerview data folder at {missing}"):
+        register_views(spark, missing)
+    assert not missing.exists()
