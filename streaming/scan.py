@@ -30,11 +30,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
 from readers.partition_read import PartitionRead, open_partition_read
 from readers.positions import EARLIEST as EARLIEST_POSITION
-from readers.snapshot import snapshot_batches
+from readers.snapshot import fold_tail, snapshot_batches
 from storage.errors import OffsetOutOfRangeError
 from storage.readable import ReadableStore
 from storage.schema import with_partition_column
@@ -105,7 +106,7 @@ class TablePiece(InputPartition):
     partition: int
     end_offset: int
     pinned: tuple[int, int] | None
-    """(ledger id, horizon) planned on; None before the first compaction."""
+    """(ledger id, horizon) planned on; None before the first compaction: the raw log is read, folded."""
     ledger_start: int
     ledger_end: int
     with_tail: bool
@@ -227,6 +228,14 @@ class TopicScan(DataSourceReader):
         high = piece.ledger_end if offsets.high is None else min(offsets.high, piece.ledger_end)
         if offsets.high is not None and offsets.high <= (0 if offsets.low is None else offsets.low):
             return  # an empty range reads nothing, not even the tail
+        if piece.pinned is None:
+            # No ledger at planning: the table is the raw log's up to the planned end, even when a compaction has
+            # published one since (its ledger would answer as of its horizon, not as planned).
+            tail = fold_tail(store.read_batches(self.options.topic, piece.partition, None, piece.end_offset),
+                             self.filters.keys)
+            if tail is not None:
+                yield from tail.filter(pc.is_valid(tail["value"])).to_batches()
+            return
         yield from snapshot_batches(store, self.options.topic, piece.partition, piece.end_offset,
                                     keys=self.filters.keys, ledger_offsets=(low, max(low, high)),
                                     pinned=piece.pinned, with_tail=piece.with_tail)

@@ -262,3 +262,22 @@ def test_register_views_on_a_path_that_holds_no_store_says_so_and_creates_nothin
     with pytest.raises(LedgerviewError, match=f"No ledgerview data folder at {missing}"):
         register_views(spark, missing)
     assert not missing.exists()
+
+
+def test_a_table_planned_before_the_first_compaction_reads_as_planned_when_one_publishes(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """A partition with no ledger at planning read whatever ledger the cursor named when its task ran, so a
+    compaction published in between gave the values of messages appended after planning (a partition compacted
+    at planning is pinned to its ledger). Spark reuses a loaded DataFrame's plan, so its second query reads
+    the first one's plan after the compaction."""
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        store.create_topic(TOPIC)
+        store.append(TOPIC, [("a", "1"), ("b", "1")])
+    table = read(spark, data)
+    assert sorted((row.key, row.value) for row in table.collect()) == [(b"a", b"1"), (b"b", b"1")]
+    with Store.open(data) as store:
+        store.append(TOPIC, [("a", "2"), ("b", None), ("c", "1")])
+        Compactor(store).compact(TOPIC)
+    assert sorted((row.key, row.value) for row in table.collect()) == [(b"a", b"1"), (b"b", b"1")]
+    assert sorted((row.key, row.value) for row in read(spark, data).collect()) == [(b"a", b"2"), (b"c", b"1")]
