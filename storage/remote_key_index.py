@@ -8,8 +8,10 @@ lays the same groups end to end and ends with a directory (docs/FORMAT.md, "Remo
 
 where an entry is the RocksDB key (run number, big-endian uint16, then the group's first key), the CRC-32C is the
 group's (checked on every read: a damaged group is an error, never a wrong answer), and the tail is
-``<u64 directory position, u32 groups, 8-byte magic>``; objects of the first version (magic LVKEYS01) have no CRC
-in their entries and are still read. The directory is fetched once and kept (about 20 bytes
+``<u64 directory position, u32 groups, u32 CRC-32C of the directory, 8-byte magic LVKEYS03>`` (a damaged first
+key in the directory would send a lookup to the wrong group, which answers that the key is absent). Objects of
+earlier versions are still read, without that check: LVKEYS02 (the tail without the directory's CRC-32C) and
+LVKEYS01 (entries without the group's CRC-32C either). The directory is fetched once and kept (about 20 bytes
 per 32 keys); a lookup then reads the one group that may hold the key in each run (one run unless phase one had
 more survivors than its budget holds at once).
 """
@@ -30,9 +32,11 @@ import pyarrow as pa
 from storage.key_index import RUN, CorruptKeyIndexError, offset_in_group, packed_groups
 from storage.object_store import RemoteObjectMissingError
 
-MAGIC: Final = b"LVKEYS02"
+MAGIC: Final = b"LVKEYS03"
+MAGIC_WITHOUT_DIRECTORY_CRC: Final = b"LVKEYS02"
 MAGIC_WITHOUT_CRC: Final = b"LVKEYS01"
-TAIL: Final = struct.Struct("<QI8s")
+TAIL: Final = struct.Struct("<QII8s")
+TAIL_WITHOUT_DIRECTORY_CRC: Final = struct.Struct("<QI8s")
 ENTRY: Final = struct.Struct("<QIII")
 ENTRY_WITHOUT_CRC: Final = struct.Struct("<QII")
 RangeReader = Callable[[int, int], pa.Buffer]
@@ -50,8 +54,9 @@ def write_flat_key_index(entries: Iterable[tuple[bytes, bytes]], path: Path) -> 
             file.write(group)
             directory.append(ENTRY.pack(position, len(group), crc32c.crc32c(group), len(entry)) + entry)
             position += len(group)
-        file.write(b"".join(directory))
-        file.write(TAIL.pack(position, len(directory), MAGIC))
+        directory_bytes = b"".join(directory)
+        file.write(directory_bytes)
+        file.write(TAIL.pack(position, len(directory), crc32c.crc32c(directory_bytes), MAGIC))
         return file.tell()
 
 
@@ -75,18 +80,30 @@ class FlatKeyIndex:
         """Per run: its groups' first keys (sorted) and their (position, length, CRC-32C or None); read on first
         use."""
         if self._runs is None:
-            if self._size < TAIL.size:
+            if self._size < TAIL_WITHOUT_DIRECTORY_CRC.size:
                 raise CorruptKeyIndexError(self.path, key, f"{self._size} bytes cannot hold its tail")
-            start, groups, magic = TAIL.unpack(self._read(self._size - TAIL.size, TAIL.size, key))
-            if magic not in (MAGIC, MAGIC_WITHOUT_CRC) or start > self._size - TAIL.size:
+            tail = self._read(self._size - min(self._size, TAIL.size), min(self._size, TAIL.size), key)
+            magic = tail[-len(MAGIC):]
+            directory_crc: int | None = None
+            if magic == MAGIC and len(tail) == TAIL.size:
+                start, groups, directory_crc, _ = TAIL.unpack(tail)
+                tail_size = TAIL.size
+            elif magic in (MAGIC_WITHOUT_DIRECTORY_CRC, MAGIC_WITHOUT_CRC):
+                start, groups, _ = TAIL_WITHOUT_DIRECTORY_CRC.unpack(tail[-TAIL_WITHOUT_DIRECTORY_CRC.size :])
+                tail_size = TAIL_WITHOUT_DIRECTORY_CRC.size
+            else:
                 raise CorruptKeyIndexError(self.path, key, "its tail is not a flat key index's")
-            data = self._read(start, self._size - TAIL.size - start, key)
+            if start > self._size - tail_size:
+                raise CorruptKeyIndexError(self.path, key, "its tail is not a flat key index's")
+            data = self._read(start, self._size - tail_size - start, key)
+            if directory_crc is not None and crc32c.crc32c(data) != directory_crc:
+                raise CorruptKeyIndexError(self.path, key, "its directory fails its CRC-32C")
             runs: dict[int, tuple[list[bytes], list[tuple[int, int, int | None]]]] = {}
             at = 0
             for _ in range(groups):
-                if at + (ENTRY if magic == MAGIC else ENTRY_WITHOUT_CRC).size > len(data):
+                if at + (ENTRY_WITHOUT_CRC if magic == MAGIC_WITHOUT_CRC else ENTRY).size > len(data):
                     raise CorruptKeyIndexError(self.path, key, "its directory is damaged")
-                if magic == MAGIC:
+                if magic != MAGIC_WITHOUT_CRC:
                     position, length, crc, entry_length = ENTRY.unpack_from(data, at)
                     at += ENTRY.size
                 else:

@@ -11,10 +11,12 @@ import gc
 import re
 import shutil
 import socket
+import struct
 import threading
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -24,6 +26,7 @@ from storage import Store
 from storage.errors import CorruptDataError, CorruptLedgerError, UnknownTopicError
 from storage.files import REMOTE_TIER_RECORD
 from storage.object_store import RemoteStorageError, open_object_store
+from storage.remote_key_index import TAIL, FlatKeyIndex, sorted_run_entries, write_flat_key_index
 from storage.remote_log import RemoteLog
 from storage.remote_store import RemoteStore
 from storage.remote_tier import RemoteLogDivergedError
@@ -377,3 +380,34 @@ def test_a_remote_ledger_cut_short_is_an_error_naming_it(data_dir: Path, tmp_pat
         list(Reader(remote, "t", read_compacted=True))
     with pytest.raises(CorruptLedgerError, match=message), TableView(remote, "t") as table:
         table.get(b"key00299")
+
+
+def test_a_damaged_first_key_in_a_remote_key_index_directory_never_gives_a_wrong_answer(
+        data_dir: Path, tmp_path: Path, clock: ManualClock) -> None:
+    """The directory of a flat key index names each group's first key; one flipped there sends lookups to the wrong
+    group, which answered that the key is absent (a wrong None from TableView.get for a key the view holds). The
+    directory has its own CRC-32C now: the key index is set aside and lookups answer from a scan of the ledger."""
+    tier = tmp_path / "mount" / "tier"
+    compacted_on_a_mount(data_dir, tier, clock)
+    [keys_object] = tier.rglob("*.keys")
+    damaged = bytearray(keys_object.read_bytes())
+    first_entry = damaged.rfind(b"\x00\x00key00000")  # the directory's first entry: run 0, then the first key
+    assert first_entry > 0
+    damaged[first_entry + 2 + 3] ^= 0x09  # 'key00000' becomes 'key90000': its keys seem to come before any group
+    keys_object.write_bytes(bytes(damaged))
+    with TableView(f"file://{tier}", "t") as table:
+        assert [table.get(f"key{i:05d}".encode()) for i in range(300)] == [f"v{i}".encode() for i in range(300)]
+
+
+def test_a_flat_key_index_of_the_previous_version_is_still_read(tmp_path: Path) -> None:
+    """Objects written before the directory had its CRC-32C (tail LVKEYS02) answer lookups as before."""
+    keys = pa.array([f"key{i:05d}".encode() for i in range(300)], pa.binary())
+    path = tmp_path / "index.keys"
+    size = write_flat_key_index(sorted_run_entries(keys, np.arange(300, dtype=np.int64) * 2), path)
+    start, groups, _, magic = TAIL.unpack(path.read_bytes()[-TAIL.size :])
+    assert magic == b"LVKEYS03"
+    previous = path.read_bytes()[: size - TAIL.size] + struct.pack("<QI8s", start, groups, b"LVKEYS02")
+    index = FlatKeyIndex(str(path), len(previous), lambda position, length: pa.py_buffer(
+        previous[position : position + length]))
+    assert [index.locate(f"key{i:05d}".encode()) for i in range(300)] == [2 * i for i in range(300)]
+    assert index.locate(b"absent") is None
