@@ -13,7 +13,8 @@ Planning (one Python planner process): options are checked (streaming/options.py
 ScanFilters, and each log partition the filters allow is read up to its end offset then, so every task reads one
 consistent cut. Tasks are sized as Spark sizes file splits (``_piece_bytes``): a raw partition is cut into offset
 ranges (``segment_runs``), a table's ledger into offset ranges whose tasks all read the ledger planned on, the
-last of them also folding and serving the raw tail; a ``read_compacted`` partition is one task.
+last of them also folding and serving the raw tail; a ``read_compacted`` partition is one task, which reads the
+ledger planned on too.
 ``startingOffsets`` / ``endingOffsets`` bound ``raw`` and ``read_compacted`` reads, as in Spark's Kafka source; a
 table is always read whole, as of planning (filter ``offset`` to narrow it).
 
@@ -33,9 +34,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
-from readers.partition_read import PartitionRead, open_partition_read
-from readers.positions import EARLIEST as EARLIEST_POSITION
-from readers.snapshot import fold_tail, snapshot_batches
+from readers.partition_read import PartitionRead
+from readers.snapshot import LedgerRemovedError, fold_tail, snapshot_batches
+from storage.compacted import CompactionCursor
 from storage.errors import OffsetOutOfRangeError
 from storage.readable import ReadableStore
 from storage.schema import with_partition_column
@@ -96,6 +97,8 @@ class ScanPartition(InputPartition):
     partition: int
     start_offset: int
     end_offset: int
+    pinned: CompactionCursor | None = None
+    """``read_compacted``: the cursor of the ledger planned on; None when the partition had none (raw: None)."""
 
 
 @dataclass(frozen=True)
@@ -151,16 +154,16 @@ class TopicScan(DataSourceReader):
                 planned += [ScanPartition(partition, low, high)
                             for low, high in segment_runs(store.segments(topic, partition), start, end, piece_bytes)]
             else:  # read_compacted: offset 0 of the compacted view is its earliest
+                cursor = store.compacted_ledgers(topic, partition).read_cursor()
                 if start != 0:
-                    start = self._compacted_start(store, partition, start, log_starts[partition])
-                planned.append(ScanPartition(partition, EARLIEST if start == 0 else start, end))
+                    start = self._compacted_start(partition, cursor, start, log_starts[partition])
+                planned.append(ScanPartition(partition, EARLIEST if start == 0 else start, end, cursor))
         return planned
 
-    def _compacted_start(self, store: ReadableStore, partition: int, start: int, log_start: int) -> int:
+    def _compacted_start(self, partition: int, cursor: CompactionCursor | None, start: int, log_start: int) -> int:
         """Where a ``read_compacted`` read from offset ``start`` begins: the ledger serves offsets up to its
         horizon, the raw log those above; a raw offset retention deleted is data loss (DataLossError with
         failOnDataLoss, else the read begins at the log start), as in the raw view."""
-        cursor = store.compacted_ledgers(self.options.topic, partition).read_cursor()
         if cursor is not None and start <= cursor.horizon:
             return start
         return checked_start(self.options.topic, partition, start, log_start,
@@ -253,8 +256,7 @@ class TopicScan(DataSourceReader):
         yield from self._read_compacted(store, planned, low)
 
     def _read_compacted(self, store: ReadableStore, planned: ScanPartition, low: int) -> Iterator[pa.RecordBatch]:
-        position = EARLIEST_POSITION if planned.start_offset == EARLIEST else planned.start_offset
-        read = open_partition_read(store, self.options.topic, planned.partition, position, read_compacted=True)
+        read = _pinned_read(store, self.options.topic, planned)
         try:
             high = self.filters.offsets.high
             read.ledger_start, read.raw_start = max(read.ledger_start, low), max(read.raw_start, low)
@@ -266,6 +268,23 @@ class TopicScan(DataSourceReader):
             yield from read.batches()
         finally:
             read.close()
+
+
+def _pinned_read(store: ReadableStore, topic: str, planned: ScanPartition) -> PartitionRead:
+    """The read of a ``read_compacted`` task on the ledger planned on, whether current or retired since by a
+    compaction (or on none, as planned), so that the answer is the one planned: a newer ledger no longer holds
+    the versions it replaced. Its start resolves as readers/partition_read.py resolves an earliest or offset
+    start: the ledger from 0 (earliest) or from an offset up to its horizon, then the raw log above it; an
+    offset above the horizon reads the raw log from there."""
+    partition, cursor, start = planned.partition, planned.pinned, planned.start_offset
+    log_start, end = store.start_offset(topic, partition), store.end_offset(topic, partition)
+    if cursor is None or start > cursor.horizon:
+        return PartitionRead(store, topic, partition, None, None, end, log_start if start == EARLIEST else start, end)
+    ledger = store.compacted_ledgers(topic, partition).open_ledger(cursor.ledger_id, verify=store.verify_reads)
+    if ledger is None:
+        raise LedgerRemovedError(topic, partition, cursor.ledger_id)
+    return PartitionRead(store, topic, partition, cursor, ledger, max(start, 0), max(cursor.horizon + 1, log_start),
+                         end)
 
 
 def _ledger_lookups(read: PartitionRead, keys: frozenset[bytes]) -> Iterator[pa.RecordBatch]:
