@@ -102,18 +102,21 @@ class SegmentReads:
         """Batch headers from the indexed batch at or before ``offset`` to the end (see ``scan``).
 
         The index has no checksum, so its entry is checked against the batch it points at: an entry whose batch
-        starts at another offset (an index scribbled on but still ordered) would skip messages. Then the scan
-        starts from the segment's first batch instead, which is always right, only slower.
+        starts at another offset would skip messages, and one inside a batch would fail the read of an intact log
+        (an index scribbled on but still ordered). Then the scan starts from the segment's first batch instead,
+        which is always right, only slower: damage the log really holds is met and reported there.
         """
         indexed_offset, position = self.offset_index.lookup(offset - self.base_offset)
         headers = self.scan(position, verify=verify)
-        first = next(headers, None)
-        if first is None:
-            return
-        if position and first.base_offset != self.base_offset + indexed_offset:
-            yield from self.scan(0, verify=verify)
-            return
-        yield first
+        if position:
+            try:
+                first = next(headers, None)
+            except BatchFormatError:
+                first = None
+            if first is None or first.base_offset != self.base_offset + indexed_offset:
+                yield from self.scan(0, verify=verify)
+                return
+            yield first
         yield from headers
 
     def position_of(self, offset: int) -> int:

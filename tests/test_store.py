@@ -473,6 +473,24 @@ def test_an_index_entry_pointing_at_the_wrong_batch_is_not_trusted(data_dir: Pat
         assert store.read("t", 0, start_offset=wanted, max_messages=2)["offset"].to_pylist() == [wanted, wanted + 1]
 
 
+@pytest.mark.parametrize("moved", ["into its batch", "into the next batch"])
+def test_an_index_entry_pointing_inside_a_batch_is_not_trusted(data_dir: Path, moved: str) -> None:
+    """An entry whose position falls inside a batch (an index scribbled on but still ordered) must not fail a read
+    of an intact log: the read starts from the segment's first batch instead."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config={**TINY, "index.interval.bytes": "100"})
+        for start in range(0, 200, 5):
+            store.append("t", changelog(5, start), partition=0)
+    index = segment_files(data_dir, "t", 0, OFFSET_INDEX_SUFFIX)[0]
+    entries = np.frombuffer(index.read_bytes(), dtype="<i4").reshape(-1, 2).copy()
+    assert len(entries) >= 3
+    wanted = int(entries[1, 0])  # not the last entry: opening the segment follows the log from that one
+    entries[1, 1] += 7 if moved == "into its batch" else entries[2, 1] - entries[1, 1] - 1  # still ordered
+    index.write_bytes(entries.tobytes())
+    with Store.open(data_dir) as store:
+        assert store.read("t", 0, start_offset=wanted, max_messages=2)["offset"].to_pylist() == [wanted, wanted + 1]
+
+
 def test_stray_temporary_files_are_removed_on_open(data_dir: Path) -> None:
     with Store.open(data_dir) as store:
         store.create_topic("t")
