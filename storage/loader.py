@@ -91,10 +91,11 @@ def _segment_files(folder: Path) -> list[tuple[str, int, str, str | None]]:
 
 
 def _remove_deleted(folder: Path) -> None:
-    """Pass 1: ``.deleted`` files (their delay does not outlive the process that scheduled them)."""
+    """Pass 1: ``.deleted`` files (their delay does not outlive the process that scheduled them). Another
+    process's retention may remove one meanwhile: it takes no writer lock for that."""
     for name, _, _, temporary in _segment_files(folder):
         if temporary == DELETED_SUFFIX:
-            (folder / name).unlink()
+            (folder / name).unlink(missing_ok=True)
 
 
 def complete_interrupted_swaps(folder: Path, *, index_interval_bytes: int) -> bool:

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+import storage.loader
 from storage import Store
 from storage.checkpoints import CorruptCheckpointError, read_checkpoint
 from storage.config import InvalidConfigError, UnknownConfigError
@@ -503,6 +504,28 @@ def test_stray_temporary_files_are_removed_on_open(data_dir: Path) -> None:
         assert store.read("t", 0).num_rows == 3
     assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == [
         f"{0:020d}.index", f"{0:020d}.log", f"{0:020d}.timeindex"]
+
+
+def test_a_deleted_file_another_process_removes_during_the_open_does_not_fail_it(
+        data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retention in another process removes an expired ``.deleted`` file without the writer lock, so it may go
+    between this open listing the folder and removing it."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t")
+        store.append("t", changelog(3), partition=0)
+    leftover = data_dir / "t-0" / f"{0:020d}.log.deleted"
+    leftover.write_bytes(b"old")
+    listed = storage.loader._segment_files
+
+    def listed_then_removed(folder: Path) -> list[tuple[str, int, str, str | None]]:
+        files = listed(folder)
+        if leftover.exists():
+            leftover.unlink()  # the other process's retention, right after the open listed the folder
+        return files
+
+    monkeypatch.setattr(storage.loader, "_segment_files", listed_then_removed)
+    with Store.open(data_dir) as store:
+        assert store.read("t", 0).num_rows == 3
 
 
 def test_an_append_that_loses_its_topic_to_a_delete_says_so(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
