@@ -27,7 +27,7 @@ from storage.errors import CorruptDataError, CorruptLedgerError, UnknownTopicErr
 from storage.files import REMOTE_TIER_RECORD
 from storage.object_store import RemoteStorageError, open_object_store
 from storage.remote_key_index import TAIL, FlatKeyIndex, sorted_run_entries, write_flat_key_index
-from storage.remote_log import RemoteLog
+from storage.remote_log import RemoteLog, RemoteLogManifest
 from storage.remote_store import RemoteStore
 from storage.remote_tier import RemoteLogDivergedError
 from tests.cli_runner import run_cli
@@ -333,12 +333,9 @@ def test_prefetched_segments_nobody_reads_are_held_within_the_cache(data_dir: Pa
     assert held <= 4 * segment_bytes, f"{held} bytes held after reads of {len(segments)} segments"
 
 
-def test_a_folder_restored_from_an_older_copy_never_cuts_the_remote_log(data_dir: Path, tmp_path: Path,
-                                                                         clock: ManualClock) -> None:
-    """A data folder restored from a copy older than its remote log appends again at offsets the tier holds; its
-    next sealed segment starts below the remote log's end. The sync refuses, naming the divergence, and the remote
-    log keeps every segment. It restarted the remote log at that segment, dropping offsets 0 up to it from the tier
-    (and, by local retention, from the folder)."""
+def restored_from_an_older_copy(data_dir: Path, tmp_path: Path, clock: ManualClock) -> tuple[str, RemoteLogManifest]:
+    """A data folder of tiered topic t put back from a copy older than its remote log, then appended to: its next
+    sealed segment starts below the remote log's end. Returns the tier and its manifest of t-0 before."""
     tier = f"file://{tmp_path / 'mount' / 'tier'}"
     with Store.open(data_dir, remote=tier, clock=clock) as store:
         store.create_topic("t", 1, TIERED)
@@ -349,8 +346,7 @@ def test_a_folder_restored_from_an_older_copy_never_cuts_the_remote_log(data_dir
     with Store.open(data_dir, clock=clock) as store:
         produce(store, "t", 100, start=100)
         store.sync_remote()
-    remote = RemoteLog(open_object_store(tier), "t", 0)
-    before = remote.latest()
+    before = RemoteLog(open_object_store(tier), "t", 0).latest()
     assert before is not None and before.log_start_offset == 0
     shutil.rmtree(data_dir)
     shutil.copytree(backup, data_dir)
@@ -358,10 +354,35 @@ def test_a_folder_restored_from_an_older_copy_never_cuts_the_remote_log(data_dir
         store.append("t", [(f"k{i}", b"other" * 90) for i in range(100, 400)], partition=0)  # other rolls
         sealed = store.partition_log("t", 0).segments[:-1]
         assert any(s.base_offset < before.end_offset < s.next_offset for s in sealed)  # one spans the remote end
-        with pytest.raises(RemoteLogDivergedError, match=f"starts below the remote log's end {before.end_offset}"):
-            store.sync_remote()
-    assert remote.latest() == before
+    return tier, before
+
+
+def test_a_folder_restored_from_an_older_copy_never_cuts_the_remote_log(data_dir: Path, tmp_path: Path,
+                                                                         clock: ManualClock) -> None:
+    """The sync refuses, naming the divergence, and the remote log keeps every segment. It restarted the remote log
+    at the diverging segment, dropping offsets 0 up to it from the tier (and, by local retention, from the
+    folder)."""
+    tier, before = restored_from_an_older_copy(data_dir, tmp_path, clock)
+    with Store.open(data_dir, clock=clock) as store, pytest.raises(
+            RemoteLogDivergedError, match=f"starts below the remote log's end {before.end_offset}"):
+        store.sync_remote()
+    assert RemoteLog(open_object_store(tier), "t", 0).latest() == before
     assert [message.offset for message in Reader(tier, "t")] == list(range(before.end_offset))
+
+
+def test_remote_sync_names_a_diverged_topic_uploads_the_others_and_exits_as_a_conflict(
+        data_dir: Path, tmp_path: Path, clock: ManualClock) -> None:
+    tier, before = restored_from_an_older_copy(data_dir, tmp_path, clock)
+    with Store.open(data_dir, clock=clock) as store:
+        store.create_topic("u", 1, TIERED)
+        produce(store, "u", 100)
+    synced = run_cli(data_dir, "remote", "sync", check=False)
+    assert synced.code == 4, synced.err
+    assert "The local log of t-0 no longer continues its remote log" in synced.err
+    assert "of 2 tiered topic(s)" in synced.err
+    uploaded = RemoteLog(open_object_store(tier), "u", 0).latest()
+    assert uploaded is not None and uploaded.end_offset > 0
+    assert RemoteLog(open_object_store(tier), "t", 0).latest() == before
 
 
 @pytest.mark.parametrize("verify_reads", [True, False])

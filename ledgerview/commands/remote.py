@@ -20,7 +20,7 @@ from ledgerview.exit_codes import ExitCode
 from ledgerview.progress import progress
 from storage import Store
 from storage.remote_log import RemoteLogFencedError
-from storage.remote_tier import RemoteSyncResult
+from storage.remote_tier import RemoteLogDivergedError, RemoteSyncResult
 
 GROUP_DESCRIPTION = """The store's remote tier: sealed segments of topics with remote.storage.enable=true are
 uploaded to object storage (the URI given once with --remote; the data folder remembers it), read from there once
@@ -91,14 +91,14 @@ def tiered_topics(store: Store, topic: str | None) -> list[str]:
 
 def run_sync(args: argparse.Namespace) -> int:
     results: list[RemoteSyncResult] = []
-    fenced: list[RemoteLogFencedError] = []
+    refused: list[RemoteLogFencedError | RemoteLogDivergedError] = []
     with open_existing_store(args) as store:
         topics = tiered_topics(store, args.topic)
         for topic in progress(topics, unit="topic", description="uploading"):
             try:
                 results += store.sync_remote(topic)
-            except RemoteLogFencedError as error:  # one topic's partition moved to another folder; not the others
-                fenced.append(error)
+            except (RemoteLogFencedError, RemoteLogDivergedError) as error:  # one topic's; the others go on
+                refused.append(error)
     if args.json:
         for result in results:
             print_json({"topic": result.topic, "partition": result.partition,
@@ -111,12 +111,12 @@ def run_sync(args: argparse.Namespace) -> int:
                     [(r.topic, r.partition, len(r.uploaded), sum(s.size_bytes for s in r.uploaded),
                       f"{r.uploaded[0].base_offset}-{r.uploaded[-1].next_offset - 1}" if r.uploaded else None,
                       r.remote_end_offset) for r in results])
-    for refusal in fenced:
+    for refusal in refused:
         say(f"ledgerview: error: {' '.join(str(refusal).split())}")
     uploaded = [segment for result in results for segment in result.uploaded]
     say(f"Uploaded {len(uploaded)} segment(s), {sum(s.size_bytes for s in uploaded)} bytes, from {len(results)} "
         f"partition(s) of {len(topics)} tiered topic(s).")
-    return ExitCode.CONFLICT if fenced else ExitCode.OK
+    return ExitCode.CONFLICT if refused else ExitCode.OK
 
 
 def run_status(args: argparse.Namespace) -> int:
