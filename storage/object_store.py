@@ -47,6 +47,11 @@ class RemoteStorageError(LedgerviewError):
         super().__init__(f"Remote tier: could not {action} {url}: {reason}.")
 
 
+class RemoteEndpointError(RemoteStorageError):
+    """The S3 endpoint the environment names (AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL) is no URL: the tier's URI
+    may be right."""
+
+
 class RemoteObjectMissingError(RemoteStorageError):
     def __init__(self, url: str, action: str) -> None:
         super().__init__(url, action, "no such object (deleted by retention, or never uploaded)")
@@ -232,7 +237,7 @@ def _s3_filesystem(uri: str, parsed: ParseResult, timeout_s: float) -> tuple[paf
         except ValueError:  # a port that is no number
             valid = False
         if not valid:
-            raise RemoteStorageError(uri, "open", f"its endpoint, {variable}={endpoint!r}, is not a URL such as "
+            raise RemoteEndpointError(uri, "open", f"its endpoint, {variable}={endpoint!r}, is not a URL such as "
                                                   "http://host:port or https://host")
         options.update(endpoint_override=where.netloc, scheme=where.scheme)
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")

@@ -195,6 +195,7 @@ def test_an_endpoint_that_is_no_url_is_named_and_nothing_is_remembered(data_dir:
     result = run_cli(fresh, "--remote", s3_uri, "topics", "create", "t", "--config", "remote.storage.enable=true",
                      check=False)
     assert result.code == 2 and message in result.err and "Traceback" not in result.err
+    assert "a remote tier is a URI such as" not in result.err  # the URI is right; the variable is not
     assert not fresh.exists()
 
 

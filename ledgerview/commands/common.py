@@ -16,7 +16,7 @@ from ledgerview.errors import UsageError
 from storage import Store
 from storage.errors import UnknownTopicError
 from storage.files import TOPICS_FOLDER
-from storage.object_store import RemoteStorageError, open_object_store
+from storage.object_store import RemoteEndpointError, RemoteStorageError, open_object_store
 
 DATA_ENVIRONMENT = "LEDGERVIEW_DATA"
 Run = Callable[[argparse.Namespace], int]
@@ -93,6 +93,8 @@ def check_remote_uri(uri: str) -> None:
     error stands as it is."""
     try:
         open_object_store(uri)
+    except RemoteEndpointError as error:  # the environment's fault, not the URI's
+        raise UsageError(f"{error} Nothing was changed.") from None
     except RemoteStorageError as error:
         if isinstance(error.__cause__, OSError):
             raise
