@@ -24,7 +24,9 @@ end offsets at the start, in micro-batches of at most maxOffsetsPerTrigger messa
 Data loss: retention (or DeleteRecords) on the cluster may delete offsets a query has not read yet, when it plans
 a micro-batch or while a task reads one. With failOnDataLoss (the default) the query fails with DataLossError
 naming the partition and the lost range; without it the read skips to the partition's first offset and goes on,
-as Spark's Kafka source does. A partition added to a topic after the query started is read from its beginning.
+as Spark's Kafka source does. A partition that now ends below the query's position (the topic was deleted and
+created again) is data loss too: TopicRecreatedError, or without failOnDataLoss the partition is read again from its
+first offset. A partition added to a topic after the query started is read from its beginning.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from pyspark.sql.types import (
 from storage.errors import LedgerviewError
 from streaming.options import KAFKA_READ, InvalidOptionError, Options, resolve_offsets
 from streaming.source import RefusedStream
-from streaming.source_offsets import EARLIEST, LATEST, admitted, checked_start
+from streaming.source_offsets import EARLIEST, LATEST, TopicRecreatedError, admitted, checked_start
 
 SCHEMA = StructType([
     StructField("key", BinaryType()),
@@ -187,7 +189,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         beginning."""
         ends = self._target if self._target is not None else self._end_offsets()
         earliest = self._beginning_offsets()
-        current = {(t, p): start.get(t, {}).get(p, earliest[t][p]) for t, parts in ends.items() for p in parts}
+        current = {(t, p): self._continued(t, p, start.get(t, {}).get(p, earliest[t][p]), end, earliest[t][p])
+                   for t, parts in ends.items() for p, end in parts.items()}
         stops = {(t, p): max(end, current[(t, p)]) for t, parts in ends.items() for p, end in parts.items()}
         if isinstance(limit, ReadMaxRows):
             stops = admitted(current, stops, limit.max_rows)
@@ -203,11 +206,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for topic, parts in end.items():
             for partition, stop in parts.items():
                 first = earliest[topic][partition]
-                wanted = start.get(topic, {}).get(partition, first)
+                wanted = self._continued(topic, partition, start.get(topic, {}).get(partition, first), stop, first)
                 begin = checked_start(topic, int(partition), wanted, first, fail_on_data_loss=fail)
                 if begin < stop:
                     ranges.append(KafkaRange(self.options.bootstrap_servers, topic, int(partition), begin, stop, fail))
         return ranges
+
+    def _continued(self, topic: str, partition: str, position: int, end: int, first: int) -> int:
+        """Where a partition's range up to ``end`` begins: at ``position``, unless the partition now ends below it
+        (the topic was deleted and created again, or the cluster lost messages): data loss, TopicRecreatedError
+        with failOnDataLoss, else the partition's first offset ``first``, as Spark's Kafka source reports it."""
+        if end >= position:
+            return position
+        if self.options.fail_on_data_loss:
+            raise TopicRecreatedError(topic, int(partition), position, end)
+        return first
 
     def commit(self, end: Offsets) -> None:
         """Nothing to do: the offsets are in Spark's checkpoint, and Kafka keeps the data."""

@@ -308,3 +308,34 @@ def test_read_compacted_reads_the_ledger_planned_on_when_a_compaction_publishes_
         Compactor(store).compact(TOPIC)
     assert keys(never_compacted) == [(0, b"a"), (1, b"b")]
     assert keys(compacted) == [(0, b"a"), (1, b"b"), (2, b"c")]
+
+
+@pytest.mark.slow
+def test_the_kafka_source_over_a_topic_created_again_fails_or_reads_the_new_log_from_its_start(
+        spark: SparkSession, kafka: Running, tmp_path: Path) -> None:
+    """As the ledgerview source did: the query read nothing until the new log passed its old offsets, then
+    skipped the new log's first messages."""
+    spark.dataSource.register(KafkaSource)
+    checkpoint = tmp_path / "checkpoint"
+
+    def run(**options: str) -> list[bytes]:
+        reader = spark.readStream.format("ledgerview-kafka").option("kafka.bootstrap.servers", kafka.bootstrap) \
+            .option("subscribe", "orders").option("startingOffsets", "earliest")
+        for name, value in options.items():
+            reader = reader.option(name, value)
+        values: list[bytes] = []
+        query = reader.load().writeStream.foreachBatch(lambda b, _: values.extend(r.value for r in b.collect())) \
+            .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+        query.awaitTermination()
+        return sorted(values)
+
+    kafka.store.create_topic("orders")
+    kafka.store.append("orders", [(b"k", b"old%d" % i) for i in range(5)])
+    assert len(run()) == 5
+    kafka.store.delete_topic("orders")
+    kafka.store.create_topic("orders")
+    kafka.store.append("orders", [(b"k", b"new%d" % i) for i in range(2)])
+    with pytest.raises(StreamingQueryException, match=r"Data loss in orders-0: the query read up to offset 5, but "
+                                                      r"the log now ends at 2"):
+        run()
+    assert run(failOnDataLoss="false") == [b"new0", b"new1"]
