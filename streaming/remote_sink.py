@@ -15,6 +15,12 @@ A partition whose remote log already records this batch or a later one is skippe
 crash (anywhere: before, between or after the partitions' publishes, before Spark's own commit log) is appended
 exactly once per partition. The objects of a replay that are not published, or of an aborted batch, are deleted
 (best effort; ``RemoteLog.remove_unreferenced`` sweeps what a crash left after the grace period).
+
+That sweep (retention's, a compaction's publish) deletes segment objects no manifest names once they are
+``file.delete.delay.ms`` old, and cannot tell a crashed upload from one whose batch is still running. So a commit
+publishes a partition only while the batch's first upload is younger than half that delay (SAFE_AGE_SHARE; the
+other half is for the publish itself and for clock skew); an older batch is refused, nothing more of it published,
+and its uploads deleted: the query fails instead of publishing segments a sweep may have deleted.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -41,6 +47,19 @@ from streaming.store_cache import cached_remote_store
 
 SCRATCH_DROPPED_CONFIG = ("remote.storage.enable",)
 """Topic config the scratch store must not take: it has no remote tier of its own."""
+SAFE_AGE_SHARE = 0.5
+"""A batch is published only while its first upload is younger than this share of file.delete.delay.ms."""
+
+
+class SinkBatchTooOldError(LedgerviewError):
+    def __init__(self, topic: str, batch_id: int, age_ms: int, delay_ms: int) -> None:
+        super().__init__(
+            f"Batch {batch_id} of the sink to {topic}: its first segment was uploaded {age_ms} ms before its commit, "
+            f"more than {SAFE_AGE_SHARE:.0%} of the topic's file.delete.delay.ms={delay_ms}, after which a sweep may "
+            "delete uploads no manifest names yet. Its partitions not yet published are not, and its unpublished "
+            "uploads are deleted. Raise file.delete.delay.ms above twice the longest batch, then restart the query: "
+            "it writes the batch again."
+        )
 
 
 @dataclass
@@ -52,6 +71,8 @@ class UploadedSegments(WriterCommitMessage):
     """The streaming query's id, recorded in the remote log with the batch; None for ``df.write``."""
     batch_id: int
     segments: dict[int, list[RemoteSegmentInfo]]
+    uploaded_ms: int
+    """The task's clock when it started its first upload (the commit's measure of how old its objects are)."""
 
 
 def write_task_segments(uri: str, topic: str, sink_id: str | None, batch_id: int,
@@ -70,8 +91,9 @@ def write_task_segments(uri: str, topic: str, sink_id: str | None, batch_id: int
                 routed = scratch.routed(topic, batch, keyless_partition=keyless_partition)
                 scratch.append(topic, routed)
                 touched.update(pc.unique(routed.column("partition")).to_pylist())
+        uploaded_ms = wall_clock_ms()
         uploaded = {partition: upload_partition(scratch, remote, topic, partition) for partition in sorted(touched)}
-    return UploadedSegments(sink_id, batch_id, uploaded)
+    return UploadedSegments(sink_id, batch_id, uploaded, uploaded_ms)
 
 
 def scratch_config(config: TopicConfig) -> dict[str, str]:
@@ -86,14 +108,20 @@ def upload_partition(scratch: Store, remote: RemoteStore, topic: str, partition:
             if segment.size_bytes]
 
 
-def commit_uploads(uri: str, topic: str, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
+def commit_uploads(uri: str, topic: str, messages: Sequence[WriterCommitMessage | None], batch_id: int, *,
+                   clock: Callable[[], int] = wall_clock_ms) -> None:
     """Append the batch's uploaded segments to each partition's remote log, in task order, exactly once per
     partition for a streaming sink (see the module's docstring); then delete the uploads no manifest took."""
-    uploads = [message for message in messages if isinstance(message, UploadedSegments)]
+    uploads = [message for message in messages if isinstance(message, UploadedSegments) and message.segments]
     remote = cached_remote_store(uri)
     sink_id = uploads[0].sink_id if uploads else None
+    delay_ms = remote.topic_metadata(topic).config.file_delete_delay_ms
+    first_upload_ms = min((upload.uploaded_ms for upload in uploads), default=0)
     crash_jvm_at("sink.remote.commit.begin")
     for partition in sorted({partition for upload in uploads for partition in upload.segments}):
+        if (age_ms := clock() - first_upload_ms) > delay_ms * SAFE_AGE_SHARE:
+            remove_unpublished(remote, topic, uploads)
+            raise SinkBatchTooOldError(topic, batch_id, age_ms, delay_ms)
         infos = [info for upload in uploads for info in upload.segments.get(partition, [])]
         change_unowned(RemoteLog(remote.objects, topic, partition),
                        functools.partial(appended, infos=infos, sink_id=sink_id, batch_id=batch_id), wall_clock_ms)

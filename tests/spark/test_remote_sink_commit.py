@@ -14,7 +14,13 @@ from readers import Reader
 from storage import Store
 from storage.remote_log import RemoteLog, RemoteLogOwnedError
 from storage.remote_store import RemoteStore
-from streaming.remote_sink import UploadedSegments, abort_uploads, commit_uploads, write_task_segments
+from streaming.remote_sink import (
+    SinkBatchTooOldError,
+    UploadedSegments,
+    abort_uploads,
+    commit_uploads,
+    write_task_segments,
+)
 
 pytestmark = pytest.mark.slow  # a moto S3 server and many requests: after the fast suite
 
@@ -71,3 +77,24 @@ def test_uploads_no_manifest_took_are_deleted_and_a_claimed_log_is_refused(tmp_p
         store.claim_remote("t", 0)
     with pytest.raises(RemoteLogOwnedError, match="belongs to a data folder"):
         commit_uploads(s3_uri, "t", [written(s3_uri, 100, 10, 2)], 2)
+
+
+def test_a_batch_whose_uploads_a_sweep_may_have_deleted_is_refused_not_published(s3_uri: str) -> None:
+    """A sweep deletes segment objects no manifest names once they are file.delete.delay.ms old; it cannot tell a
+    batch still running from a crashed upload. A commit that comes that late published a manifest naming objects
+    the sweep had deleted: the topic could no longer be read."""
+    delay_ms = 60_000
+    remote = RemoteStore.open(s3_uri, manifest_max_age_ms=0)
+    remote.create_topic("t", 1, {"file.delete.delay.ms": str(delay_ms)})
+    commit_uploads(s3_uri, "t", [written(s3_uri, 0, 100, 0)], 0)
+    before = RemoteLog(remote.objects, "t", 0).latest()
+    slow = written(s3_uri, 100, 100, 1)
+    later = slow.uploaded_ms + delay_ms + 1
+    swept = RemoteLog(remote.objects, "t", 0).remove_unreferenced(now_ms=later, grace_ms=delay_ms)
+    assert {key for info in slow.segments[0] for key in info.object_keys} <= set(swept)
+    with pytest.raises(SinkBatchTooOldError, match=r"Batch 1 of the sink to t: .* file.delete.delay.ms=60000"):
+        commit_uploads(s3_uri, "t", [slow], 1, clock=lambda: later)
+    assert RemoteLog(remote.objects, "t", 0).latest() == before
+    assert [m.offset for m in Reader(s3_uri, "t")] == list(range(100))
+    commit_uploads(s3_uri, "t", [written(s3_uri, 100, 100, 1)], 1)  # the query restarted: the batch written again
+    assert [m.offset for m in Reader(s3_uri, "t")] == list(range(200))
