@@ -19,6 +19,7 @@ from pyspark.sql.datasource import (
     In,
     LessThan,
     LessThanOrEqual,
+    Not,
 )
 
 from streaming.rows import TIMESTAMP_TYPE
@@ -81,6 +82,8 @@ class ScanFilters:
         return current, rejected
 
     def _with(self, pushed: Any) -> ScanFilters | None:
+        if isinstance(pushed, Not):  # the one filter without an attribute: key != ..., offset NOT IN (...)
+            return None
         column = pushed.attribute
         if column == ("key",) and isinstance(pushed, (EqualTo, In)):
             values = [pushed.value] if isinstance(pushed, EqualTo) else list(pushed.value)

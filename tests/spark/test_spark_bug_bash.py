@@ -339,3 +339,16 @@ def test_the_kafka_source_over_a_topic_created_again_fails_or_reads_the_new_log_
                                                       r"the log now ends at 2"):
         run()
     assert run(failOnDataLoss="false") == [b"new0", b"new1"]
+
+
+@pytest.mark.parametrize("view", ["raw", "read_compacted", "compacted"])
+def test_negated_filters_are_left_to_spark(spark: SparkSession, tmp_path: Path, view: str) -> None:
+    """``key != 'k1'`` (Spark pushes Not(EqualTo)) failed the query with an AttributeError in pushFilters."""
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        store.create_topic(TOPIC)
+        store.append(TOPIC, [(f"k{i % 3}", f"v{i}") for i in range(6)])
+    for condition in ("key != 'k1'", "offset NOT IN (1, 2)", "NOT (partition = 0 AND offset < 4)"):
+        rows = sorted(row.offset for row in read(spark, data, view=view).where(condition).collect())
+        unpushed = read(spark, data, view=view).localCheckpoint().where(condition)
+        assert rows == sorted(row.offset for row in unpushed.collect()), condition
