@@ -24,6 +24,7 @@ manifest can finish.
 from __future__ import annotations
 
 import itertools
+import logging
 import re
 import threading
 import uuid
@@ -33,7 +34,7 @@ from pathlib import Path
 
 from storage import faults
 from storage.compacted import CompactionCursor
-from storage.errors import LedgerviewError
+from storage.errors import CorruptDataError, LedgerviewError
 from storage.fileio import write_atomically
 from storage.files import KEY_INDEX_SUFFIX, LEDGER_SUFFIX, REMOTE_EPOCH_RECORD, TEMP_SUFFIX
 from storage.key_index import KeyIndex
@@ -44,6 +45,8 @@ from storage.remote_key_index import write_flat_key_index
 from storage.remote_ledger import RemoteCompactedView
 from storage.remote_segment import RemoteSegmentInfo
 from storage.segment import Segment
+
+logger = logging.getLogger(__name__)
 
 MANIFEST_RECORD = "remote-log-manifest"
 EPOCH_RECORD = "remote-epoch"
@@ -245,9 +248,26 @@ class RemoteLog:
         it the segments only it named: dropped by retention, they stay readable for ``grace_ms`` to readers that
         planned on it. Segment objects that no manifest names (an upload that died before its publish) go once
         their last-modified time is ``grace_ms`` old; that time is the object store's clock, so the grace period
-        must exceed the skew between it and ours."""
-        manifests = [manifest for version in self._manifest_versions()
-                     if (manifest := self.read_version(version)) is not None]
+        must exceed the skew between it and ours.
+
+        A damaged manifest older than the newest is read by no one (readers read the newest; those that planned
+        on it fail its check): it goes once the next readable one has been published for ``grace_ms``, and the
+        objects only it named go as unnamed ones do. A damaged newest manifest stops the sweep, as it stops
+        readers: what the log holds is unknown."""
+        versions = self._manifest_versions()
+        manifests, damaged = [], []
+        for version in versions:
+            try:
+                manifest = self.read_version(version)
+            except CorruptDataError as error:
+                if version == versions[-1]:
+                    raise
+                logger.warning("Sweeping %s, a damaged manifest a newer one replaced: %s", self.manifest_key(version),
+                               error)
+                damaged.append(version)
+                continue
+            if manifest is not None:
+                manifests.append(manifest)
         kept = manifests[-1:] + [older for older, newer in itertools.pairwise(manifests)
                                  if newer.published_ms + grace_ms > now_ms]
         kept_keys = {key for manifest in kept for key in manifest.object_keys}
@@ -256,6 +276,8 @@ class RemoteLog:
         doomed = [info.key for info in listed if info.key not in kept_keys
                   and (info.key in named or info.modified_ms + grace_ms <= now_ms)]
         doomed += [self.manifest_key(manifest.version) for manifest in manifests if manifest not in kept]
+        doomed += [self.manifest_key(version) for version in damaged
+                   if next(newer for newer in manifests if newer.version > version).published_ms + grace_ms <= now_ms]
         for key in doomed:
             self.objects.delete(key)
         return doomed

@@ -433,3 +433,35 @@ def test_a_flat_key_index_of_the_previous_version_is_still_read(tmp_path: Path) 
         previous[position : position + length]))
     assert [index.locate(f"key{i:05d}".encode()) for i in range(300)] == [2 * i for i in range(300)]
     assert index.locate(b"absent") is None
+
+
+def test_a_damaged_older_manifest_is_swept_and_never_stops_retention(data_dir: Path, tmp_path: Path,
+                                                                     clock: ManualClock) -> None:
+    """A flipped byte in a manifest a newer one replaced: nothing needs it (readers read the newest, and the grace
+    period of those that planned on it has passed), so the sweep removes it, warning. It raised on every retention
+    run instead, and stopped retention before the topic's later partitions."""
+    tier = f"file://{tmp_path / 'mount' / 'tier'}"
+    config = {**TIERED, "file.delete.delay.ms": "60000"}
+    with Store.open(data_dir, remote=tier, clock=clock) as store:
+        store.create_topic("t", 2, config)
+        for _ in range(3):
+            for partition in range(2):
+                store.append("t", [(f"k{i}", b"v" * 200) for i in range(30)], partition=partition)
+            store.sync_remote()
+        objects = open_object_store(tier)
+        logs = [RemoteLog(objects, "t", partition) for partition in range(2)]
+        counts = [len(log._manifest_versions()) for log in logs]
+        assert min(counts) >= 3
+        oldest = tier.removeprefix("file://") + "/" + logs[0].manifest_key(logs[0]._manifest_versions()[0])
+        damaged = bytearray(Path(oldest).read_bytes())
+        damaged[len(damaged) // 2] ^= 0xFF
+        Path(oldest).write_bytes(bytes(damaged))
+        clock.advance(120_000)
+        store.enforce_retention("t")
+        assert [len(log._manifest_versions()) for log in logs] == [1, 1]
+        assert not Path(oldest).exists()
+        newest = [log.latest() for log in logs]
+    for partition, manifest in enumerate(newest):
+        assert manifest is not None
+        assert [m.offset for m in Reader(tier, "t") if m.partition == partition] == list(
+            range(manifest.log_start_offset, manifest.end_offset))
