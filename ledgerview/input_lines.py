@@ -69,8 +69,19 @@ class LineError(ValueError):
         super().__init__(reason)
 
 
-def read_chunks(stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """Blocks of whole lines (the last one may lack its line end)."""
+class LineTooLongError(Exception):
+    """A line longer than ``read_chunks`` was told to read; ``start``: its first bytes."""
+
+    def __init__(self, start: bytes) -> None:
+        super().__init__("a line longer than the bound")
+        self.start = start
+
+
+def read_chunks(stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES, *, max_line_bytes: int | None = None) -> (
+    Iterator[bytes]
+):
+    """Blocks of whole lines (the last one may lack its line end). A line found longer than ``max_line_bytes``
+    raises LineTooLongError once a chunk past the bound is read, instead of being gathered whole."""
     rest = b""
     while True:
         block = stream.read(chunk_bytes)
@@ -81,6 +92,8 @@ def read_chunks(stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> Iterator[by
         block = rest + block
         cut = block.rfind(b"\n") + 1
         if cut == 0:
+            if max_line_bytes is not None and len(block) > max_line_bytes:
+                raise LineTooLongError(block[:80])
             rest = block
             continue
         rest = block[cut:]

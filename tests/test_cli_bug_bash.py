@@ -239,3 +239,16 @@ def test_describe_names_a_damaged_topic_and_still_describes_the_others(capsys: p
     described = run_main(capsys, data_dir, "topics", "describe")
     assert described.code == 1 and "ledgerview: error: a: " in described.err
     assert "Topic: b\t" in described.out
+
+
+def test_a_line_too_long_for_any_message_the_topic_takes_is_refused_before_it_is_read_whole(
+        produce: Produce, capsys: pytest.CaptureFixture[str], data_dir: Path) -> None:
+    """A file without line ends was gathered into one line in memory, however large, before the store refused its
+    message; the line is refused once it passes the longest line a message of max.message.bytes may need (as the
+    service's directory source refuses it)."""
+    create(capsys, data_dir, "t", "--config", "max.message.bytes=1000")
+    chunk_bytes = 8 * 1024 * 1024  # one read of the input, and the least a line may be
+    lines = "k1\tfirst\n" + "k2\t" + "x" * (3 * chunk_bytes) + "\nk3\tafter\n"
+    assert_refused(produce("t", lines), 2, f"the line is longer than {chunk_bytes} bytes, which cannot hold a "
+                   "message of at most the topic's max.message.bytes=1000", written=1)
+    assert [value for _, _, _, value in stored(data_dir, "t")] == [b"first"]

@@ -14,7 +14,17 @@ import pyarrow.compute as pc
 
 from ledgerview.commands.common import Subparsers, add_command, open_existing_store, require_topic, say
 from ledgerview.errors import MalformedInputError, UsageError
-from ledgerview.input_lines import LineError, LineFormat, line_number_in, parse_chunk, read_chunks, split_lines
+from ledgerview.input_lines import (
+    CHUNK_BYTES,
+    LineError,
+    LineFormat,
+    LineTooLongError,
+    line_number_in,
+    parse_chunk,
+    read_chunks,
+    split_lines,
+)
+from ledgerview.refusals import line_too_long, max_line_bytes, partition_lacking, store_refusal
 from storage import Store
 from storage.errors import KeylessMessageError, MessageTooLargeError
 
@@ -104,7 +114,17 @@ def _produce_stream(store: Store, args: argparse.Namespace, name: str, stream: B
     parser or by the store, the lines before it are written and none from it on, so that what was written is
     exactly the input up to the line named, and a resend from that line duplicates nothing."""
     written, lines_before = 0, 0
-    for chunk in read_chunks(stream):
+    max_message_bytes = store.topic_metadata(args.topic).config.max_message_bytes
+    bound = max_line_bytes(max_message_bytes, CHUNK_BYTES)
+    chunks = read_chunks(stream, max_line_bytes=bound)
+    while True:
+        try:
+            chunk = next(chunks, None)
+        except LineTooLongError as error:
+            raise MalformedInputError(name, lines_before + 1, error.start, line_too_long(bound, max_message_bytes),
+                                      consequence=_consequence(already + written)) from None
+        if chunk is None:
+            return written
         try:
             table, refusal = parse_chunk(chunk, line_format), None
         except LineError as error:
@@ -115,7 +135,6 @@ def _produce_stream(store: Store, args: argparse.Namespace, name: str, stream: B
         if refusal is not None:
             raise _refused(name, lines_before, chunk, refusal.row + 1, refusal.reason, already + written)
         lines_before += chunk.count(b"\n")
-    return written
 
 
 def _append_lines(store: Store, args: argparse.Namespace, table: pa.Table) -> tuple[int, _Refusal | None]:
@@ -128,10 +147,7 @@ def _append_lines(store: Store, args: argparse.Namespace, table: pa.Table) -> tu
         return _append(store, args, table), refusal
     except (MessageTooLargeError, KeylessMessageError) as error:
         # The store refuses a whole append: write the messages before the refused one.
-        reason = (f"the message is {error.size_bytes} bytes, over the topic's max.message.bytes="
-                  f"{error.limit_bytes}" if isinstance(error, MessageTooLargeError) else
-                  "the message has no key, and the topic is compacted (cleanup.policy=compact)")
-        return _append(store, args, table.slice(0, error.row)), _Refusal(error.row, reason)
+        return _append(store, args, table.slice(0, error.row)), _Refusal(error.row, store_refusal(error))
 
 
 def _unknown_partition(store: Store, args: argparse.Namespace, table: pa.Table) -> _Refusal | None:
@@ -143,18 +159,20 @@ def _unknown_partition(store: Store, args: argparse.Namespace, table: pa.Table) 
     row = pc.index(pc.fill_null(pc.greater_equal(table["partition"], count), False), True).as_py()
     if row < 0:
         return None
-    return _Refusal(row, f"'partition' is {table['partition'][row]}, and topic {args.topic!r} has partitions 0 to "
-                         f"{count - 1} (leave it out, or null, for the partitioner's choice)")
+    return _Refusal(row, partition_lacking(table["partition"][row], args.topic, count))
 
 
 def _refused(name: str, lines_before: int, chunk: bytes, non_blank_index: int, reason: str,
              written: int) -> MalformedInputError:
     """The error for the ``non_blank_index``-th line of ``chunk``, saying what was written before it."""
     line = split_lines(chunk)[non_blank_index - 1].as_py()
-    consequence = (f"{written} messages before it were written, nothing from this line on; fix the line and send "
-                   "the rest again.")
     return MalformedInputError(name, lines_before + line_number_in(chunk, non_blank_index), line, reason,
-                               consequence=consequence)
+                               consequence=_consequence(written))
+
+
+def _consequence(written: int) -> str:
+    return (f"{written} messages before it were written, nothing from this line on; fix the line and send the rest "
+            "again.")
 
 
 def _append(store: Store, args: argparse.Namespace, table: pa.Table) -> int:

@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ledgerview.errors import SourceReplayError
+from ledgerview.refusals import partition_lacking, store_refusal
 from ledgerview.service.logs import log_event
 from ledgerview.service.sources import Position, Source, SourceBatch
 from storage import Store, faults
@@ -244,17 +245,12 @@ class IngestWorker(BackgroundThread):
         named = table.column("partition").to_numpy()
         beyond = np.flatnonzero(named >= partitions)
         if len(beyond):
-            raise self.source.refused(batch, int(beyond[0]), (
-                f"'partition' is {named[beyond[0]]}, and topic {self.source.topic!r} has partitions 0 to "
-                f"{partitions - 1} (leave it out, or null, for the partitioner's choice)"))
+            raise self.source.refused(batch, int(beyond[0]), partition_lacking(named[beyond[0]], self.source.topic,
+                                                                               partitions))
         try:
             store.append(self.source.topic, table)
-        except MessageTooLargeError as error:
-            raise self.source.refused(batch, error.row, f"the message is {error.size_bytes} bytes, over the "
-                                      f"topic's max.message.bytes={error.limit_bytes}") from None
-        except KeylessMessageError as error:
-            raise self.source.refused(batch, error.row, "the message has no key, and the topic is compacted "
-                                      "(cleanup.policy=compact)") from None
+        except (MessageTooLargeError, KeylessMessageError) as error:
+            raise self.source.refused(batch, error.row, store_refusal(error)) from None
         self._next_sequence += messages.num_rows
         self.stats.messages += messages.num_rows
         self.stats.appends += 1

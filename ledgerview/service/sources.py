@@ -25,12 +25,11 @@ import pyarrow.compute as pc
 from ledgerview.changelog import key_names
 from ledgerview.errors import MalformedInputError
 from ledgerview.input_lines import CHUNK_BYTES, LineError, LineFormat, line_number_in, parse_chunk, split_lines
+from ledgerview.refusals import line_too_long, max_line_bytes
 from ledgerview.service.config import SourceSection
 from storage.errors import LedgerviewError
 
 Position = dict[str, Any]
-JSON_BYTES_PER_BYTE = 6
-"""The most bytes a JSON line spends on one byte of a message: a ``\\u00XX`` escape."""
 
 
 @dataclass(frozen=True)
@@ -121,10 +120,10 @@ class DirectorySource:
         return {"file": "", "offset": 0}
 
     def read(self, position: Position, max_message_bytes: int | None = None) -> SourceBatch | None:
-        """The next chunk of lines; a line longer than ``max_line_bytes(max_message_bytes)`` is refused unread
+        """The next chunk of lines; a line longer than ledgerview.refusals.max_line_bytes is refused unread
         (MalformedInputError), since it cannot hold a message the topic takes."""
         current, offset = str(position["file"]), int(position["offset"])
-        line_bound = None if max_message_bytes is None else self.max_line_bytes(max_message_bytes)
+        line_bound = None if max_message_bytes is None else max_line_bytes(max_message_bytes, self.chunk_bytes)
         for name in self._files_from(current):
             path = self.folder / name
             start = offset if name == current else 0
@@ -137,10 +136,7 @@ class DirectorySource:
                 continue
             if line_bound is not None and end - start > line_bound:
                 assert max_message_bytes is not None
-                raise _malformed(path, start, chunk, 1, chunk, (
-                    f"the line is longer than {line_bound} bytes, which cannot hold a message of at most the topic's "
-                    f"max.message.bytes={max_message_bytes} (the longest line read is {JSON_BYTES_PER_BYTE} times "
-                    f"that, a JSON \\u escape's bytes for one, and {self.chunk_bytes} bytes at least)")) from None
+                raise _malformed(path, start, chunk, 1, chunk, line_too_long(line_bound, max_message_bytes)) from None
             try:
                 messages = parse_chunk(chunk, self.line_format)
             except LineError as error:
@@ -165,11 +161,6 @@ class DirectorySource:
                               and fnmatch.fnmatchcase(entry.name, self.pattern) and entry.is_file())
         except FileNotFoundError:
             return []
-
-    def max_line_bytes(self, max_message_bytes: int) -> int:
-        """The longest line (with its line end) that may hold a message of at most ``max_message_bytes``: JSON
-        spells a byte in up to JSON_BYTES_PER_BYTE (a ``\\u`` escape), and a chunk's worth is always read."""
-        return max(self.chunk_bytes, JSON_BYTES_PER_BYTE * max_message_bytes)
 
     def _chunk(self, path: Path, start: int, size: int, line_bound: int | None) -> tuple[bytes, int]:
         """Whole lines from ``start``, at most chunk_bytes unless one line is longer; the file's last line may
