@@ -123,10 +123,15 @@ class RemoteCompactedView:
 
 
 class RemoteLedger(Ledger):
-    """A ledger read from the remote tier: batch by batch through ranged reads, lookups through its flat index."""
+    """A ledger read from the remote tier: batch by batch through ranged reads, lookups through its flat index.
+    Raises RemoteViewMismatchError if the view's counts disagree with its batches, as the local view is checked
+    against its cursor on open (CompactedLedgers._check_view); ``manifest_url`` names the manifest that holds it."""
 
-    def __init__(self, objects: ObjectStore, view: RemoteCompactedView, cache: FetchCache, *,
+    def __init__(self, objects: ObjectStore, view: RemoteCompactedView, cache: FetchCache, *, manifest_url: str,
                  verify: bool = True) -> None:
+        reason = view.mismatch()
+        if reason is not None:
+            raise RemoteViewMismatchError(manifest_url, reason)
         self.objects, self.view, self.cache = objects, view, cache
         keys = FlatKeyIndexes([(piece.first_key, FlatKeyIndex(objects.url(piece.key), piece.size_bytes,
                                                               self._range_reader(piece.key)))

@@ -192,6 +192,21 @@ class RemoteLog:
                 return manifest
         return None
 
+    def kept_manifest_with_ledger(self, ledger_id: int) -> RemoteLogManifest | None:
+        """The newest manifest still kept whose compacted view is ledger ``ledger_id`` (a view is replaced by
+        newer ledgers only, so the search stops at an older one); None when there is none. A damaged manifest is
+        passed over."""
+        for version in reversed(self._manifest_versions()):
+            try:
+                manifest = self.read_version(version)
+            except CorruptDataError:
+                continue
+            if manifest is None or manifest.compacted is None:
+                continue
+            if manifest.compacted.ledger_id <= ledger_id:
+                return manifest if manifest.compacted.ledger_id == ledger_id else None
+        return None
+
     def read_version(self, version: int) -> RemoteLogManifest | None:
         """The manifest of ``version``; None if it was swept since it was listed (a newer one then exists)."""
         key = self.manifest_key(version)
@@ -276,8 +291,10 @@ class RemoteLog:
         doomed = [info.key for info in listed if info.key not in kept_keys
                   and (info.key in named or info.modified_ms + grace_ms <= now_ms)]
         doomed += [self.manifest_key(manifest.version) for manifest in manifests if manifest not in kept]
-        doomed += [self.manifest_key(version) for version in damaged
-                   if next(newer for newer in manifests if newer.version > version).published_ms + grace_ms <= now_ms]
+        for version in damaged:  # kept while no readable newer one is known (the newest may be swept since listed)
+            newer = next((manifest for manifest in manifests if manifest.version > version), None)
+            if newer is not None and newer.published_ms + grace_ms <= now_ms:
+                doomed.append(self.manifest_key(version))
         for key in doomed:
             self.objects.delete(key)
         return doomed

@@ -26,7 +26,7 @@ from storage.errors import LedgerviewError, OffsetOutOfRangeError, UnknownPartit
 from storage.files import TOPIC_METADATA, TOPICS_FOLDER, validate_topic_name
 from storage.ledger import Ledger
 from storage.object_store import DEFAULT_TIMEOUT_S, ObjectStore, RemoteObjectMissingError, open_object_store
-from storage.remote_ledger import RemoteLedger, RemoteViewMismatchError
+from storage.remote_ledger import RemoteLedger
 from storage.remote_log import RemoteLog, RemoteLogManifest, change_unowned
 from storage.remote_segment import DEFAULT_CACHE_BYTES, FetchCache, RemoteSegment, RemoteSegments
 from storage.schema import with_partition_column
@@ -65,24 +65,27 @@ class RemoteCompactedLedgers:
 
     def open_current(self, *, verify: bool = True) -> tuple[CompactionCursor, Ledger] | None:
         """The view the remote log names and its ledger; None before the first compaction. Raises
-        RemoteViewMismatchError if the view's counts disagree with its batches, as the local view is checked
-        against its cursor on open (CompactedLedgers._check_view)."""
+        RemoteViewMismatchError if the view's counts disagree with its batches (RemoteLedger)."""
         manifest = self.store.manifest(self.topic, self.partition)
-        view = manifest.compacted
-        if view is None:
+        if manifest.compacted is None:
             return None
-        reason = view.mismatch()
-        if reason is not None:
-            log = RemoteLog(self.store.objects, self.topic, self.partition)
-            raise RemoteViewMismatchError(self.store.objects.url(log.manifest_key(manifest.version)), reason)
-        return view.cursor(), RemoteLedger(self.store.objects, view, self.store.cache, verify=verify)
+        return manifest.compacted.cursor(), self._ledger(manifest, verify=verify)
 
     def open_ledger(self, ledger_id: int, *, verify: bool = True) -> Ledger | None:
-        """The ledger if the remote log still names it (a replaced one is not kept for readers here)."""
-        opened = self.open_current(verify=verify)
-        if opened is None or opened[0].ledger_id != ledger_id:
-            return None
-        return opened[1]
+        """The ledger if a manifest the remote log keeps names it as its view: the current one, or one that a newer
+        compaction replaced less than file.delete.delay.ms ago (the sweep keeps its objects that long), as a data
+        folder keeps a retired ledger for readers that planned on it. None when none does."""
+        current = self.store.manifest(self.topic, self.partition)
+        if current.compacted is not None and current.compacted.ledger_id == ledger_id:
+            return self._ledger(current, verify=verify)
+        kept = RemoteLog(self.store.objects, self.topic, self.partition).kept_manifest_with_ledger(ledger_id)
+        return None if kept is None else self._ledger(kept, verify=verify)
+
+    def _ledger(self, manifest: RemoteLogManifest, *, verify: bool) -> RemoteLedger:
+        assert manifest.compacted is not None
+        log = RemoteLog(self.store.objects, self.topic, self.partition)
+        return RemoteLedger(self.store.objects, manifest.compacted, self.store.cache, verify=verify,
+                            manifest_url=self.store.objects.url(log.manifest_key(manifest.version)))
 
 
 class RemoteStore:

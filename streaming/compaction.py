@@ -204,12 +204,16 @@ def _phase_one(spark: SparkSession, uri: str, topic: str, plans: list[_Plan], bu
     return live, kept
 
 
-def _view_batches(store: RemoteStore, manifest: RemoteLogManifest, start: int, end: int) -> Iterator[pa.RecordBatch]:
-    """The compacted view of ``manifest`` from ``start`` to ``end``: its ledger, then the raw log above it."""
+def _view_batches(store: RemoteStore, log: RemoteLog, manifest: RemoteLogManifest, start: int, end: int) -> (
+    Iterator[pa.RecordBatch]
+):
+    """The compacted view of ``manifest`` (of ``log``) from ``start`` to ``end``: its ledger, then the raw log above
+    it."""
     view = manifest.compacted
     horizon = view.horizon if view else -1
     if view is not None and start <= horizon:
-        ledger = RemoteLedger(store.objects, view, store.cache, verify=store.verify_reads)
+        ledger = RemoteLedger(store.objects, view, store.cache, verify=store.verify_reads,
+                              manifest_url=store.objects.url(log.manifest_key(manifest.version)))
         yield from ledger.read_batches(start, min(end, horizon + 1))
     raw_start = max(start, horizon + 1, manifest.log_start_offset)
     if end > raw_start:
@@ -236,7 +240,8 @@ def _message_reader(uri: str, topic: str) -> Any:
         for task in pa.Table.from_batches(list(tasks)).to_pylist():
             store, manifest = _pinned(uri, topic, task["partition"], task["version"])
             keys, numbers = [], []
-            for batch in _view_batches(store, manifest, task["start"], task["end"]):
+            log = RemoteLog(store.objects, topic, task["partition"])
+            for batch in _view_batches(store, log, manifest, task["start"], task["end"]):
                 keys.append(batch.column(2))
                 number = np.left_shift(batch.column(0).to_numpy(), 1)
                 number |= batch.column(3).is_valid().to_numpy(zero_copy_only=False)
@@ -280,8 +285,9 @@ def _ledger_piece_writer(uri: str, topic: str, versions: dict[int, tuple[int, in
             key = _object_stem(topic, partition, ledger_id) + LEDGER_SUFFIX
             with tempfile.TemporaryDirectory(prefix="ledgerview-piece-") as folder:
                 path = Path(folder) / "piece.ledger"
-                headers = _write_piece(path, _view_batches(store, manifest, int(kept[0]), int(kept[-1]) + 1), kept,
-                                       compression)
+                batches = _view_batches(store, RemoteLog(store.objects, topic, partition), manifest, int(kept[0]),
+                                        int(kept[-1]) + 1)
+                headers = _write_piece(path, batches, kept, compression)
                 store.objects.upload(path, key)
                 size = path.stat().st_size
             yield pa.RecordBatch.from_pylist([{

@@ -465,3 +465,37 @@ def test_a_damaged_older_manifest_is_swept_and_never_stops_retention(data_dir: P
         assert manifest is not None
         assert [m.offset for m in Reader(tier, "t") if m.partition == partition] == list(
             range(manifest.log_start_offset, manifest.end_offset))
+
+
+def test_a_ledger_a_newer_compaction_replaced_stays_readable_from_the_tier_for_its_grace_period(
+        data_dir: Path, tmp_path: Path, clock: ManualClock) -> None:
+    """A Spark read_compacted task reads the ledger its query planned on; a compaction publishing meanwhile must not
+    fail it, as a data folder keeps a retired ledger for file.delete.delay.ms. On the tier the replaced ledger was
+    gone at once (open_ledger answered None), so every such task failed with LedgerRemovedError."""
+    tier = f"file://{tmp_path / 'mount' / 'tier'}"
+    with Store.open(data_dir, remote=tier, clock=clock) as store:
+        store.create_topic("t", 1, {**TIERED, "segment.bytes": "65536", "file.delete.delay.ms": "60000"})
+        store.append("t", [(f"key{i:05d}", f"v{i}".encode()) for i in range(300)], partition=0)
+        store.roll("t", 0)
+        Compactor(store).compact("t")
+        store.sync_remote()
+        planned = RemoteStore.open(tier).compacted_ledgers("t", 0).read_cursor()
+        assert planned is not None
+        first = Reader(tier, "t", read_compacted=True)
+        before = [(m.offset, m.key, m.value) for m in first]
+        store.append("t", [(f"key{i:05d}", b"new") for i in range(150)], partition=0)
+        store.roll("t", 0)
+        Compactor(store).compact("t")
+        store.sync_remote()
+    remote = RemoteStore.open(tier).compacted_ledgers("t", 0)
+    current = remote.read_cursor()
+    assert current is not None and current.ledger_id > planned.ledger_id
+    replaced = remote.open_ledger(planned.ledger_id)
+    assert replaced is not None
+    try:
+        assert [(o, k, v) for batch in replaced.read_batches() for o, k, v in zip(
+            batch.column("offset").to_pylist(), batch.column("key").to_pylist(), batch.column("value").to_pylist(),
+            strict=True)] == before
+    finally:
+        replaced.close()
+    assert remote.open_ledger(planned.ledger_id + 5) is None
