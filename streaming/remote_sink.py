@@ -18,9 +18,9 @@ exactly once per partition. The objects of a replay that are not published, or o
 
 That sweep (retention's, a compaction's publish) deletes segment objects no manifest names once they are
 ``file.delete.delay.ms`` old, and cannot tell a crashed upload from one whose batch is still running. So a commit
-publishes a partition only while the batch's first upload is younger than half that delay (SAFE_AGE_SHARE; the
-other half is for the publish itself and for clock skew); an older batch is refused, nothing more of it published,
-and its uploads deleted: the query fails instead of publishing segments a sweep may have deleted.
+publishes only when the batch's first upload is younger than half that delay (SAFE_AGE_SHARE; the other half is
+for the publishes themselves and for clock skew); an older batch is refused before any partition is published, and
+its uploads deleted: the write fails instead of publishing segments a sweep may have deleted.
 """
 
 from __future__ import annotations
@@ -52,13 +52,13 @@ SAFE_AGE_SHARE = 0.5
 
 
 class SinkBatchTooOldError(LedgerviewError):
-    def __init__(self, topic: str, batch_id: int, age_ms: int, delay_ms: int) -> None:
+    def __init__(self, topic: str, batch_id: int, age_ms: int, delay_ms: int, *, streaming: bool) -> None:
+        again = "restart the query: it writes the batch again" if streaming else "run the write again"
         super().__init__(
             f"Batch {batch_id} of the sink to {topic}: its first segment was uploaded {age_ms} ms before its commit, "
             f"more than {SAFE_AGE_SHARE:.0%} of the topic's file.delete.delay.ms={delay_ms}, after which a sweep may "
-            "delete uploads no manifest names yet. Its partitions not yet published are not, and its unpublished "
-            "uploads are deleted. Raise file.delete.delay.ms above twice the longest batch, then restart the query: "
-            "it writes the batch again."
+            "delete uploads no manifest names yet. Nothing of it was published, and its uploads are deleted. Raise "
+            f"file.delete.delay.ms above twice the longest batch, then {again}."
         )
 
 
@@ -117,11 +117,11 @@ def commit_uploads(uri: str, topic: str, messages: Sequence[WriterCommitMessage 
     sink_id = uploads[0].sink_id if uploads else None
     delay_ms = remote.topic_metadata(topic).config.file_delete_delay_ms
     first_upload_ms = min((upload.uploaded_ms for upload in uploads), default=0)
+    if uploads and (age_ms := clock() - first_upload_ms) > delay_ms * SAFE_AGE_SHARE:
+        remove_unpublished(remote, topic, uploads)
+        raise SinkBatchTooOldError(topic, batch_id, age_ms, delay_ms, streaming=sink_id is not None)
     crash_jvm_at("sink.remote.commit.begin")
     for partition in sorted({partition for upload in uploads for partition in upload.segments}):
-        if (age_ms := clock() - first_upload_ms) > delay_ms * SAFE_AGE_SHARE:
-            remove_unpublished(remote, topic, uploads)
-            raise SinkBatchTooOldError(topic, batch_id, age_ms, delay_ms)
         infos = [info for upload in uploads for info in upload.segments.get(partition, [])]
         change_unowned(RemoteLog(remote.objects, topic, partition),
                        functools.partial(appended, infos=infos, sink_id=sink_id, batch_id=batch_id), wall_clock_ms)
