@@ -145,8 +145,10 @@ class ObjectStore:
                 fsync_file(Path(self._path(key)))
 
     def create(self, key: str, data: bytes) -> bool:
-        """Write ``data`` to ``key`` only if no object has that key; False if one has (someone else won). True also
-        when the object holds ``data`` already: a retried write whose first attempt made it (the answer was lost)."""
+        """Write ``data`` to ``key`` only if no object has that key; False if one has (someone else won). On S3,
+        True also when the SDK's retry of the write is the one refused and the object holds ``data``: the first
+        attempt made it and its answer was lost. A refused first attempt is always False, whatever the object
+        holds."""
         self._check_writable(key)
         assert self._create_once is not None
         with self._request(key, "create"):
