@@ -70,7 +70,8 @@ class LineError(ValueError):
 
 
 class LineTooLongError(Exception):
-    """A line longer than ``read_chunks`` was told to read; ``start``: its first bytes."""
+    """A line longer than ``read_chunks`` was told to read; ``start``: its first bytes (81, so that an error shows
+    it is cut)."""
 
     def __init__(self, start: bytes) -> None:
         super().__init__("a line longer than the bound")
@@ -92,8 +93,8 @@ def read_chunks(stream: BinaryIO, chunk_bytes: int = CHUNK_BYTES, *, max_line_by
         block = rest + block
         cut = block.rfind(b"\n") + 1
         if cut == 0:
-            if max_line_bytes is not None and len(block) > max_line_bytes:
-                raise LineTooLongError(block[:80])
+            if max_line_bytes is not None and len(block) >= max_line_bytes:  # its line end is still to come
+                raise LineTooLongError(block[:81])
             rest = block
             continue
         rest = block[cut:]

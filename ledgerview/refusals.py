@@ -1,6 +1,6 @@
 """Why a topic refuses a line's message, in the words ``produce`` and the service's directory source both use, and
-the longest line worth reading for a topic: a longer one cannot hold a message it takes, so it is refused before
-it is read whole into memory."""
+the longest line either reads for a topic: room for a message of max.message.bytes written with a JSON escape for
+every byte. A longer line is refused before it is read whole into memory."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ def max_line_bytes(max_message_bytes: int, chunk_bytes: int) -> int:
 
 
 def line_too_long(bound: int, max_message_bytes: int) -> str:
-    return (f"the line is longer than {bound} bytes, which cannot hold a message of at most the topic's "
-            f"max.message.bytes={max_message_bytes} (the longest line read is {JSON_BYTES_PER_BYTE} times that, a "
-            "JSON \\u escape's bytes for one, and a chunk's worth at least)")
+    return (f"the line is longer than {bound} bytes, the longest read for a message of at most the topic's "
+            f"max.message.bytes={max_message_bytes} ({JSON_BYTES_PER_BYTE} times that, a JSON \\u escape's bytes "
+            "for each byte, and a chunk's worth at least)")
 
 
 def partition_lacking(partition: object, topic: str, partitions: int) -> str:

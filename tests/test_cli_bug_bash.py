@@ -249,6 +249,6 @@ def test_a_line_too_long_for_any_message_the_topic_takes_is_refused_before_it_is
     create(capsys, data_dir, "t", "--config", "max.message.bytes=1000")
     chunk_bytes = 8 * 1024 * 1024  # one read of the input, and the least a line may be
     lines = "k1\tfirst\n" + "k2\t" + "x" * (3 * chunk_bytes) + "\nk3\tafter\n"
-    assert_refused(produce("t", lines), 2, f"the line is longer than {chunk_bytes} bytes, which cannot hold a "
+    assert_refused(produce("t", lines), 2, f"the line is longer than {chunk_bytes} bytes, the longest read for a "
                    "message of at most the topic's max.message.bytes=1000", written=1)
     assert [value for _, _, _, value in stored(data_dir, "t")] == [b"first"]

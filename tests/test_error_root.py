@@ -14,6 +14,7 @@ INTERNAL = {
     "BatchFormatError": "storage: turned into CorruptSegmentError / CorruptLedgerError with the file and position",
     "KeysRefused": "compactor/latest_offsets.py: the key coding is widened and phase one starts again",
     "LineError": "ledgerview/commands/produce.py and service/sources.py: reported with the line's number",
+    "LineTooLongError": "ledgerview/commands/produce.py: a MalformedInputError with the line's number",
     "_Close": "ledgerview/kafka/server.py: closes one connection",
     "RecordBatchError": "ledgerview/kafka: a produce's error code for its partition",
     "BatchTooLargeError": "ledgerview/kafka: MESSAGE_TOO_LARGE",

@@ -160,7 +160,7 @@ def test_a_line_too_long_for_any_message_the_topic_takes_is_refused_without_read
     service = ServiceProcess(_config(tmp_path, sources=[_directory(incoming)],
                                      topic_config={"max.message.bytes": "1000"}))
     error = _failed(service)["last_error"]
-    assert f"{incoming / '001.tsv'} line 3: the line is longer than {chunk_bytes} bytes, which cannot hold a " \
+    assert f"{incoming / '001.tsv'} line 3: the line is longer than {chunk_bytes} bytes, the longest read for a " \
            "message of at most the topic's max.message.bytes=1000" in error, error
     assert service.terminate() == 0
     assert read_table(tmp_path / "data", "prices")["value"].to_pylist() == [b"first"]
