@@ -33,8 +33,7 @@ from storage.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from storage.remote_log import RemoteLogFencedError
-from storage.remote_tier import RemoteLogDivergedError
+from storage.remote_log import RemoteSyncRefusal
 from storage.retention import (
     DeleteRecordsOutOfRangeError,
     RecordDeletionNotAllowedError,
@@ -56,8 +55,7 @@ _BY_ERROR: tuple[tuple[tuple[type[BaseException], ...], ExitCode], ...] = (
     ((CorruptDataError,), ExitCode.CHECK_FAILED),
     ((UnknownTopicError, UnknownPartitionError, UnknownGroupError, FileNotFoundError), ExitCode.NOT_FOUND),
     ((TopicExistsError, CompactionInProgressError, PartitionLockedError, RetentionHoldError,
-      RecordDeletionNotAllowedError, ServiceRunningError, RemoteLogFencedError, RemoteLogDivergedError),
-     ExitCode.CONFLICT),
+      RecordDeletionNotAllowedError, ServiceRunningError, RemoteSyncRefusal), ExitCode.CONFLICT),
     ((UsageError, ConfigError, MalformedInputError, InvalidMessagesError, InvalidTopicNameError,
       InvalidSubscriptionNameError, InvalidPositionError, OffsetOutOfRangeError, DeleteRecordsOutOfRangeError,
       ServiceConfigError, InvalidResetError, ListenError), ExitCode.USAGE),

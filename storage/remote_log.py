@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from storage import faults
 from storage.compacted import CompactionCursor
@@ -58,7 +59,20 @@ _LAST_SEEN: dict[tuple[str, str, int], RemoteLogManifest] = {}
 _LAST_SEEN_LOCK = threading.Lock()
 
 
-class RemoteLogFencedError(LedgerviewError):
+class RemoteSyncRefusal(LedgerviewError):
+    """A partition the remote tier will not take this folder's segments for. Store.sync_remote raises the first
+    once every other partition of its call is synced: ``synced`` holds their results (RemoteSyncResult) and
+    ``also_refused`` the other refusals."""
+
+    synced: list[Any]
+    also_refused: list[RemoteSyncRefusal]
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.synced, self.also_refused = [], []
+
+
+class RemoteLogFencedError(RemoteSyncRefusal):
     def __init__(self, topic: str, partition: int, ours: int | None, theirs: int) -> None:
         self.ours, self.theirs = ours, theirs
         held = "has not claimed it" if ours is None else f"holds epoch {ours}"

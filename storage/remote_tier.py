@@ -30,7 +30,7 @@ from pathlib import Path
 
 from storage import faults
 from storage.compacted import CompactedLedgers
-from storage.errors import LedgerviewError, RemoteTierMismatchError
+from storage.errors import RemoteTierMismatchError
 from storage.fileio import write_atomically
 from storage.files import REMOTE_LOCK, REMOTE_TIER_RECORD
 from storage.ledger import Ledger
@@ -39,7 +39,7 @@ from storage.object_store import DEFAULT_TIMEOUT_S, ObjectStore, RemoteStorageEr
 from storage.partition_log import PartitionLog
 from storage.records import decode_record, encode_record
 from storage.remote_ledger import RemoteCompactedView
-from storage.remote_log import RemoteLog, RemoteLogManifest, RemoteLogWriter
+from storage.remote_log import RemoteLog, RemoteLogManifest, RemoteLogWriter, RemoteSyncRefusal
 from storage.remote_segment import FetchCache, RemoteSegmentInfo, RemoteSegments
 from storage.remote_store import remote_topic_key
 from storage.retention import (
@@ -215,14 +215,16 @@ def _sync_compacted(log: PartitionLog, writer: RemoteLogWriter, manifest: Remote
             ledger.close()
 
 
-class RemoteLogDivergedError(LedgerviewError):
+class RemoteLogDivergedError(RemoteSyncRefusal):
     def __init__(self, topic: str, partition: int, segment: RemoteSegmentInfo, remote_end: int) -> None:
         super().__init__(
             f"The local log of {topic}-{partition} no longer continues its remote log: its sealed segment of offsets "
             f"{segment.base_offset} to {segment.next_offset - 1} starts below the remote log's end "
             f"{remote_end}, so the two may hold different messages at the offsets between (the data folder was "
-            f"restored from an older copy, or lost a tail it had uploaded). Nothing was published: the remote log "
-            f"still holds offsets up to {remote_end - 1}, and its older segments stay. Appends here go on locally."
+            f"restored from an older copy or lost a tail it had uploaded, or the tier held this topic's log, "
+            f"written by another writer, when this folder created the topic). Nothing of this partition was "
+            f"published: the remote log still holds offsets up to {remote_end - 1}, and its older segments stay. "
+            f"Appends here go on locally."
         )
 
 

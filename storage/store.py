@@ -60,6 +60,7 @@ from storage.loader import load_segments, read_segments
 from storage.locks import FileLock, RefusedLock
 from storage.object_store import DEFAULT_TIMEOUT_S
 from storage.partition_log import Clock, PartitionCheckpoints, PartitionLog
+from storage.remote_log import RemoteSyncRefusal
 from storage.remote_segment import DEFAULT_CACHE_BYTES, FetchCache
 from storage.remote_store import is_remote_location
 from storage.remote_tier import (
@@ -462,9 +463,11 @@ class Store:
     def sync_remote(self, topic: str | None = None) -> list[RemoteSyncResult]:
         """Upload every sealed segment the remote tier lacks, of ``topic`` or of every topic with
         remote.storage.enable=true; returns when the remote tier holds them (one result per partition). The
-        service does this continuously; local copies go later, by local retention (``enforce_retention``)."""
+        service does this continuously; local copies go later, by local retention (``enforce_retention``). A
+        partition the tier refuses (this folder is fenced, or its log diverged) does not stop the others: the first
+        refusal is raised once they are synced, holding their results (RemoteSyncRefusal)."""
         tier = self._require_remote()
-        results = []
+        results, refusals = [], []
         for name in [topic] if topic is not None else self.list_topics():
             metadata = self.topic_metadata(name)
             if not metadata.config.remote_storage_enable:
@@ -474,7 +477,13 @@ class Store:
             tier.publish_topic(metadata)
             for partition in range(metadata.partitions):
                 log = self.partition_log(name, partition)
-                results.append(sync_partition(log, tier.writer(log)))
+                try:
+                    results.append(sync_partition(log, tier.writer(log)))
+                except RemoteSyncRefusal as refusal:
+                    refusals.append(refusal)
+        if refusals:
+            refusals[0].synced, refusals[0].also_refused = results, refusals[1:]
+            raise refusals[0]
         return results
 
     def claim_remote(self, topic: str, partition: int) -> int:

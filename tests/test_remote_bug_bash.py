@@ -334,12 +334,13 @@ def test_prefetched_segments_nobody_reads_are_held_within_the_cache(data_dir: Pa
     assert held <= 4 * segment_bytes, f"{held} bytes held after reads of {len(segments)} segments"
 
 
-def restored_from_an_older_copy(data_dir: Path, tmp_path: Path, clock: ManualClock) -> tuple[str, RemoteLogManifest]:
-    """A data folder of tiered topic t put back from a copy older than its remote log, then appended to: its next
-    sealed segment starts below the remote log's end. Returns the tier and its manifest of t-0 before."""
+def restored_from_an_older_copy(data_dir: Path, tmp_path: Path, clock: ManualClock, *,
+                                partitions: int = 1) -> tuple[str, RemoteLogManifest]:
+    """A data folder of tiered topic t put back from a copy older than its remote log, then appended to: the next
+    sealed segment of t-0 starts below the remote log's end. Returns the tier and its manifest of t-0 before."""
     tier = f"file://{tmp_path / 'mount' / 'tier'}"
     with Store.open(data_dir, remote=tier, clock=clock) as store:
-        store.create_topic("t", 1, TIERED)
+        store.create_topic("t", partitions, TIERED)
         produce(store, "t", 100)
         store.sync_remote()
     backup = tmp_path / "backup"
@@ -371,18 +372,24 @@ def test_a_folder_restored_from_an_older_copy_never_cuts_the_remote_log(data_dir
     assert [message.offset for message in Reader(tier, "t")] == list(range(before.end_offset))
 
 
-def test_remote_sync_names_a_diverged_topic_uploads_the_others_and_exits_as_a_conflict(
+def test_remote_sync_names_a_diverged_partition_uploads_the_others_and_exits_as_a_conflict(
         data_dir: Path, tmp_path: Path, clock: ManualClock) -> None:
-    tier, before = restored_from_an_older_copy(data_dir, tmp_path, clock)
+    """Partition t-0 diverged; t-1 and topic u upload, and `remote sync` counts them. The refusal stopped the rest
+    of the command (exit 5), then the rest of its topic (t-1 never tiered, on every run of the service too)."""
+    tier, before = restored_from_an_older_copy(data_dir, tmp_path, clock, partitions=2)
     with Store.open(data_dir, clock=clock) as store:
+        store.append("t", [(f"k{i}", b"one" * 90) for i in range(300)], partition=1)
         store.create_topic("u", 1, TIERED)
         produce(store, "u", 100)
-    synced = run_cli(data_dir, "remote", "sync", check=False)
+    synced = run_cli(data_dir, "remote", "sync", "--json", check=False)
     assert synced.code == 4, synced.err
     assert "The local log of t-0 no longer continues its remote log" in synced.err
-    assert "of 2 tiered topic(s)" in synced.err
-    uploaded = RemoteLog(open_object_store(tier), "u", 0).latest()
-    assert uploaded is not None and uploaded.end_offset > 0
+    assert "from 2 partition(s) of 2 tiered topic(s)" in synced.err
+    assert sorted((line["topic"], line["partition"]) for line in synced.json_lines()) == [("t", 1), ("u", 0)]
+    assert all(line["uploaded"] for line in synced.json_lines())
+    for topic, partition in (("t", 1), ("u", 0)):
+        uploaded = RemoteLog(open_object_store(tier), topic, partition).latest()
+        assert uploaded is not None and uploaded.end_offset > 0
     assert RemoteLog(open_object_store(tier), "t", 0).latest() == before
 
 

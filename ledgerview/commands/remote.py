@@ -19,8 +19,8 @@ from ledgerview.errors import UsageError
 from ledgerview.exit_codes import ExitCode
 from ledgerview.progress import progress
 from storage import Store
-from storage.remote_log import RemoteLogFencedError
-from storage.remote_tier import RemoteLogDivergedError, RemoteSyncResult
+from storage.remote_log import RemoteSyncRefusal
+from storage.remote_tier import RemoteSyncResult
 
 GROUP_DESCRIPTION = """The store's remote tier: sealed segments of topics with remote.storage.enable=true are
 uploaded to object storage (the URI given once with --remote; the data folder remembers it), read from there once
@@ -91,14 +91,15 @@ def tiered_topics(store: Store, topic: str | None) -> list[str]:
 
 def run_sync(args: argparse.Namespace) -> int:
     results: list[RemoteSyncResult] = []
-    refused: list[RemoteLogFencedError | RemoteLogDivergedError] = []
+    refused: list[RemoteSyncRefusal] = []
     with open_existing_store(args) as store:
         topics = tiered_topics(store, args.topic)
         for topic in progress(topics, unit="topic", description="uploading"):
             try:
                 results += store.sync_remote(topic)
-            except (RemoteLogFencedError, RemoteLogDivergedError) as error:  # one topic's; the others go on
-                refused.append(error)
+            except RemoteSyncRefusal as refusal:  # its other partitions were synced, and the other topics go on
+                results += refusal.synced
+                refused += [refusal, *refusal.also_refused]
     if args.json:
         for result in results:
             print_json({"topic": result.topic, "partition": result.partition,
@@ -111,8 +112,8 @@ def run_sync(args: argparse.Namespace) -> int:
                     [(r.topic, r.partition, len(r.uploaded), sum(s.size_bytes for s in r.uploaded),
                       f"{r.uploaded[0].base_offset}-{r.uploaded[-1].next_offset - 1}" if r.uploaded else None,
                       r.remote_end_offset) for r in results])
-    for refusal in refused:
-        say(f"ledgerview: error: {' '.join(str(refusal).split())}")
+    for error in refused:
+        say(f"ledgerview: error: {' '.join(str(error).split())}")
     uploaded = [segment for result in results for segment in result.uploaded]
     say(f"Uploaded {len(uploaded)} segment(s), {sum(s.size_bytes for s in uploaded)} bytes, from {len(results)} "
         f"partition(s) of {len(topics)} tiered topic(s).")
