@@ -12,7 +12,7 @@ from typing import Any
 
 from storage.fileio import write_atomically
 from storage.files import COMPACTION_STATUS, ledgers_folder
-from storage.records import CorruptRecordError, decode_record, encode_record
+from storage.records import CorruptRecordError, decode_record, encode_record, is_count
 
 STATUS_RECORD = "compaction-status"
 STATUS_VERSION = 2
@@ -43,16 +43,16 @@ class CompactionStatus:
     still running too): with it a lost compaction cursor is told from a partition never compacted."""
 
     def __post_init__(self) -> None:
-        _check(_is_count(self.partition), f"partition {self.partition!r} is not an integer >= 0")
+        _check(is_count(self.partition), f"partition {self.partition!r} is not an integer >= 0")
         _check(isinstance(self.state, CompactionState), f"state {self.state!r} is not a CompactionState")
         _check(self.last_error is None or isinstance(self.last_error, str),
                f"last_error {self.last_error!r} is not None or text")
         for name in ("started_ms", "ended_ms", "published_ledger_id"):
             value = getattr(self, name)
-            _check(value is None or _is_count(value), f"{name} {value!r} is not None or an integer >= 0")
+            _check(value is None or is_count(value), f"{name} {value!r} is not None or an integer >= 0")
         for name in ("messages_read", "messages_kept", "messages_removed"):
             value = getattr(self, name)
-            _check(_is_count(value), f"{name} {value!r} is not an integer >= 0")
+            _check(is_count(value), f"{name} {value!r} is not an integer >= 0")
 
     def as_record(self) -> dict[str, object]:
         return {**asdict(self), "state": self.state.value}
@@ -96,10 +96,6 @@ def _stored_record(partition_folder: Path) -> dict[str, Any] | None:
         return decode_record(path, path.read_bytes(), STATUS_RECORD, max_version=STATUS_VERSION, legacy=True)[1]
     except FileNotFoundError:
         return None
-
-
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _check(condition: bool, problem: str) -> None:

@@ -72,24 +72,21 @@ def fingerprints(keys: pa.Array) -> U64:
     for length in np.unique(lengths).tolist():
         rows = np.flatnonzero(lengths == length)
         rows_bytes = data[starts[rows, None] + np.arange(length)] if length else np.zeros((len(rows), 0), np.uint8)
-        result[rows] = _hash_fixed_width(rows_bytes, length)
+        result[rows] = _tree_hash(rows_bytes, length)
     return result
 
 
 def fingerprint_rows(rows_bytes: npt.NDArray[np.uint8]) -> U64:
     """The fingerprints of keys given as the rows of a (keys, length) byte matrix: equal to ``fingerprints`` of the
     same keys as a binary array."""
-    return _hash_fixed_width(rows_bytes, rows_bytes.shape[1])
-
-
-def _hash_fixed_width(rows_bytes: npt.NDArray[np.uint8], length: int) -> U64:
-    """The fingerprints of keys that all have ``length`` bytes (one per row of ``rows_bytes``)."""
-    return _tree_hash(rows_bytes, length)
+    return _tree_hash(rows_bytes, rows_bytes.shape[1])
 
 
 def _tree_hash(rows_bytes: npt.NDArray[np.uint8], length_word: int) -> U64:
-    """Rows of up to BLOCK_BYTES hashed as they are; longer ones cut into blocks (zero-padded), each block hashed,
-    and the rows of block fingerprints hashed the same way, so that no key needs more multipliers than a block."""
+    """The fingerprints of the rows of ``rows_bytes`` (keys of one length; ``length_word``: the length a key's
+    vector starts with). Rows of up to BLOCK_BYTES are hashed as they are; longer ones are cut into blocks
+    (zero-padded), each block hashed, and the rows of block fingerprints hashed the same way, so that no key needs
+    more multipliers than a block."""
     count, width = rows_bytes.shape
     if width <= BLOCK_BYTES:
         return _sliced_hash(rows_bytes, length_word)

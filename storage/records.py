@@ -26,6 +26,11 @@ class CorruptRecordError(CorruptDataError):
         super().__init__(f"The {kind} record {source} is damaged or not a ledgerview {kind} record: {reason}.")
 
 
+def is_count(value: object) -> bool:
+    """Whether a field read from a record is a count or an offset: an integer (JSON's true is not one) >= 0."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _canonical(body: dict[str, Any]) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 

@@ -47,6 +47,7 @@ from storage.errors import CorruptDataError, KeylessMessageError, MessageTooLarg
 from storage.fileio import write_atomically
 from storage.partitioner import partition_for_keys
 from storage.periodic import BackgroundThread
+from storage.records import is_count
 from storage.schema import HEADER_TYPE
 
 SERVICE_FOLDER = "__service"
@@ -119,15 +120,11 @@ def read_checkpoint(path: Path, kind: Position) -> SourceCheckpoint | None:
     if not isinstance(position, dict) or set(position) != set(kind):
         raise CorruptSourceCheckpointError(path, f"its position {position!r} is not one of this source (whose "
                                            f"positions have the keys {', '.join(kind)})")
-    if not _count(sequence):
+    if not is_count(sequence):
         raise CorruptSourceCheckpointError(path, "next_sequence is not a count")
-    if ends is not None and not (isinstance(ends, list) and all(_count(end) for end in ends)):
+    if ends is not None and not (isinstance(ends, list) and all(is_count(end) for end in ends)):
         raise CorruptSourceCheckpointError(path, "end_offsets is not a list of offsets")
     return SourceCheckpoint(position, sequence, ends)
-
-
-def _count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def with_sequence_headers(messages: pa.Table, source_name: str, first_sequence: int) -> pa.Table:
