@@ -120,7 +120,6 @@ def commit_uploads(uri: str, topic: str, messages: Sequence[WriterCommitMessage 
     if uploads and (age_ms := clock() - first_upload_ms) > delay_ms * SAFE_AGE_SHARE:
         remove_unpublished(remote, topic, uploads)
         raise SinkBatchTooOldError(topic, batch_id, age_ms, delay_ms, streaming=sink_id is not None)
-    crash_jvm_at("sink.remote.commit.begin")
     for partition in sorted({partition for upload in uploads for partition in upload.segments}):
         infos = [info for upload in uploads for info in upload.segments.get(partition, [])]
         change_unowned(RemoteLog(remote.objects, topic, partition),

@@ -134,7 +134,6 @@ def commit_batch(store: Store, topic: str, sink_id: str, batch_id: int, staged: 
     6. Remove the pending files, and the staged files of this and older batches (abandoned attempts). A crash
        here leaves files the next commit removes.
     """
-    crash_jvm_at("sink.commit.begin")
     folders = SinkFolders.of(store, topic, sink_id)
     folders.staging.mkdir(parents=True, exist_ok=True)
     folders.pending.mkdir(exist_ok=True)

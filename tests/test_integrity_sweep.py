@@ -31,7 +31,7 @@ KEYS = [b"key-%03d" % number for number in range(120)]
 CONFIG = {"segment.bytes": "4096", "index.interval.bytes": "256"}
 FLIPS_PER_FILE = 1
 """Positions per file in the fast sweep (spread over it); the slow sweep takes SLOW_FLIPS_PER_FILE."""
-SLOW_FLIPS_PER_FILE = 8
+SLOW_FLIPS_PER_FILE = 4
 
 
 @pytest.fixture(scope="module")

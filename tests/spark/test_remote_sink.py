@@ -119,8 +119,9 @@ def test_a_remote_topic_is_created_once_and_refused_with_another_partition_count
 
 
 # ---------------------------------------------------------------------------------------------- kill -9
-CRASH_POINTS = ["sink.remote.commit.begin", "sink.remote.commit.after_partition",
-                "sink.remote.commit.after_published"]
+CRASH_POINTS = ["sink.remote.commit.after_partition", "sink.remote.commit.after_published"]
+"""The commit's partial and complete states (a kill at its start leaves nothing to recover: each run of the suite
+restarts two Spark drivers per point, so the suite keeps the points that test recovery)."""
 
 
 def run_query(uri: str, source: Path, checkpoint: Path, crash_at: str | None = None) -> tuple[int, list[str], str]:
@@ -145,8 +146,7 @@ def test_a_restart_after_a_kill_in_the_commit_leaves_every_row_exactly_once(
     recorded = [log.latest().sinks.get(query_id) for log in logs]  # type: ignore[union-attr]
     uploaded = objects.list("events-0/segments") + objects.list("events-1/segments")
     assert uploaded and not (checkpoint / "commits" / "0").exists()
-    assert recorded == {"sink.remote.commit.begin": [None, None, None],
-                        "sink.remote.commit.after_partition": [0, None, None],
+    assert recorded == {"sink.remote.commit.after_partition": [0, None, None],
                         "sink.remote.commit.after_published": [0, 0, 0]}[point]
 
     code, lines, errors = run_query(s3_uri, source, checkpoint)
