@@ -33,17 +33,10 @@ from storage.remote_tier import RemoteLogDivergedError
 from tests.cli_runner import run_cli
 from tests.conftest import ManualClock
 from tests.s3_server import S3Server
+from tests.test_remote_tier import TIERED, produce
 
 pytestmark = pytest.mark.slow  # an S3 server and many requests per test: after the fast suite
 
-TIERED = {"segment.bytes": "2048", "index.interval.bytes": "256", "remote.storage.enable": "true",
-          "local.retention.ms": "0", "file.delete.delay.ms": "0"}
-"""Small segments, uploaded and then dropped locally at once: every read of a sealed segment crosses the tier."""
-KEYS = 7
-
-
-def produce(store: Store, topic: str, count: int, start: int = 0) -> None:
-    store.append(topic, [(f"k{i % KEYS}", f"v{i}".encode() * 20) for i in range(start, start + count)], partition=0)
 
 
 class AnswerLosingRelay:

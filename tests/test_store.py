@@ -458,14 +458,20 @@ def test_a_missing_or_corrupt_index_is_rebuilt(data_dir: Path, damage: str, capl
         assert store.offset_for_timestamp("t", 0, 1_000 + 10 * 150) == 150
 
 
-def test_an_index_entry_pointing_at_the_wrong_batch_is_not_trusted(data_dir: Path) -> None:
-    """An index scribbled on but still ordered passes the shape checks; reads must not skip messages by it."""
+def first_segment_index(data_dir: Path) -> tuple[Path, np.ndarray]:
+    """Topic t of 200 messages in small segments; its first segment's offset index and a copy of its entries
+    (relative offset, file position)."""
     with Store.open(data_dir) as store:
         store.create_topic("t", config={**TINY, "index.interval.bytes": "100"})
         for start in range(0, 200, 5):
             store.append("t", changelog(5, start), partition=0)
     index = segment_files(data_dir, "t", 0, OFFSET_INDEX_SUFFIX)[0]
-    entries = np.frombuffer(index.read_bytes(), dtype="<i4").reshape(-1, 2).copy()
+    return index, np.frombuffer(index.read_bytes(), dtype="<i4").reshape(-1, 2).copy()
+
+
+def test_an_index_entry_pointing_at_the_wrong_batch_is_not_trusted(data_dir: Path) -> None:
+    """An index scribbled on but still ordered passes the shape checks; reads must not skip messages by it."""
+    index, entries = first_segment_index(data_dir)
     assert len(entries) >= 1
     entries[0, 0] -= 1  # claims the batch at that position starts one offset earlier than it does
     index.write_bytes(entries.tobytes())
@@ -478,12 +484,7 @@ def test_an_index_entry_pointing_at_the_wrong_batch_is_not_trusted(data_dir: Pat
 def test_an_index_entry_pointing_inside_a_batch_is_not_trusted(data_dir: Path, moved: str) -> None:
     """An entry whose position falls inside a batch (an index scribbled on but still ordered) must not fail a read
     of an intact log: the read starts from the segment's first batch instead."""
-    with Store.open(data_dir) as store:
-        store.create_topic("t", config={**TINY, "index.interval.bytes": "100"})
-        for start in range(0, 200, 5):
-            store.append("t", changelog(5, start), partition=0)
-    index = segment_files(data_dir, "t", 0, OFFSET_INDEX_SUFFIX)[0]
-    entries = np.frombuffer(index.read_bytes(), dtype="<i4").reshape(-1, 2).copy()
+    index, entries = first_segment_index(data_dir)
     assert len(entries) >= 3
     wanted = int(entries[1, 0])  # not the last entry: opening the segment follows the log from that one
     entries[1, 1] += 7 if moved == "into its batch" else entries[2, 1] - entries[1, 1] - 1  # still ordered
