@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from storage import Store
 from storage.fingerprint import fingerprint_rows, fingerprints
@@ -37,6 +38,7 @@ def test_fingerprints_spread_keys_evenly_over_buckets() -> None:
     assert counts.min() > 256 * 0.6 and counts.max() < 256 * 1.4  # 256 a bucket on average; 6 sigma is +-96
 
 
+@pytest.mark.slow  # two more Python processes
 def test_each_process_has_its_own_hash() -> None:
     here = fingerprints(pa.array(KEYS, pa.binary())).tolist()
     script = ("import pyarrow as pa; from storage.fingerprint import fingerprints; "

@@ -25,6 +25,8 @@ from storage.cursors import SubscriptionCursor, write_subscription_cursor
 from tests.service_process import ServiceProcess, write_config
 from tests.test_console import chromium
 
+pytestmark = pytest.mark.slow  # most start the service as a subprocess: after the fast suite
+
 
 def _config(tmp_path: Path, *, sources: list[dict[str, Any]], partitions: int = 2,
             topic_config: dict[str, str] | None = None) -> Path:
