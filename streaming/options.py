@@ -166,7 +166,8 @@ def resolve_offsets(where: str, option: str, chosen: Mapping[int, int], topic: s
     """Kafka's JSON offsets of one topic resolved against its partitions' earliest and latest offsets.
 
     As Spark's Kafka source requires, the JSON names every partition (-2 earliest, -1 latest where
-    ``allowed_codes`` has them); an explicit offset must lie within [earliest, latest]."""
+    ``allowed_codes`` has them). An explicit offset is returned as given: each caller checks it against the log
+    with the error its API gives (a streaming source, the Kafka source and a batch scan differ)."""
     partitions = set(latest)
     if set(chosen) != partitions:
         raise InvalidOptionError(

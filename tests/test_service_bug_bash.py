@@ -243,6 +243,8 @@ def test_a_topic_name_is_checked_with_the_config(tmp_path: Path) -> None:
      "its position {'seq': 5} is not one of this source (whose positions have the keys file, offset)"),
     (json.dumps({"version": 1, "position": {"file": "", "offset": 0}, "next_sequence": "x",
                  "end_offsets": None}).encode(), "next_sequence is not a count"),
+    (json.dumps({"version": 1, "position": {"file": "", "offset": "x"}, "next_sequence": 0,
+                 "end_offsets": None}).encode(), "its position's offset 'x' is not a count"),
 ])
 def test_a_damaged_source_checkpoint_is_named_with_what_is_wrong(tmp_path: Path, checkpoint: bytes,
                                                                  problem: str) -> None:

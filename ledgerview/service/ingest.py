@@ -120,6 +120,11 @@ def read_checkpoint(path: Path, kind: Position) -> SourceCheckpoint | None:
     if not isinstance(position, dict) or set(position) != set(kind):
         raise CorruptSourceCheckpointError(path, f"its position {position!r} is not one of this source (whose "
                                            f"positions have the keys {', '.join(kind)})")
+    for key, example in kind.items():
+        value = position[key]
+        if not isinstance(value, type(example)) or isinstance(value, bool) or (isinstance(value, int) and value < 0):
+            raise CorruptSourceCheckpointError(path, f"its position's {key} {value!r} is not a "
+                                               f"{'count' if isinstance(example, int) else type(example).__name__}")
     if not is_count(sequence):
         raise CorruptSourceCheckpointError(path, "next_sequence is not a count")
     if ends is not None and not (isinstance(ends, list) and all(is_count(end) for end in ends)):
