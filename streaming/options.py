@@ -45,7 +45,7 @@ SPECS = {spec.name: spec for spec in (
     OptionSpec("maxOffsetsPerTrigger", "a positive integer",
                "Stream: at most this many offsets per micro-batch over all partitions, shared in proportion to "
                "what each has waiting (also under `trigger(availableNow=True)`)."),
-    OptionSpec("minOffsetsPerTrigger", "a positive integer",
+    OptionSpec("minOffsetsPerTrigger", "a positive integer, at most maxOffsetsPerTrigger",
                "Stream: wait for at least this many new offsets before a micro-batch, or for maxTriggerDelay "
                "(not under `trigger(availableNow=True)`, which takes what there is)."),
     OptionSpec("maxTriggerDelay", "a duration such as 15m, 30s or 500ms",

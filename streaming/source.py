@@ -51,7 +51,7 @@ from readers.positions import Resume
 from storage.compacted import CompactionCursor
 from storage.errors import OffsetOutOfRangeError
 from storage.readable import ReadableStore
-from streaming.options import STREAM_READ, Options, resolve_offsets, topic_offsets
+from streaming.options import STREAM_READ, InvalidOptionError, Options, resolve_offsets, topic_offsets
 from streaming.rows import SparkRows
 from streaming.scan import DEFAULT_MAX_PARTITION_BYTES, segment_runs
 from streaming.source_offsets import EARLIEST, LATEST, TopicRecreatedError, admitted, checked_start
@@ -79,9 +79,14 @@ class SourceOptions:
         options = Options(given, STREAM_READ, WHERE)
         topic = options.required("topic")
         starting = options.offsets("startingOffsets", "latest", words=("earliest", "latest"))
+        max_offsets, min_offsets = options.positive("maxOffsetsPerTrigger"), options.positive("minOffsetsPerTrigger")
+        if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
+            # as Spark's Kafka source refuses it: no micro-batch could ever hold the minimum
+            raise InvalidOptionError(WHERE, "minOffsetsPerTrigger", min_offsets,
+                                     f"a positive integer no greater than maxOffsetsPerTrigger ({max_offsets})")
         return cls(options.required("path"), topic, options.choice("view", VIEWS, "raw") == "compacted",
                    starting if isinstance(starting, str) else topic_offsets(WHERE, "startingOffsets", starting, topic),
-                   options.positive("maxOffsetsPerTrigger"), options.positive("minOffsetsPerTrigger"),
+                   max_offsets, min_offsets,
                    options.duration_ms("maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY),
                    options.flag("failOnDataLoss", True),
                    options.positive("maxPartitionBytes") or DEFAULT_MAX_PARTITION_BYTES)

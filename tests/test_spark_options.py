@@ -84,6 +84,14 @@ def test_stream_options_parse_kafkas_names() -> None:
         SourceOptions.parse({**BASE, "view": "read_compacted"})
 
 
+def test_a_minimum_per_trigger_above_the_maximum_is_refused_as_kafkas_is() -> None:
+    """No micro-batch could hold the minimum: Spark's Kafka source refuses the pair, and so does this one."""
+    with pytest.raises(InvalidOptionError, match=r"minOffsetsPerTrigger=11 .*no greater than maxOffsetsPerTrigger "
+                                                 r"\(10\)"):
+        SourceOptions.parse({**BASE, "maxOffsetsPerTrigger": "10", "minOffsetsPerTrigger": "11"})
+    assert SourceOptions.parse({**BASE, "maxOffsetsPerTrigger": "10", "minOffsetsPerTrigger": "10"}).min_offsets == 10
+
+
 def test_json_offsets_must_name_every_partition_as_kafkas_do() -> None:
     ends, starts = {0: 10, 1: 20, 2: 30}, {0: 0, 1: 0, 2: 5}
     with pytest.raises(InvalidOptionError, match=r"an offset for every partition of prices \(0, 1, 2; missing \[2\]"):
