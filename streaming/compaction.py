@@ -73,6 +73,13 @@ class CompactionConflictError(LedgerviewError):
         )
 
 
+class InvalidTaskBytesError(LedgerviewError):
+    def __init__(self, task_bytes: int) -> None:
+        self.task_bytes = task_bytes
+        super().__init__(f"task_bytes={task_bytes} cannot size the tasks of a Spark compaction; allowed: a positive "
+                         "number of bytes, or None for the topic's compaction.memory.bytes.")
+
+
 @dataclass(frozen=True)
 class DistributedCompactionResult(CompactionResult):
     """What the Spark job did to one partition (``passes``: 1, or 0 for a skipped run; Spark's aggregation spills
@@ -117,8 +124,10 @@ class _Plan:
 def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes: int | None = None,
                        partitions: list[int] | None = None) -> list[DistributedCompactionResult]:
     """Compact ``topic`` of the remote tier at ``uri`` (every partition, or ``partitions``) as one Spark job.
-    ``task_bytes``: the input one task takes on (default: the topic's ``compaction.memory.bytes``); a partition
-    larger than it is spread over several tasks in both phases."""
+    ``task_bytes``: the input one task takes on, at least 1 (default: the topic's ``compaction.memory.bytes``); a
+    partition larger than it is spread over several tasks in both phases."""
+    if task_bytes is not None and task_bytes < 1:
+        raise InvalidTaskBytesError(task_bytes)
     store = RemoteStore.open(uri, manifest_max_age_ms=0)
     config = store.topic_metadata(topic).config
     budget = task_bytes or config.compaction_memory_bytes

@@ -19,6 +19,7 @@ from storage import Store
 from storage.errors import LedgerviewError
 from storage.faults import CRASH_AT_ENV
 from streaming import register_views
+from streaming.compaction import InvalidTaskBytesError, compact_with_spark
 from streaming.kafka_source import KafkaSource
 from streaming.sink import SinkOptions, stage_task_rows
 from streaming.sink_commit import SinkFolders, SinkRecord, commit_batch
@@ -352,3 +353,11 @@ def test_negated_filters_are_left_to_spark(spark: SparkSession, tmp_path: Path, 
         rows = sorted(row.offset for row in read(spark, data, view=view).where(condition).collect())
         unpushed = read(spark, data, view=view).localCheckpoint().where(condition)
         assert rows == sorted(row.offset for row in unpushed.collect()), condition
+
+
+@pytest.mark.parametrize("task_bytes", [0, -1])
+def test_compact_with_spark_refuses_task_bytes_below_one(spark: SparkSession, tmp_path: Path, task_bytes: int) -> None:
+    """0 fell back to the topic's budget unsaid, and a negative size planned no task ranges; the CLI refuses
+    both, and so does the API, before it reads anything."""
+    with pytest.raises(InvalidTaskBytesError, match=rf"task_bytes={task_bytes} .*allowed: a positive number of bytes"):
+        compact_with_spark(spark, str(tmp_path / "tier"), TOPIC, task_bytes=task_bytes)
