@@ -8,7 +8,7 @@ them. The commit protocol is streaming/sink_commit.py's ``commit_batch``. With a
 remote logs by reference instead (streaming/remote_sink.py).
 
 Input columns: ``key`` and ``value`` (binary or string; a null value is a tombstone), optional ``timestamp``
-(timestamp or long milliseconds), ``headers`` (array of struct<key string, value binary>) and ``partition``
+(timestamp or long milliseconds), ``headers`` (array of struct<key string, value binary or string>) and ``partition``
 (int). Without ``partition``, a keyed row goes where Kafka's murmur2 partitioner puts it; a keyless row goes to
 one partition per task and batch, chosen from both, so that a replayed batch lands where it did.
 """
@@ -58,9 +58,9 @@ class InvalidSinkError(LedgerviewError):
     def __init__(self, reason: str) -> None:
         super().__init__(
             f"Cannot write to ledgerview: {reason}. Columns allowed: key and value (binary or string), timestamp "
-            "(timestamp or long ms), headers (array<struct<key:string,value:binary>>), partition (int); options "
-            "path (the store's data folder, or an object-store URI such as s3://bucket/prefix for a topic on a "
-            "remote tier alone) and topic; output mode append."
+            "(timestamp or long ms), headers (array<struct<key:string,value:binary or string>>), partition (int); "
+            "options path (the store's data folder, or an object-store URI such as s3://bucket/prefix for a topic "
+            "on a remote tier alone) and topic; output mode append."
         )
 
 
@@ -84,7 +84,8 @@ class SinkOptions:
             allowed = ALLOWED_TYPES.get(column.name)
             if allowed is None:
                 raise InvalidSinkError(f"unknown column {column.name!r}")
-            if not isinstance(column.dataType, allowed):
+            if not isinstance(column.dataType, allowed) or (column.name == "headers"
+                                                            and not _headers_type(column.dataType)):
                 raise InvalidSinkError(f"column {column.name!r} has type {column.dataType.simpleString()}")
         if "value" not in schema.fieldNames():
             raise InvalidSinkError("a value column is required (null values are tombstones)")
@@ -92,6 +93,16 @@ class SinkOptions:
         # mistyped path is not made a data folder
         cached_readable_store(path).topic_metadata(topic)
         return cls(path, topic)
+
+
+def _headers_type(data_type: DataType) -> bool:
+    """Whether a headers column of this type is one the store takes: an array of structs of exactly a string key
+    and a binary (or string) value, nullability aside."""
+    if not isinstance(data_type, ArrayType) or not isinstance(data_type.elementType, StructType):
+        return False
+    fields = {field.name: field.dataType for field in data_type.elementType.fields}
+    return (fields.keys() == {"key", "value"} and isinstance(fields["key"], StringType)
+            and isinstance(fields["value"], (BinaryType, StringType)))
 
 
 @dataclass

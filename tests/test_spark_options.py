@@ -4,6 +4,7 @@ is allowed. The Spark runs of the same options are in tests/spark/."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,31 @@ def test_the_sink_takes_only_its_options() -> None:
     with pytest.raises(UnknownOptionError, match=r"Unknown option view .*Valid options: path, topic, "
                                                  "checkpointLocation, queryName"):
         SinkOptions.parse({**BASE, "view": "raw"}, schema, False)
+
+
+def test_the_sink_checks_the_headers_type_when_the_write_is_planned(tmp_path: Path) -> None:
+    """Any array passed here, and a wrong one failed later, inside each task, with Arrow's cast error."""
+    from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
+
+    from storage import Store
+    from streaming.sink import InvalidSinkError
+    with Store.open(tmp_path) as store:
+        store.create_topic("prices")
+
+    def schema(headers: ArrayType) -> StructType:
+        return StructType([StructField("value", BinaryType()), StructField("headers", headers)])
+
+    def pair(key: object, value: object) -> ArrayType:
+        return ArrayType(StructType([StructField("key", key), StructField("value", value)]))  # type: ignore[arg-type]
+
+    options = {"path": str(tmp_path), "topic": "prices"}
+    for wrong in (ArrayType(StringType()), pair(BinaryType(), BinaryType()),
+                  ArrayType(StructType([StructField("name", StringType()), StructField("value", BinaryType())]))):
+        with pytest.raises(InvalidSinkError, match=rf"column 'headers' has type {re.escape(wrong.simpleString())}\. "
+                                                   r".*headers \(array<struct<key:string,value:binary or string>>\)"):
+            SinkOptions.parse(options, schema(wrong), False)
+    for right in (pair(StringType(), BinaryType()), pair(StringType(), StringType())):
+        assert SinkOptions.parse(options, schema(right), False).topic == "prices"
 
 
 def test_the_sink_takes_the_options_spark_passes_on_by_itself(tmp_path: Path) -> None:
