@@ -52,6 +52,26 @@ class RefusedMessageError(LedgerviewError):
                          "the source's or the topic's config and restart the service.")
 
 
+class SourceFolderMissingError(LedgerviewError):
+    """A directory source's folder that is not there (or is not a folder): Spark's file source refuses it too, and
+    a source left waiting on a mistyped path would look healthy while reading nothing."""
+
+    def __init__(self, source: str, folder: Path, reason: str) -> None:
+        super().__init__(f"Source {source!r}: its path {folder} {reason}. Create the folder or correct the source's "
+                         "path in the config, then restart the service.")
+
+
+class SourceFileChangedError(LedgerviewError):
+    """A file the directory source was reading that is now shorter than what it read: it was replaced or cut,
+    which breaks the rule that files do not change once they appear, so its new bytes cannot be placed."""
+
+    def __init__(self, source: str, path: Path, size: int, read: int) -> None:
+        super().__init__(f"Source {source!r}: {path} is now {size} bytes, but the source had read {read} bytes of "
+                         "it: a file must not change once it appears (write it under a hidden name, then rename it). "
+                         "The source stopped; to have new lines read, put them in a new file whose name sorts after "
+                         "this one and restart the service.")
+
+
 class Source(Protocol):
     name: str
     topic: str
@@ -106,7 +126,8 @@ class DirectorySource:
     name order. A file must be complete when it appears (write it under a hidden name, then rename); a file whose
     name sorts before the current one is never read, one removed before it is read is skipped. A malformed line,
     or one the topic refuses (``refused``), stops the source at its chunk, naming the file and line, until the
-    file is fixed and the service restarted."""
+    file is fixed and the service restarted; so does a missing folder, or the file being read cut shorter than
+    what was read of it."""
 
     def __init__(self, section: SourceSection) -> None:
         self.name, self.topic = section.name, section.topic
@@ -129,6 +150,8 @@ class DirectorySource:
             start = offset if name == current else 0
             try:
                 size = path.stat().st_size
+                if name == current and size < offset:
+                    raise SourceFileChangedError(self.name, path, size, offset)
                 if start >= size:
                     continue
                 chunk, end = self._chunk(path, start, size, line_bound)
@@ -160,7 +183,9 @@ class DirectorySource:
                 return sorted(entry.name for entry in entries if entry.name >= current and not _hidden(entry.name)
                               and fnmatch.fnmatchcase(entry.name, self.pattern) and entry.is_file())
         except FileNotFoundError:
-            return []
+            raise SourceFolderMissingError(self.name, self.folder, "does not exist") from None
+        except NotADirectoryError:
+            raise SourceFolderMissingError(self.name, self.folder, "is not a folder") from None
 
     def _chunk(self, path: Path, start: int, size: int, line_bound: int | None) -> tuple[bytes, int]:
         """Whole lines from ``start``, at most chunk_bytes unless one line is longer; the file's last line may
