@@ -7,7 +7,7 @@ from compactor.errors import CompactionInProgressError
 from compactor.run import CompactionResult, compact_partition
 from storage import Store
 from storage.compacted import CompactedLedgers
-from storage.compaction_status import CompactionState, CompactionStatus, read_status
+from storage.compaction_status import CompactionState, CompactionStatus
 
 __all__ = ["CompactionInProgressError", "CompactionResult", "CompactionState", "CompactionStatus", "Compactor"]
 
@@ -32,6 +32,5 @@ class Compactor:
         """Pulsar's compaction status of every partition: NOT_RUN, RUNNING, SUCCESS or ERROR with its details."""
         statuses = []
         for partition in range(self.store.topic_metadata(topic).partitions):
-            folder = self.store.partition_log(topic, partition).folder
-            statuses.append(read_status(folder, partition, run_in_progress=CompactedLedgers(folder).is_locked))
+            statuses.append(CompactedLedgers(self.store.partition_log(topic, partition).folder).status(partition))
         return statuses

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from storage import faults
-from storage.compaction_status import published_a_view
+from storage.compaction_status import CompactionStatus, published_a_view, read_status
 from storage.errors import CorruptDataError, LedgerviewError, PartitionLockedError
 from storage.fileio import holds_temporary_files, remove_stray_temporary_files, write_atomically
 from storage.files import (
@@ -137,6 +137,10 @@ class CompactedLedgers:
                 return False
         except PartitionLockedError:
             return True
+
+    def status(self, partition: int) -> CompactionStatus:
+        """Pulsar's compaction status of the partition; a RUNNING one whose run holds the lock no more is an ERROR."""
+        return read_status(self.partition_folder, partition, run_in_progress=self.is_locked)
 
     def read_cursor(self) -> CompactionCursor | None:
         try:

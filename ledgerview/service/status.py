@@ -16,7 +16,6 @@ from readers.groups import UnknownGroupError, describe_group, list_groups
 from storage import Store
 from storage.cleaner_manager import CleanerManager, first_dirty_offset, log_to_clean
 from storage.compacted import CompactedLedgers
-from storage.compaction_status import read_status
 from storage.errors import LedgerviewError, UnknownTopicError
 from storage.object_store import RemoteStorageError
 from storage.partition_log import PartitionLog
@@ -68,7 +67,7 @@ def _partition_status(store: Store, topic: str, partition: int, cleaner: Cleaner
     ``last_errors`` instead of its cleaner status."""
     log = store.partition_log(topic, partition)
     log.refresh()
-    compaction = read_status(log.folder, partition, run_in_progress=CompactedLedgers(log.folder).is_locked)
+    compaction = CompactedLedgers(log.folder).status(partition)
     cursor = store.compacted_ledgers(topic, partition).read_cursor()
     horizon = cursor.horizon if cursor else -1
     errors = [compaction.last_error] if compaction.last_error else []
