@@ -45,6 +45,7 @@ from storage.errors import (
     TopicDeletedError,
     TopicNotTieredError,
     UnknownPartitionError,
+    UnknownTopicError,
 )
 from storage.files import (
     CLEANER_OFFSET_CHECKPOINT,
@@ -542,8 +543,14 @@ class Store:
         """Flush every open partition whose appends have waited ``flush.ms``; returns how many were flushed.
 
         Appends check flush.ms themselves, but a partition that stops receiving appends needs someone to look:
-        the service calls this on a schedule, as Kafka's log flusher does."""
+        the service calls this on a schedule, as Kafka's log flusher does. Each topic's config is re-read first
+        (a stat when unchanged), so a flush.ms altered since the last append, by any process, is the one used."""
         now = self.clock() if now_ms is None else now_ms
+        for topic in {topic for topic, _ in self._logs}:
+            try:
+                self.topic_metadata(topic)
+            except UnknownTopicError:
+                continue  # deleted by another process: its logs are flushed with the config they had
         return sum(log.flush_if_due(now) for log in list(self._logs.values()))
 
     def flush(self, topic: str | None = None) -> None:

@@ -332,6 +332,17 @@ def test_flush_ms_is_honoured_by_the_next_append_and_by_flush_due_without_one(
     assert recovery_point(data_dir, "t", 0) == 5
 
 
+def test_flush_due_uses_a_flush_ms_another_process_altered_after_the_last_append(
+        store: Store, data_dir: Path, clock: ManualClock) -> None:
+    store.create_topic("t", config={"flush.ms": "60000"})
+    store.append("t", changelog(2), partition=0)
+    with Store.open(data_dir, clock=clock) as other:  # the CLI's `topics alter`, say, while the service runs
+        other.alter_topic_config("t", {"flush.ms": "1000"})
+    clock.advance(1000)
+    assert store.flush_due() == 1
+    assert recovery_point(data_dir, "t", 0) == 2
+
+
 def test_checkpoints_use_kafkas_text_format(data_dir: Path) -> None:
     with Store.open(data_dir) as store:
         store.create_topic("t", partitions=2)
