@@ -175,6 +175,7 @@ def sync_partition(log: PartitionLog, writer: RemoteLogWriter) -> RemoteSyncResu
     with _remote_lock(log):
         log.refresh()
         manifest = writer.current(log_start_offset=log.log_start_offset)
+        _uploaded_end(log, manifest)
         waiting = [segment for segment in log.segments[:-1]
                    if segment.next_offset > manifest.end_offset and segment.size_bytes > 0]
         for first in range(0, len(waiting), PUBLISH_EVERY):
@@ -216,16 +217,39 @@ def _sync_compacted(log: PartitionLog, writer: RemoteLogWriter, manifest: Remote
 
 
 class RemoteLogDivergedError(RemoteSyncRefusal):
-    def __init__(self, topic: str, partition: int, segment: RemoteSegmentInfo, remote_end: int) -> None:
+    def __init__(self, topic: str, partition: int, segment: SegmentReads | RemoteSegmentInfo, remote_end: int) -> None:
         super().__init__(
             f"The local log of {topic}-{partition} no longer continues its remote log: its sealed segment of offsets "
-            f"{segment.base_offset} to {segment.next_offset - 1} starts below the remote log's end "
-            f"{remote_end}, so the two may hold different messages at the offsets between (the data folder was "
+            f"{segment.base_offset} to {segment.next_offset - 1} starts below the remote log's end {remote_end} "
+            f"and is none of the segments uploaded there, so the two may hold different messages at the offsets "
+            f"between (the data folder was "
             f"restored from an older copy or lost a tail it had uploaded, or the tier held this topic's log, "
             f"written by another writer, when this folder created the topic). Nothing of this partition was "
             f"published: the remote log still holds offsets up to {remote_end - 1}, and its older segments stay. "
             f"Appends here go on locally."
         )
+
+
+def _uploaded_end(log: PartitionLog, manifest: RemoteLogManifest) -> int:
+    """The offset below which the local log holds what the remote log holds: its end, unless a local segment below
+    that end is none of the remote log's segments (an uploaded segment is the local file byte for byte: same
+    offsets, size and timestamps; segments below the remote log's first one are past its retention). Such a sealed
+    segment means the local log diverged: RemoteLogDivergedError. An active one may yet (a folder put back from an
+    older copy, appended to below the remote end): its base offset is returned, and local retention keeps it."""
+    uploaded = {(segment.base_offset, segment.next_offset, segment.size_bytes, segment.first_timestamp,
+                 segment.max_timestamp) for segment in manifest.segments}
+    remote_start = manifest.segments[0].base_offset if manifest.segments else manifest.end_offset
+    for segment in log.segments:
+        if segment.base_offset >= manifest.end_offset:
+            break
+        if segment.size_bytes == 0 or segment.next_offset <= remote_start or (
+                segment.base_offset, segment.next_offset, segment.size_bytes, segment.first_timestamp,
+                segment.max_timestamp) in uploaded:
+            continue
+        if segment is not log.segments[-1]:
+            raise RemoteLogDivergedError(log.topic, log.partition, segment, manifest.end_offset)
+        return segment.base_offset
+    return manifest.end_offset
 
 
 def _with_segments(manifest: RemoteLogManifest, infos: list[RemoteSegmentInfo], *, topic: str,
@@ -251,6 +275,7 @@ def enforce_tiered_retention(log: PartitionLog, writer: RemoteLogWriter, *, hold
     with _remote_lock(log):
         log.refresh()
         manifest = writer.current(log_start_offset=log.log_start_offset)
+        _uploaded_end(log, manifest)
         if manifest.compacted is not None:  # readers of the remote tier alone read the raw log above its horizon
             hold = min(manifest.compacted.horizon + 1, hold if hold is not None else manifest.compacted.horizon + 1)
         tiered = log.tiered_segments()
@@ -277,7 +302,7 @@ def enforce_tiered_retention(log: PartitionLog, writer: RemoteLogWriter, *, hold
         with log.writer_lock:
             log.refresh()
             local_plan = plan_retention(log.segments, end_offset=log.end_offset, log_start_offset=log.log_start_offset,
-                                        hold=manifest.end_offset, config=local_config, now_ms=now_ms,
+                                        hold=_uploaded_end(log, manifest), config=local_config, now_ms=now_ms,
                                         reasons=set(LOCAL_REASONS))
             if local_plan:
                 log.delete_segments_before(log.segments[len(local_plan)].base_offset, now_ms=now_ms,
