@@ -282,7 +282,11 @@ class RemoteLog:
         A damaged manifest older than the newest is read by no one (readers read the newest; those that planned
         on it fail its check): it goes once the next readable one has been published for ``grace_ms``, and the
         objects only it named go as unnamed ones do. A damaged newest manifest stops the sweep, as it stops
-        readers: what the log holds is unknown."""
+        readers: what the log holds is unknown.
+
+        The objects are listed before the manifests are read: an object a writer publishes after the listing is
+        not in it, and one published before is named by a manifest read after, so none is taken for unnamed."""
+        listed = self.data_objects()
         versions = self._manifest_versions()
         manifests, damaged = [], []
         for version in versions:
@@ -301,7 +305,6 @@ class RemoteLog:
                                  if newer.published_ms + grace_ms > now_ms]
         kept_keys = {key for manifest in kept for key in manifest.object_keys}
         named = {key for manifest in manifests for key in manifest.object_keys}
-        listed = self.data_objects()
         doomed = [info.key for info in listed if info.key not in kept_keys
                   and (info.key in named or info.modified_ms + grace_ms <= now_ms)]
         doomed += [self.manifest_key(manifest.version) for manifest in manifests if manifest not in kept]

@@ -39,10 +39,9 @@ pytestmark = pytest.mark.slow  # an S3 server and many requests per test: after 
 
 
 
-class AnswerLosingRelay:
-    """A TCP relay to the S3 server that, once armed, loses the answer to the next conditional PUT of a manifest:
-    the server made the write, and the client sees its connection drop, as when a network loses an answer. The
-    client's SDK then retries the request, which the server refuses (the key is taken now)."""
+class S3Relay:
+    """A TCP relay to the S3 server; once ``armed``, a subclass acts on the next request it is after
+    (``on_request``)."""
 
     def __init__(self, upstream: str) -> None:
         host, port = upstream.removeprefix("http://").split(":")
@@ -69,8 +68,7 @@ class AnswerLosingRelay:
     def _requests(self, client: socket.socket, upstream: socket.socket, losing: threading.Event) -> None:
         try:
             while data := client.recv(65536):
-                if self.armed and b"/manifests/" in data and b"if-none-match" in data.lower():
-                    self.armed = False
+                if self.on_request(data):
                     losing.set()
                 upstream.sendall(data)
         except OSError:
@@ -95,10 +93,44 @@ class AnswerLosingRelay:
                 end.shutdown(socket.SHUT_RDWR)
             end.close()
 
+    def on_request(self, data: bytes) -> bool:
+        """Called with each piece of a request before it goes on; True drops the answer to it and its connection."""
+        return False
+
     def close(self) -> None:
         self.listener.close()
         for end in self._sockets:
             end.close()
+
+
+class AnswerLosingRelay(S3Relay):
+    """Once armed, loses the answer to the next conditional PUT of a manifest: the server made the write, and the
+    client sees its connection drop, as when a network loses an answer. The client's SDK then retries the request,
+    which the server refuses (the key is taken now)."""
+
+    def on_request(self, data: bytes) -> bool:
+        if self.armed and b"/manifests/" in data and b"if-none-match" in data.lower():
+            self.armed = False
+            return True
+        return False
+
+
+class ListingHoldingRelay(S3Relay):
+    """Once armed, holds the next listing of objects whose prefix contains ``marker`` until ``release`` is set
+    (``held`` is set meanwhile): what other clients do then happens between the lister's earlier requests and the
+    listing, which the server answers after them."""
+
+    def __init__(self, upstream: str, marker: bytes) -> None:
+        self.marker, self.held, self.release = marker, threading.Event(), threading.Event()
+        super().__init__(upstream)
+
+    def on_request(self, data: bytes) -> bool:
+        request_line = data.split(b"\r\n", 1)[0]
+        if self.armed and b"list-type=2" in request_line and self.marker in request_line:
+            self.armed = False
+            self.held.set()
+            self.release.wait(timeout=60)
+        return False
 
 
 def test_a_publish_whose_answer_is_lost_keeps_the_remote_log_whole(data_dir: Path, s3_server: S3Server,

@@ -4,7 +4,9 @@ Against the moto S3 server (tests/s3_server.py) and file:// tiers, as tests/test
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -12,9 +14,12 @@ import pytest
 from readers import Reader
 from storage import Store
 from storage.object_store import open_object_store
-from storage.remote_log import RemoteLog
+from storage.remote_log import RemoteLog, change_unowned
+from storage.remote_store import RemoteStore, wall_clock_ms
 from storage.remote_tier import RemoteLogDivergedError
 from tests.conftest import ManualClock
+from tests.s3_server import S3Server
+from tests.test_remote_bug_bash import ListingHoldingRelay
 from tests.test_remote_tier import TIERED, produce
 
 pytestmark = pytest.mark.slow  # an S3 server and many requests per test: after the fast suite
@@ -60,3 +65,35 @@ def test_a_folder_restored_at_the_remote_end_is_refused_and_keeps_its_new_messag
     assert RemoteLog(open_object_store(tier), "t", 0).latest() == before
     assert [message.offset for message in Reader(tier, "t")] == list(range(before.end_offset))
 
+
+def test_a_segment_published_while_a_sweep_runs_is_never_deleted(data_dir: Path, s3_server: S3Server, s3_uri: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer of the tier alone (the Spark sink) uploads a segment and publishes it while a sweep (distributed
+    compaction's) runs with file.delete.delay.ms=0. The sweep read the manifests first and listed the objects
+    after: a segment published between was taken for an upload that died before its publish and deleted, and the
+    remote log named objects that were gone."""
+    RemoteStore.open(s3_uri).create_topic("t", 1)
+    writer = RemoteLog(open_object_store(s3_uri), "t", 0)  # straight to the server
+    with Store.open(data_dir) as local:  # where the segment is written before its upload
+        local.create_topic("t", 1)
+        local.append("t", [(f"k{i}", b"v") for i in range(10)], partition=0)
+        local.roll("t", 0)
+        segment = local.partition_log("t", 0).segments[0]
+        relay = ListingHoldingRelay(s3_server.endpoint, marker=b"segments")
+        with monkeypatch.context() as patched:
+            patched.setenv("AWS_ENDPOINT_URL", relay.endpoint)
+            sweeper = RemoteLog(open_object_store(s3_uri), "t", 0)
+        relay.armed = True
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                sweeping = pool.submit(sweeper.remove_unreferenced, now_ms=wall_clock_ms() + 60_000, grace_ms=0)
+                assert relay.held.wait(timeout=60)  # the sweep's listing of the segment objects waits
+                info = writer.upload(segment)
+                change_unowned(writer, lambda manifest: dataclasses.replace(manifest, segments=(info,)), wall_clock_ms)
+                relay.release.set()
+                sweeping.result(timeout=60)
+        finally:
+            relay.release.set()
+            relay.close()
+    assert set(info.object_keys) <= {listed.key for listed in writer.objects.list("t-0/segments")}
+    assert [message.offset for message in Reader(s3_uri, "t")] == list(range(10))
