@@ -23,6 +23,7 @@ uploader per data folder; the remote log's epoch fences other folders, see stora
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -46,6 +47,7 @@ from storage.retention import (
     LOCAL_REASONS,
     DeletedSegment,
     RetentionReason,
+    enforce_partition_retention,
     plan_retention,
     remove_expired_deleted_files,
 )
@@ -53,6 +55,8 @@ from storage.segment import SegmentReads
 from storage.topics import TopicMetadata
 
 REMOTE_TIER_KIND = "remote-tier"
+logger = logging.getLogger(__name__)
+
 PUBLISH_EVERY = 64
 """Segments uploaded per manifest published: each manifest lists the whole remote log, so publishing after every
 small segment made uploads fall behind appends; a crash loses at most this many uploads (they are redone)."""
@@ -270,12 +274,20 @@ def _with_segments(manifest: RemoteLogManifest, infos: list[RemoteSegmentInfo], 
 def enforce_tiered_retention(log: PartitionLog, writer: RemoteLogWriter, *, hold: int | None,
                              now_ms: int) -> list[DeletedSegment]:
     """Retention of a partition whose topic has remote.storage.enable (the module doc's steps 1 to 3). Requests to
-    the remote tier are made without the partition's writer lock, so appends never wait for the remote tier."""
+    the remote tier are made without the partition's writer lock, so appends never wait for the remote tier.
+
+    A partition the tier refuses (this folder is fenced, or its log diverged) keeps the retention that needs no
+    tier, warning: retention.ms and retention.bytes over its local log, as for a topic that is not tiered, so its
+    disk does not fill while it appends locally; local.retention.* (uploaded copies only) and the sweep wait."""
     deleted: list[DeletedSegment] = []
     with _remote_lock(log):
         log.refresh()
-        manifest = writer.current(log_start_offset=log.log_start_offset)
-        _uploaded_end(log, manifest)
+        try:
+            manifest = writer.current(log_start_offset=log.log_start_offset)
+            _uploaded_end(log, manifest)
+        except RemoteSyncRefusal as refusal:
+            logger.warning("%s Retention runs over the local log alone, as for a topic that is not tiered.", refusal)
+            return enforce_partition_retention(log, read_hold=lambda: hold, now_ms=now_ms)
         if manifest.compacted is not None:  # readers of the remote tier alone read the raw log above its horizon
             hold = min(manifest.compacted.horizon + 1, hold if hold is not None else manifest.compacted.horizon + 1)
         tiered = log.tiered_segments()

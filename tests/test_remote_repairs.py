@@ -14,13 +14,14 @@ import pytest
 from readers import Reader
 from storage import Store
 from storage.object_store import open_object_store
-from storage.remote_log import RemoteLog, change_unowned
+from storage.remote_log import RemoteLog, RemoteLogFencedError, change_unowned
 from storage.remote_store import RemoteStore, wall_clock_ms
 from storage.remote_tier import RemoteLogDivergedError
+from storage.retention import RetentionReason
 from tests.conftest import ManualClock
 from tests.s3_server import S3Server
 from tests.test_remote_bug_bash import ListingHoldingRelay
-from tests.test_remote_tier import TIERED, produce
+from tests.test_remote_tier import TIERED, produce, tiered_store
 
 pytestmark = pytest.mark.slow  # an S3 server and many requests per test: after the fast suite
 
@@ -58,8 +59,8 @@ def test_a_folder_restored_at_the_remote_end_is_refused_and_keeps_its_new_messag
         store.roll("t", 0)  # and one that starts there
         with pytest.raises(RemoteLogDivergedError, match=f"below the remote log's end {before.end_offset}"):
             store.sync_remote()
-        with pytest.raises(RemoteLogDivergedError):
-            store.enforce_retention("t")
+        clock.advance(1)
+        assert store.enforce_retention("t") == []  # refused by the tier: only retention.ms (7 days) applies
         new = store.read("t", 0, restored_end).column("value").to_pylist()
         assert new == [b"new"] * (before.end_offset + 20 - restored_end)
     assert RemoteLog(open_object_store(tier), "t", 0).latest() == before
@@ -97,3 +98,27 @@ def test_a_segment_published_while_a_sweep_runs_is_never_deleted(data_dir: Path,
             relay.close()
     assert set(info.object_keys) <= {listed.key for listed in writer.objects.list("t-0/segments")}
     assert [message.offset for message in Reader(s3_uri, "t")] == list(range(10))
+
+
+def test_a_fenced_folder_still_runs_the_retention_that_needs_no_tier(data_dir: Path, tmp_path: Path,
+                                                                     clock: ManualClock) -> None:
+    """Another folder claimed the partition; this one goes on appending locally. Its retention raised
+    RemoteLogFencedError before deleting anything, so its disk filled for ever. Now retention.ms deletes its expired
+    local segments, while local.retention.ms (0 here), which deletes uploaded copies only, deletes none of those it
+    could not upload."""
+    tier = f"file://{tmp_path / 'mount' / 'tier'}"
+    with tiered_store(data_dir, tier, clock, {**TIERED, "retention.ms": "60000"}) as primary:
+        produce(primary, "t", 100)
+        primary.sync_remote()
+        with tiered_store(tmp_path / "standby", tier, clock) as standby:
+            standby.claim_remote("t", 0)
+        produce(primary, "t", 100, start=100)
+        clock.advance(120_000)
+        produce(primary, "t", 100, start=200)
+        with pytest.raises(RemoteLogFencedError):
+            primary.sync_remote()
+        deleted = primary.enforce_retention("t")
+        assert deleted and {segment.reason for segment in deleted} == {RetentionReason.RETENTION_MS}
+        start = primary.start_offset("t", 0)
+        assert 100 < start <= 200  # the expired messages are gone, the fenced folder's recent ones all kept
+        assert primary.read("t", 0, start).column("offset").to_pylist() == list(range(start, 300))
