@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from urllib.parse import ParseResult, urlparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from storage import faults
 from storage.errors import LedgerviewError
 from storage.fileio import fsync_file, fsync_folder, write_durably
 
@@ -33,6 +35,8 @@ DEFAULT_TIMEOUT_S = 30.0
 """How long an S3 request may wait for a connection, or for the next bytes of an answer, before it fails (the
 SDKs' defaults let one request of a remote that hangs wait about 100 s, with retries after)."""
 S3_ATTEMPTS = 3
+_TEMPORARY = re.compile(r"\..+\.[0-9a-f]{32}\.tmp")
+"""The name of ``_local_create_once``'s temporary file: a dot, the object's name, a UUID, ``.tmp``."""
 REFUSED_CREDENTIALS = ("ACCESS_DENIED", "AccessDenied", "INVALID_ACCESS_KEY_ID", "InvalidAccessKeyId",
                        "SIGNATURE_DOES_NOT_MATCH", "SignatureDoesNotMatch", "ExpiredToken", "EXPIRED_TOKEN")
 """What pyarrow's and boto3's errors say when S3 refuses a request's credentials (a HEAD's answer has no body,
@@ -154,6 +158,15 @@ class ObjectStore:
         with self._request(key, "create"):
             self._make_parent(key)
             return self._create_once(self._path(key), data)
+
+    def abandoned_temporaries(self, prefix: str, *, now_ms: int, grace_ms: int) -> tuple[str, ...]:
+        """The temporary files under ``prefix`` that ``create`` on a file:// tier left when it was killed before its
+        link, once their last-modified time is ``grace_ms`` old (a create in progress is younger), for the sweep
+        to delete. Other tiers write none: no request is made."""
+        if not self._local:
+            return ()
+        return tuple(info.key for info in self.list(prefix)
+                     if _TEMPORARY.fullmatch(info.key.rsplit("/", 1)[-1]) and info.modified_ms + grace_ms <= now_ms)
 
     def delete(self, key: str) -> None:
         """Remove ``key``; an object already gone is not an error (deletes are retried after crashes)."""
@@ -294,6 +307,7 @@ def _local_create_once(path: str, data: bytes) -> bool:
     final = Path(path)
     temporary = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
     write_durably(temporary, data, exclusive=True)
+    faults.crash_point("remote.create.before_link")
     try:
         os.link(temporary, final)
     except FileExistsError:

@@ -37,7 +37,7 @@ from storage import faults
 from storage.compacted import CompactionCursor
 from storage.errors import CorruptDataError, LedgerviewError
 from storage.fileio import write_atomically
-from storage.files import KEY_INDEX_SUFFIX, LEDGER_SUFFIX, REMOTE_EPOCH_RECORD, TEMP_SUFFIX
+from storage.files import KEY_INDEX_SUFFIX, LEDGER_SUFFIX, REMOTE_EPOCH_RECORD, TEMP_SUFFIX, TOPICS_FOLDER
 from storage.key_index import KeyIndex
 from storage.ledger import Ledger
 from storage.object_store import ObjectInfo, ObjectStore, RemoteObjectMissingError
@@ -284,6 +284,9 @@ class RemoteLog:
         objects only it named go as unnamed ones do. A damaged newest manifest stops the sweep, as it stops
         readers: what the log holds is unknown.
 
+        On a file:// tier, the temporary files that a create killed before its link left (of a manifest, or of
+        the topic's metadata) go too, once ``grace_ms`` old.
+
         The objects are listed before the manifests are read: an object a writer publishes after the listing is
         not in it, and one published before is named by a manifest read after, so none is taken for unnamed."""
         listed = self.data_objects()
@@ -312,6 +315,8 @@ class RemoteLog:
             newer = next((manifest for manifest in manifests if manifest.version > version), None)
             if newer is not None and newer.published_ms + grace_ms <= now_ms:
                 doomed.append(self.manifest_key(version))
+        for prefix in (f"{self.prefix}/manifests", f"{TOPICS_FOLDER}/{self.topic}"):
+            doomed += self.objects.abandoned_temporaries(prefix, now_ms=now_ms, grace_ms=grace_ms)
         for key in doomed:
             self.objects.delete(key)
         return doomed

@@ -19,6 +19,7 @@ from storage.remote_store import RemoteStore, wall_clock_ms
 from storage.remote_tier import RemoteLogDivergedError
 from storage.retention import RetentionReason
 from tests.conftest import ManualClock
+from tests.processes.children import Child
 from tests.s3_server import S3Server
 from tests.test_remote_bug_bash import ListingHoldingRelay
 from tests.test_remote_tier import TIERED, produce, tiered_store
@@ -122,3 +123,22 @@ def test_a_fenced_folder_still_runs_the_retention_that_needs_no_tier(data_dir: P
         start = primary.start_offset("t", 0)
         assert 100 < start <= 200  # the expired messages are gone, the fenced folder's recent ones all kept
         assert primary.read("t", 0, start).column("offset").to_pylist() == list(range(start, 300))
+
+
+@pytest.mark.fault
+def test_creates_killed_before_their_link_leave_no_temporary_file_on_a_mount(data_dir: Path, tmp_path: Path) -> None:
+    """A file:// tier creates a manifest or the topic's metadata by a hard link from a temporary file; a writer killed
+    between the two left that file in the tier for ever. The sweep deletes it after file.delete.delay.ms (0 here)."""
+    tier = tmp_path / "mount" / "tier"
+    with Store.open(data_dir, remote=f"file://{tier}") as store:
+        store.create_topic("t", 1, TIERED)
+        produce(store, "t", 100)
+    for hit in (1, 2):  # the topic's metadata, then (with the metadata there) the partition's first manifest
+        with Child("remote_sync.py", data_dir, "sync", crash_at=f"remote.create.before_link:{hit}") as child:
+            assert child.finish()[0] == -9
+    assert sorted(path.relative_to(tier).parts[0] for path in tier.rglob("*.tmp")) == ["__topics", "t-0"]
+    with Store.open(data_dir) as store:
+        [synced] = store.sync_remote()
+        store.enforce_retention("t")
+    assert not list(tier.rglob("*.tmp"))
+    assert [message.offset for message in Reader(f"file://{tier}", "t")] == list(range(synced.remote_end_offset))
