@@ -23,6 +23,7 @@ manifest can finish.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import re
@@ -93,6 +94,29 @@ class RemoteLogOwnedError(LedgerviewError):
             f"that no data folder has claimed. Write and compact {topic} through the store of the folder that owns "
             f"it, or keep this tier for writers of the tier alone."
         )
+
+
+class RemoteManifestDamagedError(CorruptRecordError):
+    """The newest manifest of a remote log fails its checks: what the log holds is unknown, so its readers, uploads
+    and sweep stop at it. ``older`` is the newest older manifest that reads, if any."""
+
+    def __init__(self, damaged: CorruptRecordError, topic: str, partition: int,
+                 older: RemoteLogManifest | None) -> None:
+        self.source, self.kind, self.reason, self.older = damaged.source, damaged.kind, damaged.reason, older
+        where = f"It is the newest manifest of the remote log of {topic}-{partition}"
+        if older is None:
+            LedgerviewError.__init__(self, f"{damaged} {where}, and no older one reads: put the object back from a "
+                                           "copy (or the bucket's previous version of it).")
+            return
+        LedgerviewError.__init__(
+            self, f"{damaged} {where}. Put the object back from a copy (or the bucket's previous version of it), or "
+                  f"delete it: version {older.version} (offsets {older.log_start_offset} to {older.end_offset - 1}, "
+                  f"epoch {older.epoch}) is then the remote log again, and `ledgerview remote sync` in the data "
+                  f"folder that owns the partition uploads again what it holds above that. Before the sync, check "
+                  f"with `ledgerview remote status {topic}` that its local log starts at or below {older.end_offset}: "
+                  f"if it does not, the offsets between are only in the damaged manifest's segments, so put the "
+                  f"object back instead. If the deleted manifest was the folder's claim, it is fenced then: claim "
+                  f"again with `ledgerview remote claim {topic} --partition {partition}`.")
 
 
 @dataclass(frozen=True)
@@ -198,13 +222,27 @@ class RemoteLog:
                       if (match := _MANIFEST_NAME.fullmatch(info.key.rsplit("/", 1)[-1])))
 
     def latest(self) -> RemoteLogManifest | None:
-        """The remote log now: its newest manifest (None if nothing was ever published)."""
+        """The remote log now: its newest manifest (None if nothing was ever published). Raises
+        RemoteManifestDamagedError if it fails its checks."""
         for version in reversed(self._manifest_versions()):
-            manifest = self.read_version(version)
+            try:
+                manifest = self.read_version(version)
+            except CorruptRecordError as error:
+                raise self._damaged_newest(version, error) from None
             if manifest is not None:
                 self._saw(manifest)
                 return manifest
         return None
+
+    def _damaged_newest(self, version: int, error: CorruptRecordError) -> RemoteManifestDamagedError:
+        """The error for the damaged newest manifest ``version``, naming the newest older one that reads (one more
+        listing, and reads until one succeeds, on this path only)."""
+        for older in reversed([listed for listed in self._manifest_versions() if listed < version]):
+            with contextlib.suppress(CorruptRecordError):
+                manifest = self.read_version(older)
+                if manifest is not None:
+                    return RemoteManifestDamagedError(error, self.topic, self.partition, manifest)
+        return RemoteManifestDamagedError(error, self.topic, self.partition, None)
 
     def kept_manifest_with_ledger(self, ledger_id: int) -> RemoteLogManifest | None:
         """The newest manifest still kept whose compacted view is ledger ``ledger_id`` (a view is replaced by
@@ -295,9 +333,9 @@ class RemoteLog:
         for version in versions:
             try:
                 manifest = self.read_version(version)
-            except CorruptDataError as error:
+            except CorruptRecordError as error:
                 if version == versions[-1]:
-                    raise
+                    raise self._damaged_newest(version, error) from None
                 logger.warning("Sweeping %s, a damaged manifest a newer one replaced: %s", self.manifest_key(version),
                                error)
                 damaged.append(version)

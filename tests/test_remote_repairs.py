@@ -14,7 +14,7 @@ import pytest
 from readers import Reader
 from storage import Store
 from storage.object_store import open_object_store
-from storage.remote_log import RemoteLog, RemoteLogFencedError, change_unowned
+from storage.remote_log import RemoteLog, RemoteLogFencedError, RemoteManifestDamagedError, change_unowned
 from storage.remote_store import RemoteStore, wall_clock_ms
 from storage.remote_tier import RemoteLogDivergedError
 from storage.retention import RetentionReason
@@ -141,4 +141,30 @@ def test_creates_killed_before_their_link_leave_no_temporary_file_on_a_mount(dat
         [synced] = store.sync_remote()
         store.enforce_retention("t")
     assert not list(tier.rglob("*.tmp"))
+    assert [message.offset for message in Reader(f"file://{tier}", "t")] == list(range(synced.remote_end_offset))
+
+
+def test_a_damaged_newest_manifest_says_how_to_repair_it_and_the_repair_works(data_dir: Path, tmp_path: Path,
+                                                                              clock: ManualClock) -> None:
+    """The error named the object and its damage, and nothing the operator could do about it. Now it names the
+    newest older manifest that reads and the commands that repair the log from the data folder; doing what it says
+    makes the partition readable and uploadable again."""
+    tier = tmp_path / "mount" / "tier"
+    with tiered_store(data_dir, f"file://{tier}", clock, {**TIERED, "local.retention.ms": "-2"}) as store:
+        for start in (0, 100):
+            produce(store, "t", 100, start=start)
+            store.sync_remote()
+    *_, older, newest = sorted((tier / "t-0" / "manifests").glob("*.json"))
+    damaged = bytearray(newest.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    newest.write_bytes(bytes(damaged))
+    with Store.open(data_dir, clock=clock) as store:
+        with pytest.raises(RemoteManifestDamagedError, match=rf"{newest.name}.* version {int(older.stem)} .*"
+                                                              r"`ledgerview remote sync`") as raised:
+            store.sync_remote()
+        assert raised.value.older is not None
+        assert f"starts at or below {raised.value.older.end_offset}" in str(raised.value)
+        newest.unlink()
+        [synced] = store.sync_remote()
+    assert synced.uploaded and synced.remote_end_offset > raised.value.older.end_offset
     assert [message.offset for message in Reader(f"file://{tier}", "t")] == list(range(synced.remote_end_offset))
