@@ -32,17 +32,20 @@ from storage.binary_arrays import value_offsets
 CHUNK_BYTES = 8 * 1024 * 1024
 JSON_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()), ("timestamp", pa.int64()),
                          ("partition", pa.int32())])
-_INTEGER_FIELDS = {name: int(np.iinfo(JSON_SCHEMA.field(name).type.to_pandas_dtype()).max)
-                   for name in ("timestamp", "partition")}
+INTEGER_FIELDS = {name: int(np.iinfo(JSON_SCHEMA.field(name).type.to_pandas_dtype()).max)
+                  for name in ("timestamp", "partition")}
 """The integer fields of a JSON line and the largest value each takes (its column's); the smallest is 0."""
-_JSON_FIELDS = {
+JSON_FIELDS = {
     "key": "a string or null",
     "value": "a string or null (a tombstone)",
-    "timestamp": f"an integer from 0 to {_INTEGER_FIELDS['timestamp']} (milliseconds since the epoch), or null "
+    "timestamp": f"an integer from 0 to {INTEGER_FIELDS['timestamp']} (milliseconds since the epoch), or null "
                  "for the time of the append",
-    "partition": f"an integer from 0 to {_INTEGER_FIELDS['partition']}, or null for the partitioner's choice",
+    "partition": f"an integer from 0 to {INTEGER_FIELDS['partition']}, or null for the partitioner's choice",
 }
-"""Each field of a JSON line and what it takes; a field left out is as if null (only "value" must be given)."""
+"""Each field of a JSON line and what it takes; a field left out is as if null (only "value" must be given). The
+Spark directory source (ledgerview/service/spark_ingest.py) checks lines by these too."""
+NO_VALUE = 'no "value" field (give "value": null for a tombstone)'
+"""Why a JSON line without a "value" field is refused."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +172,7 @@ def _read_json_fast(lines: pa.Array) -> pa.Table | None:
     # (`"value" :`, `"\u0076alue":`) takes the slow path, which reads it right.
     if table.num_rows != len(lines) or not pc.all(pc.match_substring(lines, b'"value":')).as_py():
         return None
-    for name in _INTEGER_FIELDS:
+    for name in INTEGER_FIELDS:
         lowest = pc.min(table[name]).as_py()
         if lowest is not None and lowest < 0:
             return None
@@ -193,7 +196,7 @@ def _json_messages(table: pa.Table) -> pa.Table:
     """Key and value as binary; timestamp and partition only when some line gives them (a null in them is a line
     without one, which the append stamps with its time or gives the partitioner)."""
     columns = {"key": table["key"].cast(pa.binary()), "value": table["value"].cast(pa.binary())}
-    for optional in _INTEGER_FIELDS:
+    for optional in INTEGER_FIELDS:
         if table[optional].null_count < table.num_rows:
             columns[optional] = table[optional]
     return pa.table(columns)
@@ -216,26 +219,26 @@ def _json_record(line: bytes) -> dict[str, Any] | str:
         return f"the field {repeated[0]!r} is given twice"
     if not isinstance(record, dict):
         return "not a JSON object"
-    unknown = sorted(set(record) - set(_JSON_FIELDS))
+    unknown = sorted(set(record) - set(JSON_FIELDS))
     if unknown:
-        return f"unknown fields {unknown}; allowed: {', '.join(_JSON_FIELDS)}"
+        return f"unknown fields {unknown}; allowed: {', '.join(JSON_FIELDS)}"
     if "value" not in record:
-        return 'no "value" field (give "value": null for a tombstone)'
+        return NO_VALUE
     for name, value in record.items():
         if not _allowed(name, value):
-            return f"{name!r} is {json.dumps(value)}; expected {_JSON_FIELDS[name]}"
+            return f"{name!r} is {json.dumps(value)}; expected {JSON_FIELDS[name]}"
         if isinstance(value, str) and not _is_unicode(value):
             return f"{name!r} holds a lone surrogate escape (\\ud800 to \\udfff unpaired), which is not text"
     return record
 
 
 def _allowed(name: str, value: object) -> bool:
-    """Whether ``value`` is what _JSON_FIELDS says field ``name`` takes."""
+    """Whether ``value`` is what JSON_FIELDS says field ``name`` takes."""
     if value is None:
         return True
-    if name not in _INTEGER_FIELDS:
+    if name not in INTEGER_FIELDS:
         return isinstance(value, str)
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _INTEGER_FIELDS[name]
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= INTEGER_FIELDS[name]
 
 
 def _is_unicode(text: str) -> bool:

@@ -94,9 +94,22 @@ def test_a_kafka_source_mirrors_a_kafka_topic_partition_for_partition(tmp_path: 
                     == original.read("orders", partition).select(columns).to_pylist())
 
 
-def test_a_json_line_s_partition_is_kept_on_spark_as_without(tmp_path: Path) -> None:
+REFUSED_LINES = {
+    "no-value": ('{"key": "k"}', 'no "value" field (give "value": null for a tombstone)'),
+    "unknown": ('{"value": "x", "colour": "red"}',
+                "unknown fields ['colour']; allowed: key, value, timestamp, partition"),
+    "negative-timestamp": ('{"value": "x", "timestamp": -1}', "'timestamp' is -1; expected an integer from 0 to"),
+    "negative-partition": ('{"value": "x", "partition": -1}', "'partition' is -1; expected an integer from 0 to"),
+    "number": ('{"value": 5}', "'value' is 5; expected a string or null"),
+    "lacking": ('{"value": "x", "partition": 2}', "the topic 'refused' has no partition 2; its partitions are 0 to 1"),
+}
+"""A JSON line the direct directory source and ``produce`` refuse (input_lines.py), and why."""
+
+
+def test_json_lines_on_spark_keep_their_partition_and_are_refused_as_without(tmp_path: Path) -> None:
     """docs/service.md: a directory source's JSON line keeps the partition it names, the others go where the
-    partitioner sends them, whichever engine reads the folder."""
+    partitioner sends them, whichever engine reads the folder; and a line the direct path refuses fails the query,
+    naming the file, why and the line, before any line of its batch is appended."""
     from storage import Store
 
     incoming = tmp_path / "incoming"
@@ -104,17 +117,33 @@ def test_a_json_line_s_partition_is_kept_on_spark_as_without(tmp_path: Path) -> 
     lines = [f'{{"key": "k{i}", "value": "v{i}", "partition": 1}}' for i in range(20)]
     lines.append('{"key": "free", "value": "x"}')
     (incoming / "001.json").write_text("\n".join(lines) + "\n")
+    refusing = []
+    for name, (line, _) in REFUSED_LINES.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / f"{name}.json").write_text(f'{{"key": "fine", "value": "y"}}\n{line}\n')
+        refusing.append({"name": name, "type": "directory", "topic": "refused", "path": str(tmp_path / name),
+                         "format": "json", "interval_s": 0.2})
     path = write_config(tmp_path / "ledgerview.toml", {
         "store": {"data": str(tmp_path / "data")}, "service": {"flush_interval_s": 0.2}, "http": {"port": 0},
         "spark": {"enabled": True, "master": "local[1]"},
     }, {
-        "topics": [{"name": "prices", "partitions": 2}],
+        "topics": [{"name": "prices", "partitions": 2}, {"name": "refused", "partitions": 2}],
         "sources": [{"name": "drops", "type": "directory", "topic": "prices", "path": str(incoming),
-                     "format": "json", "interval_s": 0.2}],
+                     "format": "json", "interval_s": 0.2}, *refusing],
     })
     service = ServiceProcess(path)
-    service.wait_until(lambda: end_offsets(service) == {"prices": 21}, "the file", deadline_s=240)
+
+    def failed() -> dict[str, str]:
+        return {s["name"]: s["last_error"] for s in service.status()["sources"] if s["state"] == "failed"}
+
+    service.wait_until(lambda: end_offsets(service)["prices"] == 21 and failed().keys() == REFUSED_LINES.keys(),
+                       "the file, and every refusing source failed", deadline_s=240)
+    errors = failed()
     assert service.terminate() == 0
+    for name, (line, reason) in REFUSED_LINES.items():
+        assert f"{name}/{name}.json: {reason}" in errors[name], errors[name]
+        assert repr(line) in errors[name], errors[name]
     with Store.open(tmp_path / "data") as store:
         named = store.read("prices", 1)["value"].to_pylist()
+        assert store.end_offset("refused", 0) + store.end_offset("refused", 1) == 0
     assert sorted(value for value in named if value != b"x") == sorted(f"v{i}".encode() for i in range(20))

@@ -6,8 +6,10 @@ continues where the last committed batch ended. The generator stays a direct sou
 not replay the same rows for a batch id.
 
 The parsing matches ``ledgerview produce`` and the direct directory source: ``key<separator>value`` text lines
-(blank lines skipped, the null marker for null keys and values) or JSON lines with ``key``, ``value`` and
-``timestamp``; a malformed line fails the query, which the status endpoint reports.
+(blank lines skipped, the null marker for null keys and values) or JSON lines with ``key``, ``value``,
+``timestamp`` and ``partition``, refused by the same rules (ledgerview/input_lines.py) in Spark SQL; a malformed
+line, or one naming a partition the topic lacks, fails the query with an error naming the file and showing the
+line, which the status endpoint reports.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from ledgerview.input_lines import INTEGER_FIELDS, JSON_FIELDS, NO_VALUE
 from ledgerview.service.config import SourceSection, SparkSection
 from ledgerview.service.ingest import SERVICE_FOLDER, IngestStats
 from ledgerview.service.logs import log_event
+from storage import Store
 from streaming import local_session
 
 logger = logging.getLogger("ledgerview.spark")
@@ -72,8 +76,13 @@ class SparkIngest:
         self.master = spark.master
         self.sources: list[SparkSource] = []
         self.session: SparkSession | None = None
+        self._partitions: dict[str, int] = {}
+        """Each target topic's partition count, read at the start (a JSON line naming another is refused)."""
 
     def start(self) -> None:
+        with Store.open(self.data, read_only=True) as store:
+            self._partitions = {section.topic: store.topic_metadata(section.topic).partitions
+                                for section in self.sections}
         self.session = local_session("ledgerview-service", master=self.master, config={
             "spark.sql.warehouse.dir": str((self.data / SERVICE_FOLDER / "spark-warehouse").resolve()),
             "spark.ui.enabled": "false"})
@@ -108,20 +117,71 @@ class SparkIngest:
             return (spark.readStream.format("ledgerview").option("path", str(self.data))
                     .option("topic", section.source_topic).option("startingOffsets", section.starting_offsets)
                     .load().select("key", "value", "timestamp", "headers"))
-        files = spark.readStream.option("pathGlobFilter", section.pattern)
+        lines = (spark.readStream.option("pathGlobFilter", section.pattern).text(section.path)
+                 .select(F.col("value").alias("line"), F.col("_metadata.file_path").alias("file"))
+                 .where(F.length("line") > 0))
         if section.format == "json":
-            lines = files.schema("key string, value string, timestamp long, partition int").option("mode", "FAILFAST")
-            return lines.json(section.path).select(  # a null partition is the sink's partitioner's choice
-                "key", "value", F.coalesce("timestamp", F.unix_millis(F.current_timestamp())).alias("timestamp"),
-                "partition")
-        text = files.text(section.path).where(F.length("value") > 0)
-        parts = F.split(F.col("value"), f"\\Q{section.separator}\\E", 2)
-        malformed = F.raise_error(F.concat(F.lit(f"a line of a file in {section.path} has no separator "
-                                                 f"{section.separator!r} between key and value: "),
-                                           F.col("value")))
-        value = F.when(F.size(parts) < 2, malformed).otherwise(parts.getItem(1))
-        return text.select(_nulls_marked(parts.getItem(0), section).alias("key"),
-                           _nulls_marked(value, section).alias("value"))
+            return _json_messages(lines, section.topic, self._partitions[section.topic])
+        parts = F.split(F.col("line"), f"\\Q{section.separator}\\E", 2)
+        no_separator = F.lit(f"no separator {section.separator!r} between key and value")
+        value = F.when(F.size(parts) < 2, _malformed(no_separator)).otherwise(parts.getItem(1))
+        return lines.select(_nulls_marked(parts.getItem(0), section).alias("key"),
+                            _nulls_marked(value, section).alias("value"))
+
+
+def _json_messages(lines: DataFrame, topic: str, partitions: int) -> DataFrame:
+    """The messages of JSON lines (columns ``line``, ``file``) by the rules of ``ledgerview produce``
+    (input_lines.py, ``_json_record``), in Spark SQL: a line they refuse fails the query, naming its file and
+    why. A line is parsed as a variant, strictly (one object, each field once), and its field names read with
+    json_object_keys; a line without a timestamp gets the time of the batch, one without a partition the sink's
+    partitioner's choice."""
+    one = F.try_variant_get(F.try_parse_json(F.concat(F.lit("["), "line", F.lit("]"))), "$", "array<variant>")
+    record = F.when(F.size(one) == 1, one.getItem(0))
+    names = F.json_object_keys("line")
+    fields = {name: F.try_variant_get(record, f"$.{name}", "variant") for name in JSON_FIELDS}
+    reason = F.when(~F.coalesce(F.schema_of_variant(record).startswith("OBJECT"), F.lit(False)),
+                    F.when(F.size(names) > F.size(F.array_distinct(names)), F.concat(
+                        F.lit("the field '"), F.filter(names, lambda name: F.size(F.filter(
+                            names, lambda other: other == name)) > 1).getItem(0), F.lit("' is given twice")))
+                    .otherwise(F.lit("not JSON, or not one JSON object")))
+    unknown = F.array_sort(F.array_except(names, F.array(*map(F.lit, JSON_FIELDS))))
+    reason = reason.when(F.size(unknown) > 0, F.concat(
+        F.lit("unknown fields ["), F.array_join(F.transform(unknown, lambda name: F.concat(F.lit("'"), name,
+                                                                                              F.lit("'"))), ", "),
+        F.lit(f"]; allowed: {', '.join(JSON_FIELDS)}")))
+    reason = reason.when(~F.array_contains(names, "value"), F.lit(NO_VALUE))
+    for name, field in fields.items():
+        reason = reason.when(~_allowed(name, field), F.concat(
+            F.lit(f"'{name}' is "), F.to_json(field), F.lit(f"; expected {JSON_FIELDS[name]}")))
+    partition = F.try_variant_get(record, "$.partition", "int")
+    reason = reason.when(partition >= partitions, F.concat(
+        F.lit(f"the topic {topic!r} has no partition "), partition.cast("string"),
+        F.lit(f"; its partitions are 0 to {partitions - 1}")))
+    timestamp = F.try_variant_get(record, "$.timestamp", "bigint")
+    return lines.select(
+        F.try_variant_get(record, "$.key", "string").alias("key"),
+        F.when(reason.isNotNull(), _malformed(reason))
+        .otherwise(F.try_variant_get(record, "$.value", "string")).alias("value"),
+        F.coalesce(timestamp, F.unix_millis(F.current_timestamp())).alias("timestamp"),
+        partition.alias("partition"))
+
+
+def _allowed(name: str, field: Column) -> Column:
+    """Whether a line's field (a variant, null when the line lacks it) is what JSON_FIELDS says ``name`` takes:
+    a JSON null, a string, or for the integer fields an integer from 0 to INTEGER_FIELDS' bound."""
+    kind = F.schema_of_variant(field)
+    if name not in INTEGER_FIELDS:
+        return field.isNull() | kind.isin("VOID", "STRING")
+    number = F.try_variant_get(field, "$", "bigint")
+    return field.isNull() | (kind == "VOID") | ((kind == "BIGINT") & number.between(0, INTEGER_FIELDS[name]))
+
+
+def _malformed(reason: Column) -> Column:
+    """A query error naming the line's file and showing the line (its first 80 characters), with why it was
+    refused, as the direct directory source's MalformedInputError does."""
+    shown = F.when(F.length("line") > 80, F.concat(F.substring("line", 1, 80), F.lit("..."))).otherwise(F.col("line"))
+    return F.raise_error(F.concat(F.col("file"), F.lit(": "), reason, F.lit(": '"), shown,
+                                  F.lit("'. The query stopped; fix the file and restart the service.")))
 
 
 def _nulls_marked(column: Column, section: SourceSection) -> Column:
