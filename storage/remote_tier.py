@@ -36,7 +36,13 @@ from storage.fileio import write_atomically
 from storage.files import REMOTE_LOCK, REMOTE_TIER_RECORD
 from storage.ledger import Ledger
 from storage.locks import FileLock
-from storage.object_store import DEFAULT_TIMEOUT_S, ObjectStore, RemoteStorageError, open_object_store
+from storage.object_store import (
+    DEFAULT_TIMEOUT_S,
+    ObjectStore,
+    RemoteObjectMissingError,
+    RemoteStorageError,
+    open_object_store,
+)
 from storage.partition_log import PartitionLog
 from storage.records import decode_record, encode_record
 from storage.remote_ledger import RemoteCompactedView
@@ -52,7 +58,7 @@ from storage.retention import (
     remove_expired_deleted_files,
 )
 from storage.segment import SegmentReads
-from storage.topics import TopicMetadata
+from storage.topics import CorruptTopicMetadataError, TopicMetadata
 
 REMOTE_TIER_KIND = "remote-tier"
 logger = logging.getLogger(__name__)
@@ -108,9 +114,20 @@ class RemoteTier:
         return log
 
     def publish_topic(self, metadata: TopicMetadata) -> None:
-        """Put the topic's metadata on the remote tier once, for readers of the remote tier alone (its partition
-        count never changes; its config matters only to the data folder)."""
-        self.objects.create(remote_topic_key(metadata.name), metadata.encode())
+        """Put the topic's metadata on the remote tier, for readers of the remote tier alone (its partition count
+        never changes; its config matters only to the data folder): created once, and again, from the data folder's,
+        when it is damaged there (deleted first, warning) or gone. A call after the first costs the refused create
+        and one read."""
+        key = remote_topic_key(metadata.name)
+        while not self.objects.create(key, metadata.encode()):
+            try:
+                TopicMetadata.decode(self.objects.url(key), self.objects.read(key).to_pybytes())
+                return
+            except RemoteObjectMissingError:
+                continue  # deleted since the create was refused
+            except CorruptTopicMetadataError as error:
+                logger.warning("%s Writing it again from the data folder's metadata of %s.", error, metadata.name)
+                self.objects.delete(key)
 
     def status(self, log: PartitionLog) -> RemotePartitionStatus:
         manifest = self.remote_log(log.topic, log.partition).latest()

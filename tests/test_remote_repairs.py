@@ -18,6 +18,7 @@ from storage.remote_log import RemoteLog, RemoteLogFencedError, RemoteManifestDa
 from storage.remote_store import RemoteStore, wall_clock_ms
 from storage.remote_tier import RemoteLogDivergedError
 from storage.retention import RetentionReason
+from storage.topics import CorruptTopicMetadataError
 from tests.conftest import ManualClock
 from tests.processes.children import Child
 from tests.s3_server import S3Server
@@ -168,3 +169,22 @@ def test_a_damaged_newest_manifest_says_how_to_repair_it_and_the_repair_works(da
         [synced] = store.sync_remote()
     assert synced.uploaded and synced.remote_end_offset > raised.value.older.end_offset
     assert [message.offset for message in Reader(f"file://{tier}", "t")] == list(range(synced.remote_end_offset))
+
+
+def test_sync_writes_a_damaged_or_missing_remote_topic_metadata_again(data_dir: Path, tmp_path: Path,
+                                                                       clock: ManualClock) -> None:
+    """Readers of the tier alone find a topic by its __topics/<topic>/topic.json. A damaged one was never written
+    again (its create-once write was refused for ever), so the tier alone could no longer read the topic."""
+    tier = tmp_path / "mount" / "tier"
+    with tiered_store(data_dir, f"file://{tier}", clock) as store:
+        produce(store, "t", 100)
+        [synced] = store.sync_remote()
+        metadata = tier / "__topics" / "t" / "topic.json"
+        metadata.write_bytes(metadata.read_bytes().replace(b'"partitions"', b'"partitionz"'))
+        with pytest.raises(CorruptTopicMetadataError):
+            list(Reader(f"file://{tier}", "t"))
+        store.sync_remote()
+        assert [m.offset for m in Reader(f"file://{tier}", "t")] == list(range(synced.remote_end_offset))
+        metadata.unlink()
+        store.sync_remote()
+        assert [m.offset for m in Reader(f"file://{tier}", "t")] == list(range(synced.remote_end_offset))
