@@ -76,7 +76,7 @@ class FlatKeyIndex:
         self._size, self._read_range = size, read_range
         self._runs: list[tuple[list[bytes], list[tuple[int, int, int | None]]]] | None = None
 
-    def _directory(self, key: bytes) -> list[tuple[list[bytes], list[tuple[int, int, int | None]]]]:
+    def _directory(self, key: bytes | None) -> list[tuple[list[bytes], list[tuple[int, int, int | None]]]]:
         """Per run: its groups' first keys (sorted) and their (position, length, CRC-32C or None); read on first
         use."""
         if self._runs is None:
@@ -134,7 +134,21 @@ class FlatKeyIndex:
                 return offset
         return None
 
-    def _read(self, position: int, length: int, key: bytes) -> bytes:
+    def check(self) -> int:
+        """Read the directory and every group, checking their CRC-32Cs (an object of an earlier version: the ones
+        it has) and that each run's first keys are in order; CorruptKeyIndexError at the first damage. Returns the
+        groups read."""
+        groups = 0
+        for first_keys, places in self._directory(None):
+            if first_keys != sorted(first_keys):
+                raise CorruptKeyIndexError(self.path, None, "its directory's first keys are out of order")
+            for position, length, crc in places:
+                if crc is not None and crc32c.crc32c(self._read(position, length, None)) != crc:
+                    raise CorruptKeyIndexError(self.path, None, f"the group at byte {position} fails its CRC-32C")
+                groups += 1
+        return groups
+
+    def _read(self, position: int, length: int, key: bytes | None) -> bytes:
         """``length`` bytes at ``position``; CorruptKeyIndexError if the object is gone or shorter than the remote
         log's manifest says (a lookup then answers from a scan of the ledger, never from the damage)."""
         try:

@@ -1,7 +1,9 @@
 """Checking a whole store: every batch's CRC, the order of offsets, both indexes of every segment, the compaction
 cursor and its ledger (CRCs, horizon, counts, key index), and subscription cursors; for a tiered topic also its
-remote log: the manifest's checksum and shape, every object it names there at its size, and the CRC of every
-batch of the remote segments whose local copies are gone. Read-only: nothing is fixed, every finding is reported.
+remote log: the manifest's checksum and shape, every object it names there at its size, every segment's index
+objects (whole entries within the segment), every flat key index's directory and groups (their CRC-32Cs), and for
+the remote segments whose local copies are gone, the CRC of every batch and every index entry against the batches.
+Read-only: nothing is fixed, every finding is reported.
 
 A **problem** is damage to what is on disk (a CRC mismatch, offsets out of order, an index entry pointing at the
 wrong batch, a corrupt cursor): the store is not sound, even where reads work around it (a wrong index entry only
@@ -13,13 +15,14 @@ killed mid-append leaves or what a live writer is appending now; a missing index
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from storage.batch_files import BatchFile, ScannedBatch
 from storage.checkpoints import read_checkpoint
-from storage.codec import BatchFormatError
+from storage.codec import BatchFormatError, BatchHeader
 from storage.compacted import CompactedLedgers, LostCursorError
 from storage.cursors import read_subscription_cursor
 from storage.errors import CorruptSegmentError, LedgerviewError
@@ -35,8 +38,12 @@ from storage.files import (
 from storage.index import OffsetIndex, TimeIndex
 from storage.key_index import CorruptKeyIndexError, KeyIndex, UnreadableKeyIndexError
 from storage.ledger_layers import LowerLayer, read_layer_record
+from storage.object_store import RemoteObjectMissingError
 from storage.partition_log import PartitionLog
+from storage.remote_key_index import FlatKeyIndex
+from storage.remote_segment import RemoteSegmentInfo
 from storage.remote_tier import RemoteTier
+from storage.segment import SegmentReads
 from storage.store import Store
 
 Advance = Callable[[int], None]
@@ -102,6 +109,9 @@ def verify_topics(store: Store, topics: list[str], advance: Advance) -> Report:
 
 
 def _verify_remote(tier: RemoteTier, log: PartitionLog, report: Report) -> None:
+    """The remote log of a tiered partition: its newest manifest, every object it names at its size, every index
+    object whole and within its segment, every group of the flat key indexes with its directory; and for the
+    segments whose local copies are gone, every batch's CRC and every index entry against the batches."""
     try:
         remote_log = tier.remote_log(log.topic, log.partition)
         manifest = remote_log.latest()
@@ -119,19 +129,67 @@ def _verify_remote(tier: RemoteTier, log: PartitionLog, report: Report) -> None:
         if manifest.segments and local_start > manifest.end_offset:
             report.problems.append(f"{log.topic}-{log.partition}: the remote log ends at {manifest.end_offset} and "
                                    f"the local one starts at {local_start}: the offsets between are on neither tier")
-        remote_segments = log.remote_segments
+        remote_only = {segment.base_offset: segment for segment in log.remote_segments}
+        for info in manifest.segments:
+            _verify_remote_segment(tier, info, remote_only.get(info.base_offset), report)
+        for piece in manifest.compacted.key_indexes if manifest.compacted is not None else ():
+            if sizes.get(piece.key) == piece.size_bytes:  # else named above
+                _verify_remote_key_index(tier, piece.key, piece.size_bytes, report)
+    except LedgerviewError as error:
+        report.problems.append(str(error))
+
+
+def _verify_remote_segment(tier: RemoteTier, info: RemoteSegmentInfo, segment: SegmentReads | None,
+                           report: Report) -> None:
+    """One segment of the remote log: its index objects; with ``segment`` (its local copy is gone), its batches'
+    CRCs and the index entries against them."""
+    offset_index, time_index = OffsetIndex(Path(info.offset_index_key)), TimeIndex(Path(info.time_index_key))
+    offset_whole = _load_remote_index(tier, info.offset_index_key, offset_index, info.size_bytes, report)
+    time_whole = _load_remote_index(tier, info.time_index_key, time_index, info.next_offset - info.base_offset,
+                                    report)
+    if segment is None:
+        return
+    report.segments += 1
+    try:
+        headers = list(segment.scan(0, verify=True))
+    except BatchFormatError as error:
+        report.problems.append(f"{segment.source}: at position {error.position}: {error}")
+        return
     except LedgerviewError as error:
         report.problems.append(str(error))
         return
-    for segment in remote_segments:
-        report.segments += 1
-        try:
-            for _ in segment.scan(0, verify=True):
-                pass
-        except BatchFormatError as error:
-            report.problems.append(f"{segment.source}: at position {error.position}: {error}")
-        except LedgerviewError as error:
-            report.problems.append(str(error))
+    if offset_whole:
+        _check_offset_entries(tier.objects.url(info.offset_index_key), offset_index, info.base_offset, headers,
+                              report)
+    if time_whole:
+        _check_time_entries(tier.objects.url(info.time_index_key), time_index, info.base_offset, headers, report,
+                            sealed=True)
+
+
+def _load_remote_index(tier: RemoteTier, key: str, index: OffsetIndex | TimeIndex, bound: int,
+                       report: Report) -> bool:
+    """Load the index object ``key``; a problem if the tier holds none, or if it is not whole entries within
+    ``bound`` (the segment's bytes for an offset index, its offsets for a time index). Reads of its segment then
+    scan from the first batch: slower, never wrong; but nothing repairs it, as opening a partition repairs a local
+    index."""
+    url = tier.objects.url(key)
+    try:
+        data = tier.objects.read(key).to_pybytes()
+    except RemoteObjectMissingError:
+        report.problems.append(f"{url}: the remote log names it, the tier holds none")
+        return False
+    if not (index.load_bytes(data) and index.is_consistent(bound)):
+        report.problems.append(f"{url}: not whole index entries within its segment (reads of the segment scan it "
+                               "from its first batch)")
+        return False
+    return True
+
+
+def _verify_remote_key_index(tier: RemoteTier, key: str, size: int, report: Report) -> None:
+    try:
+        FlatKeyIndex(tier.objects.url(key), size, functools.partial(tier.objects.read_range, key)).check()
+    except CorruptKeyIndexError as error:
+        report.problems.append(str(error))
 
 
 def _segment_names(folder: Path) -> list[tuple[str, int]]:
@@ -158,8 +216,9 @@ def _verify_segments(folder: Path, report: Report, advance: Advance, *, recorded
         scanned = _check_batches(path, report, first_allowed=base_offset,
                                  torn_tail_from=recorded_end if is_last else None)
         next_offset = scanned[-1].header.next_offset if scanned else max(next_offset or 0, base_offset)
-        _check_offset_index(path.with_suffix(".index"), base_offset, scanned, report)
-        _check_time_index(path.with_suffix(".timeindex"), base_offset, scanned, report, sealed=not is_last)
+        headers = [batch.header for batch in scanned]
+        _check_offset_index(path.with_suffix(".index"), base_offset, headers, report)
+        _check_time_index(path.with_suffix(".timeindex"), base_offset, headers, report, sealed=not is_last)
         advance(path.stat().st_size)
 
 
@@ -196,12 +255,17 @@ def _check_batches(path: Path, report: Report, *, first_allowed: int, torn_tail_
     return scanned
 
 
-def _check_offset_index(path: Path, base_offset: int, scanned: list[ScannedBatch], report: Report) -> None:
+def _check_offset_index(path: Path, base_offset: int, headers: list[BatchHeader], report: Report) -> None:
     index = OffsetIndex(path)
     if not index.load():
         report.warnings.append(f"{path}: missing or not whole entries; rebuilt when the partition is opened")
         return
-    starts = {batch.header.position: batch.header.base_offset - base_offset for batch in scanned}
+    _check_offset_entries(str(path), index, base_offset, headers, report)
+
+
+def _check_offset_entries(path: str, index: OffsetIndex, base_offset: int, headers: list[BatchHeader],
+                          report: Report) -> None:
+    starts = {header.position: header.base_offset - base_offset for header in headers}
     previous = (-1, -1)
     for number, (relative, position) in enumerate(zip(index.keys, index.values, strict=True)):
         if starts.get(position) != relative:
@@ -212,19 +276,24 @@ def _check_offset_index(path: Path, base_offset: int, scanned: list[ScannedBatch
         previous = (relative, position)
 
 
-def _check_time_index(path: Path, base_offset: int, scanned: list[ScannedBatch], report: Report, *,
+def _check_time_index(path: Path, base_offset: int, headers: list[BatchHeader], report: Report, *,
                       sealed: bool) -> None:
-    """Each entry (T, o) says every message of the batches before offset o has a timestamp at most T."""
     index = TimeIndex(path)
     if not index.load():
         report.warnings.append(f"{path}: missing or not whole entries; rebuilt when the partition is opened")
         return
-    bases = [batch.header.base_offset - base_offset for batch in scanned]
+    _check_time_entries(str(path), index, base_offset, headers, report, sealed=sealed)
+
+
+def _check_time_entries(path: str, index: TimeIndex, base_offset: int, headers: list[BatchHeader],
+                        report: Report, *, sealed: bool) -> None:
+    """Each entry (T, o) says every message of the batches before offset o has a timestamp at most T."""
+    bases = [header.base_offset - base_offset for header in headers]
     running_max, maxima = -1, []
-    for batch in scanned:
-        running_max = max(running_max, batch.header.max_timestamp)
+    for header in headers:
+        running_max = max(running_max, header.max_timestamp)
         maxima.append(running_max)
-    end = scanned[-1].header.next_offset - base_offset if scanned else 0
+    end = headers[-1].next_offset - base_offset if headers else 0
     previous_timestamp = None
     for number, (timestamp, relative) in enumerate(zip(index.keys, index.values, strict=True)):
         before = bisect.bisect_left(bases, relative)
@@ -237,7 +306,7 @@ def _check_time_index(path: Path, base_offset: int, scanned: list[ScannedBatch],
         if previous_timestamp is not None and timestamp <= previous_timestamp:
             report.problems.append(f"{path}: entry {number} is not above the one before it")
         previous_timestamp = timestamp
-    if sealed and scanned and (not index.keys or index.keys[-1] < maxima[-1]):
+    if sealed and headers and (not index.keys or index.keys[-1] < maxima[-1]):
         report.warnings.append(f"{path}: a sealed segment's time index does not end with its largest timestamp")
 
 

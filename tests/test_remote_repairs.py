@@ -11,19 +11,22 @@ from pathlib import Path
 
 import pytest
 
+from compactor import Compactor
 from readers import Reader
 from storage import Store
 from storage.object_store import open_object_store
+from storage.remote_key_index import TAIL
 from storage.remote_log import RemoteLog, RemoteLogFencedError, RemoteManifestDamagedError, change_unowned
 from storage.remote_store import RemoteStore, wall_clock_ms
 from storage.remote_tier import RemoteLogDivergedError
 from storage.retention import RetentionReason
 from storage.topics import CorruptTopicMetadataError
+from storage.verification import verify_topics
 from tests.conftest import ManualClock
 from tests.processes.children import Child
 from tests.s3_server import S3Server
 from tests.test_remote_bug_bash import ListingHoldingRelay
-from tests.test_remote_tier import TIERED, produce, tiered_store
+from tests.test_remote_tier import TIERED, only_remote, produce, tiered_store
 
 pytestmark = pytest.mark.slow  # an S3 server and many requests per test: after the fast suite
 
@@ -188,3 +191,34 @@ def test_sync_writes_a_damaged_or_missing_remote_topic_metadata_again(data_dir: 
         metadata.unlink()
         store.sync_remote()
         assert [m.offset for m in Reader(f"file://{tier}", "t")] == list(range(synced.remote_end_offset))
+
+
+def test_verify_reports_damaged_remote_index_objects_and_key_index_directories(data_dir: Path, tmp_path: Path,
+                                                                                 clock: ManualClock) -> None:
+    """Reads work around a remote index that does not parse, is gone or points elsewhere, and around a damaged key
+    index (slower, never wrong), but nothing repairs them there as opening a partition repairs a local index:
+    verify reported the local ones and passed these over."""
+    tier = tmp_path / "mount" / "tier"
+    with tiered_store(data_dir, f"file://{tier}", clock, {**TIERED, "segment.bytes": "8192"}) as store:
+        for first in range(0, 300, 10):  # a batch per append, several per segment: indexes with entries
+            store.append("t", [(f"key{i:05d}", f"v{i}".encode() * 10) for i in range(first, first + 10)], partition=0)
+        store.roll("t", 0)
+        Compactor(store).compact("t")
+        only_remote(store, clock)
+        assert verify_topics(store, ["t"], lambda _: None).problems == []
+    cut, pointing_elsewhere = sorted(tier.rglob("*.index"))[:2]
+    cut.write_bytes(cut.read_bytes()[:-3])
+    entries = bytearray(pointing_elsewhere.read_bytes())
+    entries[4] += 1  # the first entry's position (int32, little-endian) one byte past its batch
+    pointing_elsewhere.write_bytes(bytes(entries))
+    gone = sorted(tier.rglob("*.timeindex"))[0]
+    gone.unlink()
+    [keys_object] = tier.rglob("*.keys")
+    damaged = bytearray(keys_object.read_bytes())
+    damaged[-TAIL.size - 1] ^= 0xFF  # the directory's last byte
+    keys_object.write_bytes(bytes(damaged))
+    with Store.open(data_dir, clock=clock) as store:
+        problems = verify_topics(store, ["t"], lambda _: None).problems
+    for path, finding in ((cut, "not whole index entries"), (pointing_elsewhere, "does not point at the batch"),
+                          (gone, "the tier holds none"), (keys_object, "its directory fails its CRC-32C")):
+        assert any(str(path) in problem and finding in problem for problem in problems), (path, problems)
