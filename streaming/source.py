@@ -19,12 +19,13 @@ published between planning and reading makes the task read raw and the next batc
 ever skips a tombstone.
 That keeps a query resumable from its checkpoint across any number of compactions and retention.
 
-A partition whose log now ends below the query's position was deleted and created again (or lost messages it had
-not flushed): that is data loss too, as the offsets read belong to the old log, and going on from them would skip
-the new log's first messages. With failOnDataLoss the query fails with TopicRecreatedError; without it the
-partition is read again from the view's start (the raw log start; the compacted view's whole snapshot), as by a
-query started from earliest. A topic created again that has already passed the query's position when the query
-next plans is not told from the old one: its offsets below that position are skipped.
+A topic deleted and created again is data loss, as the offsets read belong to the old log and going on from them
+would skip the new log's first messages. It is told by a partition whose log now ends below the query's position
+(TopicRecreatedError; also a partition that lost messages it had not flushed), or else by the topic's creation
+time, which offsets hold as ``"created_ms"`` (TopicReplacedError; offsets checkpointed before they held it are
+not checked so, nor is a topic created again within the same millisecond). With failOnDataLoss the query fails;
+without it those partitions are read again from the view's start (the raw log start; the compacted view's whole
+snapshot), as by a query started from earliest.
 
 Options (streaming/options.py): ``path``, ``topic``, ``view``, ``startingOffsets`` (Kafka's, used only when the
 query first starts), ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` with ``maxTriggerDelay``,
@@ -54,12 +55,21 @@ from storage.readable import ReadableStore
 from streaming.options import STREAM_READ, InvalidOptionError, Options, resolve_offsets, topic_offsets
 from streaming.rows import SparkRows
 from streaming.scan import DEFAULT_MAX_PARTITION_BYTES, segment_runs
-from streaming.source_offsets import EARLIEST, LATEST, TopicRecreatedError, admitted, checked_start
+from streaming.source_offsets import (
+    EARLIEST,
+    LATEST,
+    TopicRecreatedError,
+    TopicReplacedError,
+    admitted,
+    checked_start,
+)
 from streaming.store_cache import cached_readable_store
 
 VIEWS = ("raw", "compacted")
 WHERE = "spark.readStream.format('ledgerview')"
 DEFAULT_MAX_TRIGGER_DELAY = "15m"
+CREATED_MS = "created_ms"
+"""The offsets' key for the topic's creation time (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -127,28 +137,36 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------------------------- offsets (planner)
     def _encode(self, positions: dict[int, Position]) -> dict[str, Any]:
+        offsets: dict[str, Any] = {CREATED_MS: self._created_ms()}
         if self.options.compacted:
-            return {str(p): {"offset": pos.offset, "ledger": pos.ledger} for p, pos in sorted(positions.items())}
-        return {str(p): pos.offset for p, pos in sorted(positions.items())}
+            return offsets | {str(p): {"offset": pos.offset, "ledger": pos.ledger}
+                              for p, pos in sorted(positions.items())}
+        return offsets | {str(p): pos.offset for p, pos in sorted(positions.items())}
 
     def _decode(self, offsets: dict[str, Any]) -> dict[int, Position]:
         return {int(p): Position(int(v["offset"]), v["ledger"]) if isinstance(v, dict) else Position(int(v))
-                for p, v in offsets.items()}
+                for p, v in offsets.items() if p != CREATED_MS}
+
+    def _created_ms(self) -> int:
+        return self.store.topic_metadata(self.options.topic).created_ms
 
     def _continued(self, start: dict[str, Any], ends: dict[int, int]) -> dict[int, Position]:
-        """Where each partition's range up to ``ends`` begins: at ``start``, unless the partition's log now ends
-        below it (the topic was created again); then, as data loss, TopicRecreatedError with failOnDataLoss, else
-        the view's start (see the module docstring). A partition ``start`` lacks begins at 0."""
-        begin = self._decode(start)
-        continued = {}
-        for partition, end in ends.items():
-            position = begin.get(partition, Position(0))
-            if end < position.offset:
-                if self.options.fail_on_data_loss:
-                    raise TopicRecreatedError(self.options.topic, partition, position.offset, end)
-                position = Position(self._earliest(partition))
-            continued[partition] = position
-        return continued
+        """Where each partition's range up to ``ends`` begins: at ``start``, unless the topic was created again
+        since (another creation time, or the partition's log now ends below ``start``); then, as data loss,
+        TopicReplacedError or TopicRecreatedError with failOnDataLoss, else the view's start (see the module
+        docstring). A partition ``start`` lacks begins at 0."""
+        decoded = self._decode(start)
+        begin = {partition: decoded.get(partition, Position(0)) for partition in ends}
+        gone_back = sorted(partition for partition, end in ends.items() if end < begin[partition].offset)
+        created_ms = self._created_ms()
+        replaced = start.get(CREATED_MS, created_ms) != created_ms  # offsets written without it: not told so
+        if self.options.fail_on_data_loss and gone_back:
+            first = gone_back[0]
+            raise TopicRecreatedError(self.options.topic, first, begin[first].offset, ends[first])
+        if self.options.fail_on_data_loss and replaced:
+            raise TopicReplacedError(self.options.topic, int(start[CREATED_MS]), created_ms)
+        return {partition: Position(self._earliest(partition)) if replaced or partition in gone_back else position
+                for partition, position in begin.items()}
 
     def _earliest(self, partition: int) -> int:
         """The view's first offset: the raw log start, or in the compacted view of a compacted partition 0 (the

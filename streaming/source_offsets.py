@@ -5,6 +5,7 @@ reported when retention deleted offsets a query still had to read."""
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
+from datetime import UTC, datetime
 from typing import TypeVar
 
 from storage.errors import LedgerviewError
@@ -34,6 +35,21 @@ class TopicRecreatedError(LedgerviewError):
             "query's offsets name messages of the old log. Set failOnDataLoss=false to read the partition again "
             "from its start, or start the query on a new checkpoint."
         )
+
+
+class TopicReplacedError(LedgerviewError):
+    def __init__(self, topic: str, was_created_ms: int, created_ms: int) -> None:
+        self.topic, self.was_created_ms, self.created_ms = topic, was_created_ms, created_ms
+        super().__init__(
+            f"Data loss in {topic}: the query's offsets belong to the topic created at {_utc(was_created_ms)}, but "
+            f"it was deleted and created again at {_utc(created_ms)}: going on from them would skip the new log's "
+            "first messages. Set failOnDataLoss=false to read every partition again from its start, or start the "
+            "query on a new checkpoint."
+        )
+
+
+def _utc(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 
 def checked_start(topic: str, partition: int, wanted: int, log_start: int, *, fail_on_data_loss: bool) -> int:

@@ -92,7 +92,7 @@ class CompactedStreamModel(RuleBasedStateMachine):
     @invariant()
     def caught_up_the_consumer_holds_every_live_key(self) -> None:
         caught_up = all(position["offset"] == self.store.end_offset("t", int(p))
-                        for p, position in self.offsets.items())
+                        for p, position in self.offsets.items() if p != "created_ms")
         if not caught_up:
             return
         latest: dict[tuple[int, bytes], bytes | None] = {}
@@ -119,7 +119,7 @@ def test_from_earliest_the_snapshot_comes_first_then_every_change(tmp_path: Path
         store.append("t", [(b"b", None), (b"a", b"3")])
     source = stream(tmp_path, startingOffsets="earliest")
     start = source.initialOffset()
-    assert start == {"0": {"offset": 0, "ledger": 1}}
+    assert start["0"] == {"offset": 0, "ledger": 1}
     end = source.latestOffset(start, ReadAllAvailable())
     rows = [(row["offset"], row["key"], row["value"]) for task in source.partitions(start, end)
             for batch in source.read(task) for row in batch.to_pylist()]
