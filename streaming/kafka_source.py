@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -165,11 +166,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             first = {int(p): offset for p, offset in earliest[topic].items()}
             chosen = {int(p): offset for p, offset in starting.get(topic, {}).items()}
             resolved = resolve_offsets(WHERE, "startingOffsets", chosen, topic, earliest=first, latest=last,
-                                       allowed_codes=(EARLIEST, LATEST))
-            for partition, offset in resolved.items():
-                if offset > last[partition]:
-                    raise InvalidOptionError(WHERE, "startingOffsets", offset, f"an offset of {topic}-{partition} "
-                                             f"up to its end, {last[partition]}, or -2 / -1")
+                                       allowed_codes=(EARLIEST, LATEST), past_end=partial(_past_end, topic, last))
             offsets[topic] = {str(p): offset for p, offset in sorted(resolved.items())}
         return offsets
 
@@ -317,3 +314,9 @@ def _record_batch(topic: str, partition: int, records: list[Any]) -> pa.RecordBa
         pa.array([[{"key": k, "value": v} for k, v in r.headers] for r in records],
                  ARROW_SCHEMA.field("headers").type),
     ], schema=ARROW_SCHEMA)
+
+
+def _past_end(topic: str, last: dict[int, int], partition: int, offset: int) -> InvalidOptionError:
+    """The error of a startingOffsets offset past its partition's end."""
+    return InvalidOptionError(WHERE, "startingOffsets", offset,
+                              f"an offset of {topic}-{partition} up to its end, {last[partition]}, or -2 / -1")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from storage.errors import LedgerviewError
+from storage.errors import LedgerviewError, OffsetOutOfRangeError
 from streaming.source_offsets import EARLIEST, LATEST
 
 
@@ -161,13 +161,15 @@ def _offset(value: object) -> int:
 
 
 def resolve_offsets(where: str, option: str, chosen: Mapping[int, int], topic: str, *,
-                    earliest: Mapping[int, int], latest: Mapping[int, int], allowed_codes: tuple[int, ...]
-                    ) -> dict[int, int]:
+                    earliest: Mapping[int, int], latest: Mapping[int, int], allowed_codes: tuple[int, ...],
+                    past_end: Callable[[int, int], LedgerviewError] | None = None) -> dict[int, int]:
     """Kafka's JSON offsets of one topic resolved against its partitions' earliest and latest offsets.
 
     As Spark's Kafka source requires, the JSON names every partition (-2 earliest, -1 latest where
-    ``allowed_codes`` has them). An explicit offset is returned as given: each caller checks it against the log
-    with the error its API gives (a streaming source, the Kafka source and a batch scan differ)."""
+    ``allowed_codes`` has them). An explicit offset past its partition's end (beyond its next offset)
+    raises ``past_end(partition, offset)``, the error of the caller's API: by default OffsetOutOfRangeError, as
+    the ledgerview source and scan refuse it. One below the log start is returned as given (reading it is data
+    loss, which the caller checks)."""
     partitions = set(latest)
     if set(chosen) != partitions:
         raise InvalidOptionError(
@@ -181,6 +183,11 @@ def resolve_offsets(where: str, option: str, chosen: Mapping[int, int], topic: s
             raise InvalidOptionError(where, option, offset, f"offsets >= 0 or the codes {list(allowed_codes)}")
         resolved[partition] = (earliest[partition] if offset == EARLIEST else latest[partition]
                                if offset == LATEST else offset)
+    beyond = [(partition, offset) for partition, offset in sorted(resolved.items()) if offset > latest[partition]]
+    if beyond:
+        partition, offset = beyond[0]
+        raise (past_end(partition, offset) if past_end is not None else
+               OffsetOutOfRangeError(topic, partition, offset, earliest[partition], latest[partition]))
     return resolved
 
 

@@ -37,7 +37,6 @@ from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from readers.partition_read import PartitionRead
 from readers.snapshot import LedgerRemovedError, fold_tail, snapshot_batches
 from storage.compacted import CompactionCursor
-from storage.errors import OffsetOutOfRangeError
 from storage.readable import ReadableStore
 from storage.schema import with_partition_column
 from streaming.options import BATCH_READ, InvalidOptionError, Options, resolve_offsets, topic_offsets
@@ -202,13 +201,8 @@ class TopicScan(DataSourceReader):
         if chosen == "latest":
             return latest
         assert isinstance(chosen, dict)
-        resolved = resolve_offsets(WHERE, option, chosen, self.options.topic, earliest=earliest, latest=latest,
-                                   allowed_codes=codes)
-        for partition, offset in resolved.items():
-            if offset > latest[partition]:
-                raise OffsetOutOfRangeError(self.options.topic, partition, offset, earliest[partition],
-                                            latest[partition])
-        return resolved
+        return resolve_offsets(WHERE, option, chosen, self.options.topic, earliest=earliest, latest=latest,
+                               allowed_codes=codes)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, (ScanPartition, TablePiece)):  # Spark's stand-in for no partitions

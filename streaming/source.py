@@ -50,7 +50,6 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from readers.partition_read import open_partition_read
 from readers.positions import Resume
 from storage.compacted import CompactionCursor
-from storage.errors import OffsetOutOfRangeError
 from storage.readable import ReadableStore
 from streaming.options import STREAM_READ, InvalidOptionError, Options, resolve_offsets, topic_offsets
 from streaming.rows import SparkRows
@@ -198,8 +197,6 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
             chosen = resolve_offsets(WHERE, "startingOffsets", starting, topic, earliest=earliest, latest=ends,
                                      allowed_codes=(EARLIEST, LATEST))
             for p, offset in chosen.items():
-                if offset > ends[p]:  # as a batch read refuses it: no message there to start from
-                    raise OffsetOutOfRangeError(topic, p, offset, earliest[p], ends[p])
                 checked_start(topic, p, offset, earliest[p], fail_on_data_loss=self.options.fail_on_data_loss)
         # A chosen start is a fresh read of the view as it is now: the messages below it count as the current
         # ledger's, so the ledger is served from there.

@@ -130,6 +130,22 @@ def test_json_offsets_must_name_every_partition_as_kafkas_do() -> None:
                         allowed_codes=(-1,))
 
 
+def test_json_offsets_past_a_partition_s_end_are_refused_with_the_caller_s_error() -> None:
+    """One check for the stream, the scan and the Kafka source, each raising the error its API has."""
+    from storage.errors import OffsetOutOfRangeError
+
+    ends, starts = {0: 10, 1: 20}, {0: 0, 1: 5}
+    with pytest.raises(OffsetOutOfRangeError, match=r"Offset 21 is outside prices-1, which holds offsets 5 to 20"):
+        resolve_offsets("a read", "startingOffsets", {0: 10, 1: 21}, "prices", earliest=starts, latest=ends,
+                        allowed_codes=(-2, -1))
+    with pytest.raises(InvalidOptionError, match=r"startingOffsets=11 .*up to 10"):
+        resolve_offsets("a read", "startingOffsets", {0: 11, 1: -1}, "prices", earliest=starts, latest=ends,
+                        allowed_codes=(-2, -1), past_end=lambda partition, offset: InvalidOptionError(
+                            "a read", "startingOffsets", offset, f"up to {ends[partition]}"))
+    assert resolve_offsets("a read", "startingOffsets", {0: 10, 1: 3}, "prices", earliest=starts, latest=ends,
+                           allowed_codes=(-2, -1)) == {0: 10, 1: 3}
+
+
 def test_the_docs_list_every_option_as_it_is_defined() -> None:
     docs = (Path(__file__).resolve().parent.parent / "docs" / "SPARK.md").read_text()
     assert options_table() in docs
