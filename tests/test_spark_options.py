@@ -47,7 +47,8 @@ def test_the_sink_takes_only_its_options() -> None:
 
 
 def test_the_sink_checks_the_headers_type_when_the_write_is_planned(tmp_path: Path) -> None:
-    """Any array passed here, and a wrong one failed later, inside each task, with Arrow's cast error."""
+    """Any array passed here, and a wrong one failed later, inside each task (the store's InvalidMessagesError in
+    an executor's traceback), or was taken (binary header keys)."""
     from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 
     from storage import Store

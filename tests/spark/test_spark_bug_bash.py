@@ -378,7 +378,7 @@ def test_negated_filters_are_left_to_spark(spark: SparkSession, tmp_path: Path, 
 
 @pytest.mark.parametrize("task_bytes", [0, -1])
 def test_compact_with_spark_refuses_task_bytes_below_one(spark: SparkSession, tmp_path: Path, task_bytes: int) -> None:
-    """0 fell back to the topic's budget unsaid, and a negative size planned no task ranges; the CLI refuses
-    both, and so does the API, before it reads anything."""
+    """0 fell back to the topic's budget unsaid, and a negative size cut phase one into a range per segment; the
+    CLI refuses both, and so does the API, before it reads anything."""
     with pytest.raises(InvalidTaskBytesError, match=rf"task_bytes={task_bytes} .*allowed: a positive number of bytes"):
         compact_with_spark(spark, str(tmp_path / "tier"), TOPIC, task_bytes=task_bytes)
