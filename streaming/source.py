@@ -7,16 +7,16 @@ because retention passed its offsets), then every later change (each raw message
 included). The planner runs in one long-lived Python process per query; ``read`` runs in executors and hands
 Arrow batches through.
 
-Offsets (the checkpoint's JSON) are per partition, each the next offset to read: ``{"0": 120, "1": 98}`` for the
-raw log. The compacted view adds the ledger that the messages below it came from,
-``{"0": {"offset": 120, "ledger": 3}}``, because continuing on a different ledger would skip tombstones: a
-consumer that got key k's value from ledger 3 must see k's tombstone even if ledger 4, published since, no
-longer holds k. So a micro-batch [s, e) of the compacted view serves the current ledger from s (then the raw
-tail) when the messages below s came from that very ledger, or s is 0; otherwise it reads the raw log from s, every
-version, the ledger standing in only for offsets retention removed (readers/partition_read.py, ``Resume``). Its
-end is tagged with the ledger it was planned to serve, or none when it was planned to read raw; a compaction
-published between planning and reading makes the task read raw and the next batch see the tag differ, so no batch
-ever skips a tombstone.
+Offsets (the checkpoint's JSON) are per partition, each the next offset to read: ``{"0": 120, "1": 98}`` for the raw
+log, with the topic's creation time beside them (``"created_ms"``, below). The compacted view adds the ledger that
+the messages below it came from, ``{"0": {"offset": 120, "ledger": 3}}``, because continuing on a different ledger
+would skip tombstones: a consumer that got key k's value from ledger 3 must see k's tombstone even if ledger 4,
+published since, no longer holds k. So a micro-batch [s, e) of the compacted view serves the current ledger from s
+(then the raw tail) when the messages below s came from that very ledger, or s is 0; otherwise it reads the raw log
+from s, every version, the ledger standing in only for offsets retention removed (readers/partition_read.py,
+``Resume``). Its end is tagged with the ledger it was planned to serve, or none when it was planned to read raw; a
+compaction published between planning and reading makes the task read raw and the next batch see the tag differ, so
+no batch ever skips a tombstone.
 That keeps a query resumable from its checkpoint across any number of compactions and retention.
 
 A topic deleted and created again is data loss, as the offsets read belong to the old log and going on from them
