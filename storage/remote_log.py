@@ -12,7 +12,9 @@ write (storage/object_store.py), so of two writers racing for one version exactl
 the **epoch** of the data folder that wrote it: a folder claims the partition by publishing the same segments under
 a higher epoch, and a writer whose epoch is below the latest manifest's is fenced (``RemoteLogFencedError``): a
 stale writer or compactor that wakes up late is refused, never merged. The epoch a folder holds is kept in a
-record beside its segments (``remote-epoch.json``).
+record beside its segments (``remote-epoch.json``) with the id of the claim that gave it, which the manifests of
+that epoch carry too: a claim is recorded as under way before it is published, so a folder killed between the two
+finds its own claim in the remote log instead of being fenced by it.
 
 Uploads go to fresh keys before the manifest that names them is published, so readers never see a segment that is
 not whole; an upload that died before its publish leaves objects that no manifest names, which
@@ -54,7 +56,8 @@ MANIFEST_RECORD = "remote-log-manifest"
 EPOCH_RECORD = "remote-epoch"
 MANIFEST_VERSION = 2
 """Version 2 added segments stored from offset 0 (``offset_shift``), sink commits, and ledgers in pieces."""
-EPOCH_VERSION = 1
+EPOCH_VERSION = 2
+"""Version 2 added the id of the claim that gave the epoch, and the claim under way; version 1 is still read."""
 _MANIFEST_NAME = re.compile(r"(\d{20})\.json")
 _LAST_SEEN: dict[tuple[str, str, int], RemoteLogManifest] = {}
 _LAST_SEEN_LOCK = threading.Lock()
@@ -135,6 +138,9 @@ class RemoteLogManifest:
     sinks: dict[str, int] = field(default_factory=dict)
     """Per Spark sink writing straight to the tier (streaming/remote_sink.py): the last micro-batch whose rows
     this log holds, published with them, so a replayed batch is never appended twice."""
+    claim: str | None = None
+    """The id of the claim that began its epoch (None for epoch 0, and in manifests written before claims had
+    ids): a folder killed between publishing its claim and recording it finds its claim by it."""
 
     @property
     def end_offset(self) -> int:
@@ -165,9 +171,11 @@ class RemoteLogManifest:
             manifest = cls(body["version"], body["epoch"], body["log_start_offset"],
                            tuple(RemoteSegmentInfo(**segment) for segment in body["segments"]), body["published_ms"],
                            RemoteCompactedView.from_record(compacted) if compacted is not None else None,
-                           dict(body.get("sinks", {})))
+                           dict(body.get("sinks", {})), body.get("claim"))
         except (KeyError, TypeError, ValueError) as error:
             raise CorruptRecordError(source, MANIFEST_RECORD, f"a field is missing or unknown ({error})") from None
+        if manifest.claim is not None and not isinstance(manifest.claim, str):
+            raise CorruptRecordError(source, MANIFEST_RECORD, f"its claim {manifest.claim!r} is not a string")
         manifest.check(source)
         return manifest
 
@@ -360,6 +368,43 @@ class RemoteLog:
         return doomed
 
 
+@dataclass(frozen=True)
+class HeldClaim:
+    """A folder's ``remote-epoch.json``: the epoch it holds (None: none yet) with the id of the claim that gave it
+    (None in a version 1 record), and a claim it began whose publish may or may not have happened (``claiming``:
+    its epoch and id)."""
+
+    epoch: int | None = None
+    claim: str | None = None
+    claiming: tuple[int, str] | None = None
+
+    def owns(self, manifest: RemoteLogManifest) -> bool:
+        """Whether ``manifest`` is of this folder's epoch: the same number, and the same claim id where both have
+        one (records and manifests written before claims had ids are matched by the number)."""
+        return manifest.epoch == self.epoch and (None in (manifest.claim, self.claim) or manifest.claim == self.claim)
+
+    def encode(self) -> bytes:
+        return encode_record(EPOCH_RECORD, EPOCH_VERSION, {"epoch": self.epoch, "claim": self.claim,
+                                                           "claiming": list(self.claiming) if self.claiming else None})
+
+    @classmethod
+    def decode(cls, source: str, data: bytes) -> HeldClaim:
+        version, body = decode_record(source, data, EPOCH_RECORD, max_version=EPOCH_VERSION)
+        epoch, claim, claiming = body.get("epoch"), body.get("claim"), body.get("claiming")
+        if not (_is_epoch(epoch) or (epoch is None and version > 1)):
+            raise CorruptRecordError(source, EPOCH_RECORD, f"its epoch {epoch!r} is not an integer >= 1")
+        if not (claim is None or isinstance(claim, str)):
+            raise CorruptRecordError(source, EPOCH_RECORD, f"its claim {claim!r} is not a string")
+        if claiming is not None and not (isinstance(claiming, list) and len(claiming) == 2 and _is_epoch(claiming[0])
+                                         and isinstance(claiming[1], str)):
+            raise CorruptRecordError(source, EPOCH_RECORD, f"its claim under way {claiming!r} is not [epoch, id]")
+        return cls(epoch, claim, (claiming[0], claiming[1]) if claiming is not None else None)
+
+
+def _is_epoch(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 class RemoteLogWriter:
     """Changes one partition's remote log on behalf of one data folder, under that folder's epoch."""
 
@@ -367,38 +412,46 @@ class RemoteLogWriter:
         self.log, self.clock = log, clock
         self.epoch_path = partition_folder / REMOTE_EPOCH_RECORD
 
-    def held_epoch(self) -> int | None:
-        """The epoch this folder claimed, or None."""
+    def held(self) -> HeldClaim:
+        """What this folder's epoch record says (nothing held when it has none)."""
         try:
             data = self.epoch_path.read_bytes()
         except FileNotFoundError:
-            return None
-        _, body = decode_record(str(self.epoch_path), data, EPOCH_RECORD, max_version=EPOCH_VERSION)
-        epoch = body.get("epoch")
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
-            raise CorruptRecordError(str(self.epoch_path), EPOCH_RECORD, f"its epoch {epoch!r} is not an integer >= 1")
-        return epoch
+            return HeldClaim()
+        return HeldClaim.decode(str(self.epoch_path), data)
+
+    def _record(self, held: HeldClaim) -> None:
+        write_atomically(self.epoch_path, held.encode())
 
     def claim(self, *, log_start_offset: int) -> RemoteLogManifest:
         """Take the partition's remote log for this folder: publish it unchanged under an epoch above every
-        earlier one (a remote log not yet started begins at ``log_start_offset``). Writers of lower epochs are
-        fenced from then on."""
+        earlier one (a remote log not yet started begins at ``log_start_offset``), with a fresh claim id that the
+        folder records first, so a process killed between the publish and its record finds its claim (see
+        ``current``). Writers of lower epochs are fenced from then on."""
+        held = self.held()
         while True:
-            latest = self.log.latest()
-            manifest = (replace(latest, version=latest.version + 1, epoch=latest.epoch + 1, published_ms=self.clock())
-                        if latest else RemoteLogManifest(1, 1, log_start_offset, (), self.clock()))
+            latest, claim = self.log.latest(), uuid.uuid4().hex
+            manifest = (replace(latest, version=latest.version + 1, epoch=latest.epoch + 1, published_ms=self.clock(),
+                                claim=claim)
+                        if latest else RemoteLogManifest(1, 1, log_start_offset, (), self.clock(), claim=claim))
+            self._record(replace(held, claiming=(manifest.epoch, claim)))
+            faults.crash_point("remote.claim.before_publish")
             if self.log.publish(manifest):
-                write_atomically(self.epoch_path, encode_record(EPOCH_RECORD, EPOCH_VERSION,
-                                                                {"epoch": manifest.epoch}))
+                faults.crash_point("remote.claim.before_record")
+                self._record(HeldClaim(manifest.epoch, claim))
                 return manifest
 
     def current(self, *, log_start_offset: int) -> RemoteLogManifest:
-        """The remote log, checked to be this folder's to change; a partition never uploaded is claimed now."""
-        epoch, latest = self.held_epoch(), self.log.latest()
-        if latest is None and epoch is None:
+        """The remote log, checked to be this folder's to change; a partition never uploaded is claimed now. A claim
+        the folder recorded as under way that the remote log carries (its epoch and id) is recorded as held."""
+        held, latest = self.held(), self.log.latest()
+        if latest is not None and held.claiming is not None and (latest.epoch, latest.claim) == held.claiming:
+            held = HeldClaim(latest.epoch, latest.claim)
+            self._record(held)
+        if latest is None and held.epoch is None:
             return self.claim(log_start_offset=log_start_offset)
-        if latest is None or epoch is None or latest.epoch != epoch:
-            raise RemoteLogFencedError(self.log.topic, self.log.partition, epoch, latest.epoch if latest else 0)
+        if latest is None or not held.owns(latest):
+            raise RemoteLogFencedError(self.log.topic, self.log.partition, held.epoch, latest.epoch if latest else 0)
         return latest
 
     def change(self, edit: Callable[[RemoteLogManifest], RemoteLogManifest], *,
@@ -407,7 +460,7 @@ class RemoteLogWriter:
         writer's epoch took over, before or during the change."""
         while True:
             current = self.current(log_start_offset=log_start_offset)
-            changed = replace(edit(current), version=current.version + 1, epoch=current.epoch,
+            changed = replace(edit(current), version=current.version + 1, epoch=current.epoch, claim=current.claim,
                               published_ms=self.clock())
             changed.check(self.log.objects.url(self.log.manifest_key(changed.version)))
             if self.log.publish(changed):

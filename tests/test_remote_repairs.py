@@ -14,7 +14,9 @@ import pytest
 from compactor import Compactor
 from readers import Reader
 from storage import Store
+from storage.files import REMOTE_EPOCH_RECORD
 from storage.object_store import open_object_store
+from storage.records import encode_record
 from storage.remote_key_index import TAIL
 from storage.remote_log import RemoteLog, RemoteLogFencedError, RemoteManifestDamagedError, change_unowned
 from storage.remote_store import RemoteStore, wall_clock_ms
@@ -222,3 +224,62 @@ def test_verify_reports_damaged_remote_index_objects_and_key_index_directories(d
     for path, finding in ((cut, "not whole index entries"), (pointing_elsewhere, "does not point at the batch"),
                           (gone, "the tier holds none"), (keys_object, "its directory fails its CRC-32C")):
         assert any(str(path) in problem and finding in problem for problem in problems), (path, problems)
+
+
+@pytest.mark.fault
+def test_a_claim_killed_after_its_publish_is_finished_by_the_next_sync(data_dir: Path, tmp_path: Path) -> None:
+    """The first upload claims the partition: it publishes a manifest under epoch 1, then records the epoch in the
+    folder. Killed between the two, the folder was fenced by its own claim ('this data folder has not claimed it'),
+    and its operator could not tell that claim from another folder's. The folder now records the claim's id before
+    publishing, and finds it in the manifest."""
+    tier = f"file://{tmp_path / 'mount' / 'tier'}"
+    with Store.open(data_dir, remote=tier) as store:
+        store.create_topic("t", 1, TIERED)
+        produce(store, "t", 100)
+    with Child("remote_sync.py", data_dir, "sync", crash_at="remote.claim.before_record") as child:
+        assert child.finish()[0] == -9
+    claimed = RemoteLog(open_object_store(tier), "t", 0).latest()
+    assert claimed is not None and claimed.epoch == 1 and claimed.segments == ()
+    with Store.open(data_dir) as store:
+        [synced] = store.sync_remote()
+        assert synced.uploaded and store.remote_status("t", 0).epoch == 1
+    assert [message.offset for message in Reader(tier, "t")] == list(range(synced.remote_end_offset))
+
+
+@pytest.mark.fault
+def test_a_claim_killed_before_its_publish_never_takes_another_folders_claim_for_its_own(
+        data_dir: Path, tmp_path: Path) -> None:
+    """The folder recorded the claim it was making, then died before publishing it; another folder then claimed
+    the same epoch. The first must stay fenced: the epoch is the same number, the claim is not its own."""
+    tier = f"file://{tmp_path / 'mount' / 'tier'}"
+    with Store.open(data_dir, remote=tier) as store:
+        store.create_topic("t", 1, TIERED)
+        produce(store, "t", 100)
+    with Child("remote_sync.py", data_dir, "sync", crash_at="remote.claim.before_publish") as child:
+        assert child.finish()[0] == -9
+    assert RemoteLog(open_object_store(tier), "t", 0).latest() is None
+    with tiered_store(tmp_path / "standby", tier, ManualClock()) as standby:
+        assert standby.claim_remote("t", 0) == 1
+    with Store.open(data_dir) as store, pytest.raises(RemoteLogFencedError, match="epoch 1"):
+        store.sync_remote()
+
+
+def test_epoch_records_and_manifests_without_claim_ids_are_still_read(data_dir: Path, tmp_path: Path,
+                                                                      clock: ManualClock) -> None:
+    """Folders and tiers written before claims had ids: an epoch is then matched by its number alone."""
+    tier = f"file://{tmp_path / 'mount' / 'tier'}"
+    with tiered_store(data_dir, tier, clock) as store:
+        produce(store, "t", 100)
+        store.sync_remote()
+        record = store.partition_log("t", 0).folder / REMOTE_EPOCH_RECORD
+        record.write_bytes(encode_record("remote-epoch", 1, {"epoch": 1}))  # as earlier releases wrote it
+        produce(store, "t", 100, start=100)
+        assert store.sync_remote()[0].uploaded
+        log = RemoteLog(open_object_store(tier), "t", 0)
+        latest = log.latest()
+        assert latest is not None and latest.claim is not None
+        assert log.publish(dataclasses.replace(latest, version=latest.version + 1, claim=None))
+        produce(store, "t", 100, start=200)
+        [synced] = store.sync_remote()
+        assert synced.uploaded
+    assert [message.offset for message in Reader(tier, "t")] == list(range(synced.remote_end_offset))
