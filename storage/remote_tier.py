@@ -196,7 +196,7 @@ def sync_partition(log: PartitionLog, writer: RemoteLogWriter) -> RemoteSyncResu
     with _remote_lock(log):
         log.refresh()
         manifest = writer.current(log_start_offset=log.log_start_offset)
-        _uploaded_end(log, manifest)
+        _uploaded_end(log, manifest)  # raises RemoteLogDivergedError for a local log that no longer continues it
         waiting = [segment for segment in log.segments[:-1]
                    if segment.next_offset > manifest.end_offset and segment.size_bytes > 0]
         for first in range(0, len(waiting), PUBLISH_EVERY):
@@ -255,8 +255,9 @@ def _uploaded_end(log: PartitionLog, manifest: RemoteLogManifest) -> int:
     """The offset below which the local log holds what the remote log holds: its end, unless a local segment below
     that end is none of the remote log's segments (an uploaded segment is the local file byte for byte: same
     offsets, size and timestamps; segments below the remote log's first one are past its retention). Such a sealed
-    segment means the local log diverged: RemoteLogDivergedError. An active one may yet (a folder put back from an
-    older copy, appended to below the remote end): its base offset is returned, and local retention keeps it."""
+    segment means the local log diverged: RemoteLogDivergedError. An active one cannot be told yet (a folder put
+    back from an older copy and appended to below the remote end): its base offset is returned, so that local
+    retention keeps it."""
     uploaded = {(segment.base_offset, segment.next_offset, segment.size_bytes, segment.first_timestamp,
                  segment.max_timestamp) for segment in manifest.segments}
     remote_start = manifest.segments[0].base_offset if manifest.segments else manifest.end_offset
@@ -301,7 +302,7 @@ def enforce_tiered_retention(log: PartitionLog, writer: RemoteLogWriter, *, hold
         log.refresh()
         try:
             manifest = writer.current(log_start_offset=log.log_start_offset)
-            _uploaded_end(log, manifest)
+            _uploaded_end(log, manifest)  # the check, before the remote log changes
         except RemoteSyncRefusal as refusal:
             logger.warning("%s Retention runs over the local log alone, as for a topic that is not tiered.", refusal)
             return enforce_partition_retention(log, read_hold=lambda: hold, now_ms=now_ms)
