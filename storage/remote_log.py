@@ -428,7 +428,10 @@ class RemoteLogWriter:
         earlier one (a remote log not yet started begins at ``log_start_offset``), with a fresh claim id that the
         folder records first, so a process killed between the publish and its record finds its claim (see
         ``current``). Writers of lower epochs are fenced from then on."""
-        held = self.held()
+        try:
+            held = self.held()
+        except CorruptRecordError:  # the claim replaces it, as a claim is how a folder takes the partition again
+            held = HeldClaim()
         while True:
             latest, claim = self.log.latest(), uuid.uuid4().hex
             manifest = (replace(latest, version=latest.version + 1, epoch=latest.epoch + 1, published_ms=self.clock(),

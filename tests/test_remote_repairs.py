@@ -282,4 +282,7 @@ def test_epoch_records_and_manifests_without_claim_ids_are_still_read(data_dir: 
         produce(store, "t", 100, start=200)
         [synced] = store.sync_remote()
         assert synced.uploaded
+        record.write_bytes(b"damaged")
+        assert store.claim_remote("t", 0) == 2  # a claim replaces a record that does not read
+        assert store.sync_remote()[0].remote_end_offset == synced.remote_end_offset
     assert [message.offset for message in Reader(tier, "t")] == list(range(synced.remote_end_offset))
