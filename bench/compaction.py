@@ -404,9 +404,12 @@ VIEW_COLUMNS = ("offset", "key", "value", "timestamp")
 def view_digest(target: Path, output: Path) -> str | None:
     """The first 16 hex digits of a SHA-256 over a job's result in offset order: offsets, keys, values and
     timestamps (as int64), so that rows of different systems show at a glance whether they kept the same view.
-    None when the job left no result (the mmap scan)."""
+    None when the job left no result (the mmap scan) or one of no view (the cleaning floor's copied segments)."""
     if output.is_dir():
-        table = pa.concat_tables(pq.read_table(path, columns=list(VIEW_COLUMNS)) for path in output.rglob("*.parquet"))
+        parts = sorted(output.rglob("*.parquet"))
+        if not parts:
+            return None
+        table = pa.concat_tables(pq.read_table(path, columns=list(VIEW_COLUMNS)) for path in parts)
     elif output.exists():
         with pa.memory_map(str(output)) as source:
             table = pa.ipc.open_file(source).read_all().select(list(VIEW_COLUMNS))
