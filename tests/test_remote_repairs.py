@@ -1,6 +1,7 @@
-"""Remote-tier defects found by earlier reviews, each with the test that failed before its fix: folders restored at
-the remote log's end, the sweep's order, leftovers of killed writes, advice in errors, a fenced folder's disk.
-Against the moto S3 server (tests/s3_server.py) and file:// tiers, as tests/test_remote_bug_bash.py."""
+"""Remote-tier defects found by earlier reviews and the tests of their fixes (each defect's test failed before its
+fix): folders restored at the remote log's end, the sweep's order, leftovers of killed creates and claims, a
+damaged newest manifest or topic.json, a fenced folder's disk, what verify checks on the tier. Against the moto S3
+server (tests/s3_server.py) and file:// tiers, as tests/test_remote_bug_bash.py."""
 
 from __future__ import annotations
 
