@@ -4,9 +4,12 @@ The log is a clean section (cleaned before: every key at most once), then a dirt
 offset (the cleaner checkpoint) to the first uncleanable offset (policy: storage/cleaner_manager.py). One pass:
 
 1. Key map (``build_key_map``): read the key and offset columns of the dirty range batch by batch, fingerprint the
-   keys (storage/fingerprint.py, 8 bytes a key whatever its length) and keep the latest offset per fingerprint:
-   each window of rows is aggregated with Arrow's hash aggregation (latest and first offset per key), then merged
-   into the map, two sorted numpy arrays, without hashing the map again. Keyless messages do not enter it. The map
+   keys (storage/fingerprint.py, 16 bytes a key whatever its length, as Kafka's MD5) and keep the latest offset per
+   fingerprint: each window of rows is aggregated with Arrow's hash aggregation (latest and first offset per key),
+   then merged into the map, sorted numpy arrays, without hashing the map again. The map is sorted by the
+   fingerprints' high 64 bits and keeps their low 64 bits beside; a message counts as an entry's key only when
+   both halves match. Two keys of the dirty range that share the high half (about 1 pair in 2**64) make that entry
+   ambiguous: no message with those high bits is removed by this pass. Keyless messages do not enter it. The map
    holds at most ``max_entries`` keys (the memory budget): when a window would pass that, the map takes only the
    keys first seen before the first key that does not fit, and the pass ends there: its end offset is that key's
    first offset (Kafka's partial clean, KAFKA-3894). The next pass starts from it.
@@ -17,7 +20,7 @@ offset (the cleaner checkpoint) to the first uncleanable offset (policy: storage
    A message at offset o stays by these rules:
    - o >= end: kept as it is (beyond this pass's map);
    - no key: dropped and counted (such messages reach a compacted log only if its policy changed);
-   - o >= first dirty offset: kept when it is its key's latest message in the map;
+   - o >= first dirty offset: kept when it is its key's latest message in the map (or its entry is ambiguous);
    - o < first dirty offset: kept when its key is not in the map (otherwise a newer message of the key follows);
    - a tombstone that passes these rules stays while its batch carries no delete horizon, or the pass's clock is
      before that horizon; the first pass that keeps a tombstone stamps its output batch with
@@ -55,18 +58,19 @@ from storage.codec import (
     with_checksum,
 )
 from storage.errors import LedgerviewError
-from storage.fingerprint import fingerprints
+from storage.fingerprint import wide_fingerprints
 from storage.partition_log import MAX_BATCH_MESSAGES, MAX_RELATIVE_OFFSET, TARGET_BATCH_BYTES, PartitionLog
 from storage.schema import STORED_SCHEMA
 from storage.segment import Segment
 
 OUTPUT_BATCH_BYTES = TARGET_BATCH_BYTES
-MAP_ENTRY_BYTES = 32
-"""Memory per key-map entry: fingerprint and offset (16 bytes), twice while a merge builds the new arrays (Kafka's
-map takes 24 bytes an entry)."""
-WINDOW_ROW_BYTES = 80
-"""Memory per dirty message waiting in a window: its fingerprint and offset (16 bytes) and, at worst (every key
-distinct), its entry in Arrow's hash aggregation of the window (about 64 bytes, measured)."""
+MAP_ENTRY_BYTES = 48
+"""Memory per key-map entry: fingerprint and offset (24 bytes, as Kafka's map takes), twice while a merge builds
+the new arrays."""
+WINDOW_ROW_BYTES = 128
+"""Memory per dirty message waiting in a window: its fingerprint and offset (24 bytes) and, at worst (every key
+distinct), what Arrow's hash aggregation of the window allocates for it (104 bytes by its memory pool's peak for
+1M distinct 16-byte keys)."""
 ShouldAbort = Callable[[], bool]
 
 
@@ -124,24 +128,61 @@ class KeyMap:
     """The latest offset of every key of the dirty range [first_dirty_offset, end_offset)."""
 
     fingerprints: np.ndarray
-    """uint64, sorted, one per key."""
+    """uint64, sorted, one per key: the high half of its 128-bit fingerprint."""
+    low_fingerprints: np.ndarray
+    """uint64, the low half of each entry's fingerprint (meaningless for an ambiguous entry)."""
     latest_offsets: np.ndarray
     """int64, sorted: the offset of each key's latest message."""
+    ambiguous: np.ndarray
+    """uint64, sorted: the high halves that two keys of the dirty range share (almost always none)."""
     first_dirty_offset: int
     end_offset: int
     full: bool
 
-    def holds(self, key_fingerprints: np.ndarray) -> np.ndarray:
-        """Whether each fingerprint is a key of the map."""
-        return _locate(self.fingerprints, key_fingerprints)[1]
+    def holds(self, high: np.ndarray, low: np.ndarray) -> np.ndarray:
+        """Whether each key (given by its fingerprint's halves) is certainly a key of the map: both halves match an
+        entry that is not ambiguous."""
+        positions, found = _locate(self.fingerprints, high)
+        found[found] = self.low_fingerprints[positions[found]] == low[found]
+        certain: np.ndarray = found & ~self.ambiguous_among(high)
+        return certain
+
+    def ambiguous_among(self, high: np.ndarray) -> np.ndarray:
+        """Whether each high half is one of the map's ambiguous entries."""
+        if not len(self.ambiguous):
+            return np.zeros(len(high), dtype=bool)
+        return np.isin(high, self.ambiguous)
 
 
-def _sorted_per_key(keys: np.ndarray, offsets: np.ndarray, aggregate: str) -> tuple[np.ndarray, np.ndarray]:
-    """Arrow's hash aggregation of a window: its distinct keys sorted, with the max or min offset of each."""
+@dataclass(frozen=True)
+class _PerKey:
+    """A window aggregated by key, sorted by the fingerprints' high halves, one row per high half."""
+
+    high: np.ndarray
+    offsets: np.ndarray
+    """The max or min offset of each."""
+    low: np.ndarray
+    """The low half of each (of one of its keys when ``mixed``)."""
+    mixed: np.ndarray
+    """Whether two keys share the high half."""
+
+
+def _sorted_per_key(wide: np.ndarray, offsets: np.ndarray, aggregate: str) -> _PerKey:
+    """Arrow's hash aggregation of a window by its keys' 128-bit fingerprints (``wide``: (rows, 2) uint64, high
+    half first), with the max or min offset of each key, then one row per high half (sorted)."""
+    keys = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(wide), [None, pa.py_buffer(wide)])
     grouped = pa.table({"k": keys, "o": offsets}).group_by("k", use_threads=False).aggregate([("o", aggregate)])
-    distinct = grouped.column("k").to_numpy()
-    order = np.argsort(distinct)
-    return distinct[order], grouped.column(f"o_{aggregate}").to_numpy()[order]
+    distinct = grouped.column("k").combine_chunks()
+    halves = np.frombuffer(distinct.buffers()[1], np.uint64, 2 * len(distinct), 16 * distinct.offset).reshape(-1, 2)
+    order = np.argsort(halves[:, 0])
+    high, low = halves[order, 0], halves[order, 1]
+    per_key = grouped.column(f"o_{aggregate}").to_numpy()[order]
+    starts = np.flatnonzero(np.concatenate([[True], high[1:] != high[:-1]])) if len(high) else np.arange(0)
+    if len(starts) == len(high):  # the usual case: no two keys share the high half
+        return _PerKey(high, per_key, low, np.zeros(len(high), dtype=bool))
+    reduce = np.maximum if aggregate == "max" else np.minimum
+    mixed = np.diff(np.append(starts, len(high))) > 1
+    return _PerKey(high[starts], reduce.reduceat(per_key, starts), low[starts], mixed)
 
 
 def _inserted_slots(positions: np.ndarray, existing: int) -> np.ndarray:
@@ -170,19 +211,22 @@ def _locate(sorted_set: np.ndarray, sorted_values: np.ndarray) -> tuple[np.ndarr
 
 @dataclass
 class _MapBuilder:
-    """The key map being built: fingerprints (sorted) and the latest offset of each."""
+    """The key map being built: fingerprints (sorted by their high halves) and the latest offset of each."""
 
     max_entries: int
     window_rows: int
     fingerprints: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
+    low_fingerprints: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
     latest: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    ambiguous: set[int] = field(default_factory=set)
     window: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     window_size: int = 0
     full_at: int | None = None
     """The offset of the first message whose key did not fit, once the map is full."""
 
-    def add(self, key_fingerprints: np.ndarray, offsets: np.ndarray) -> None:
-        self.window.append((key_fingerprints, offsets))
+    def add(self, wide: np.ndarray, offsets: np.ndarray) -> None:
+        """``wide``: the keys' fingerprints, (rows, 2) uint64, high half first."""
+        self.window.append((wide, offsets))
         self.window_size += len(offsets)
         if self.window_size >= self.window_rows:
             self.merge()
@@ -192,29 +236,34 @@ class _MapBuilder:
         latest); on overflow, take only the messages before the first key that does not fit."""
         if not self.window:
             return
-        keys = np.concatenate([part[0] for part in self.window])
-        offsets = np.concatenate([part[1] for part in self.window])
+        wide, offsets = (np.concatenate([part[column] for part in self.window]) for column in range(2))
         self.window, self.window_size = [], 0
-        window_keys, latest = _sorted_per_key(keys, offsets, "max")
-        positions, known = _locate(self.fingerprints, window_keys)
+        latest = _sorted_per_key(wide, offsets, "max")
+        positions, known = _locate(self.fingerprints, latest.high)
         room = self.max_entries - len(self.fingerprints)
         if len(known) - int(known.sum()) > room:
-            _, first_seen = _sorted_per_key(keys, offsets, "min")  # the same keys, in the same order
+            first_seen = _sorted_per_key(wide, offsets, "min").offsets  # the same keys, in the same order
             self.full_at = int(np.sort(first_seen[~known])[room])
             before = offsets < self.full_at
-            window_keys, latest = _sorted_per_key(keys[before], offsets[before], "max")
-            positions, known = _locate(self.fingerprints, window_keys)
-        del keys, offsets
-        self.latest[positions[known]] = latest[known]
+            latest = _sorted_per_key(wide[before], offsets[before], "max")
+            positions, known = _locate(self.fingerprints, latest.high)
+        del wide, offsets
+        known_at = positions[known]
+        differs = latest.mixed[known] | (self.low_fingerprints[known_at] != latest.low[known])
+        self.ambiguous.update(latest.high[~known][latest.mixed[~known]].tolist())
+        self.ambiguous.update(latest.high[known][differs].tolist())
+        self.latest[known_at] = latest.offsets[known]
         inserted = _inserted_slots(positions[~known], len(self.fingerprints))
-        self.fingerprints = _fill(inserted, self.fingerprints, window_keys[~known])
-        self.latest = _fill(inserted, self.latest, latest[~known])
+        self.fingerprints = _fill(inserted, self.fingerprints, latest.high[~known])
+        self.low_fingerprints = _fill(inserted, self.low_fingerprints, latest.low[~known])
+        self.latest = _fill(inserted, self.latest, latest.offsets[~known])
 
-    def finish(self) -> tuple[np.ndarray, np.ndarray]:
-        """(sorted fingerprints, sorted latest offsets)."""
+    def finish(self, first_dirty_offset: int, end_offset: int) -> KeyMap:
         if self.full_at is None:
             self.merge()
-        return self.fingerprints, np.sort(self.latest)
+        end = end_offset if self.full_at is None else self.full_at
+        return KeyMap(self.fingerprints, self.low_fingerprints, np.sort(self.latest),
+                      np.array(sorted(self.ambiguous), dtype=np.uint64), first_dirty_offset, end, end < end_offset)
 
 
 def build_key_map(log: PartitionLog, first_dirty_offset: int, end_offset: int, *, max_entries: int,
@@ -227,21 +276,20 @@ def build_key_map(log: PartitionLog, first_dirty_offset: int, end_offset: int, *
                 raise CleaningAbortedError(log.topic, log.partition)
             keys = batch.column(2)
             offsets = batch.column(0).to_numpy()
-            key_fingerprints = fingerprints(keys)
+            wide = wide_fingerprints(keys)
             if keys.null_count:
                 keyed = keys.is_valid().to_numpy(zero_copy_only=False)
-                key_fingerprints, offsets = key_fingerprints[keyed], offsets[keyed]
-            builder.add(key_fingerprints, offsets)
+                wide, offsets = wide[keyed], offsets[keyed]
+            builder.add(wide, offsets)
             stats.map_messages_read += batch.num_rows
             stats.map_bytes_read += batch.nbytes
             if builder.full_at is not None:
                 break
         if builder.full_at is not None:
             break
-    key_fingerprints, latest = builder.finish()
-    end = end_offset if builder.full_at is None else builder.full_at
-    stats.map_entries, stats.map_capacity, stats.map_full = len(key_fingerprints), max_entries, end < end_offset
-    return KeyMap(key_fingerprints, latest, first_dirty_offset, end, end < end_offset)
+    key_map = builder.finish(first_dirty_offset, end_offset)
+    stats.map_entries, stats.map_capacity, stats.map_full = len(key_map.fingerprints), max_entries, key_map.full
+    return key_map
 
 
 def _segments_between(log: PartitionLog, start: int, end: int) -> list[Segment]:
@@ -445,8 +493,12 @@ def _survivors(batch: pa.RecordBatch, key_map: KeyMap, stats: CleanerStats) -> t
         low, high = np.searchsorted(latest, [offsets[dirty_start], offsets[end - 1] + 1])
         keep[dirty_start:end] = False
         keep[dirty_start + np.searchsorted(offsets[dirty_start:end], latest[low:high])] = True
+        if len(key_map.ambiguous):
+            dirty = wide_fingerprints(keys.slice(dirty_start, end - dirty_start))
+            keep[dirty_start:end] |= key_map.ambiguous_among(dirty[:, 0])
     if dirty_start > 0:  # the clean section: keys the dirty range did not supersede
-        keep[:dirty_start] = ~key_map.holds(fingerprints(keys.slice(0, dirty_start)))
+        clean = wide_fingerprints(keys.slice(0, dirty_start))
+        keep[:dirty_start] = ~key_map.holds(clean[:, 0], clean[:, 1])
     if keys.null_count:
         keyless = keys.is_null().to_numpy(zero_copy_only=False)
         keyless[end:] = False
