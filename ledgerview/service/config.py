@@ -24,6 +24,7 @@ from ledgerview.kafka.broker import SETTINGS, EndpointOptions
 from ledgerview.kafka.broker_config import CONFIG_KEYS, TLS_KEYS, endpoint_options, security_options
 from ledgerview.kafka.security_options import SecurityConfigError, SecurityOptions, check_security
 from ledgerview.kafka.tls import server_context
+from ledgerview.service.http import MAX_CONNECTIONS
 from ledgerview.service.http_access import HttpAccess, check_http_security
 from storage.errors import InvalidTopicNameError, LedgerviewError
 from storage.files import validate_topic_name
@@ -61,6 +62,11 @@ class HttpSection:
     """Bearer tokens: lines of ``<sha256 hex of the token> <principal>``; empty: none."""
     insecure: bool = False
     """Allow a non-loopback host without TLS and authentication."""
+    max_connections: int = MAX_CONNECTIONS
+    """Kafka's max.connections, for the HTTP server: connections beyond it are closed as they arrive (each open one
+    holds a thread until it ends or its request_timeout passes)."""
+    max_connections_per_ip: int = MAX_CONNECTIONS
+    """Kafka's max.connections.per.ip: the same, for connections from one client address."""
     broker_properties: dict[str, Any] = field(default_factory=dict)
     """Every dotted key of the section: ``ssl.*`` (TLS, client certificates) and ``super.users``."""
 

@@ -1,4 +1,4 @@
-"""Health, status and metrics over HTTP (stdlib http.server on a thread of its own, 127.0.0.1 by default).
+"""Health, status and metrics over HTTP (stdlib http.server, 127.0.0.1 by default).
 
     GET /         the console: a page that shows /status and refreshes itself (ledgerview/service/console.html)
     GET /health   {"status": "ok"|"degraded", ...}: 200 while the service runs (degraded: a source failed); built
@@ -10,9 +10,11 @@ HEAD of each answers GET's status and headers without the body; other methods ar
 
 With an ssl.SSLContext the server speaks HTTPS. A client has REQUEST_TIMEOUT_S from its connection for its TLS
 handshake and its whole request (a client sending a byte at a time is dropped then, as one sending nothing), and
-as long again for each write of the response. With an HttpAccess that is enforced, every route but /health needs
-an identity allowed to see the status (ledgerview/service/http_access.py): 401 without one, 403 for one not
-allowed.
+as long again for each write of the response. Each connection has a thread of its own, so a client that holds
+one open delays no other; Kafka's ``max.connections`` and ``max.connections.per.ip`` bound them (a connection past
+either is closed as it arrives). The status itself is built from one Store, one request at a time. With an
+HttpAccess that is enforced, every route but /health needs an identity allowed to see the status
+(ledgerview/service/http_access.py): 401 without one, 403 for one not allowed.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ import socket
 import ssl
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -43,15 +46,19 @@ OPEN_ROUTES = ("/health",)
 """Served to anyone who reaches the server (liveness probes), whatever the access rule."""
 REQUEST_TIMEOUT_S = 10.0
 """How long a client may take over its TLS handshake and its whole request before it is dropped."""
+MAX_CONNECTIONS = 64
+"""Open connections at once (a thread each), by default."""
 logger = logging.getLogger("ledgerview.http")
 
 
 class StatusServer:
-    """Serves requests one at a time on one thread, with a Store of its own opened on that thread."""
+    """Serves each connection on a thread of its own, and the routes that read the store one at a time, with a
+    Store of its own."""
 
     def __init__(self, host: str, port: int, data: Path, build_status: StatusBuilder,
                  build_health: HealthBuilder, *, tls: ssl.SSLContext | None = None,
-                 access: HttpAccess | None = None, request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+                 access: HttpAccess | None = None, request_timeout_s: float = REQUEST_TIMEOUT_S,
+                 max_connections: int = MAX_CONNECTIONS, max_connections_per_ip: int = MAX_CONNECTIONS) -> None:
         self.data = data
         self.build_status = build_status
         self.build_health = build_health
@@ -59,9 +66,12 @@ class StatusServer:
         self.request_timeout_s = request_timeout_s
         """From the connection, for the TLS handshake and the whole request; then again for each write of the
         response."""
-        self._server = _Server((host, port), _handler(self), tls, request_timeout_s)
+        self._server = _Server((host, port), _handler(self), tls, request_timeout_s,
+                               max_connections, max_connections_per_ip)
         self._thread: threading.Thread | None = None
         self.store: Store | None = None
+        self._store_lock = threading.Lock()
+        """Held while a request reads the store, and while it opens and closes."""
 
     @property
     def address(self) -> str:
@@ -79,11 +89,14 @@ class StatusServer:
         self._server.server_close()
 
     def _serve(self) -> None:
-        self.store = Store.open(self.data)
+        with self._store_lock:
+            self.store = Store.open(self.data)
         try:
             self._server.serve_forever(poll_interval=0.2)
         finally:
-            self.store.close()
+            with self._store_lock:
+                self.store.close()
+                self.store = None
 
     def respond(self, path: str, principal: str | None = None, client: str = "") -> tuple[int, str, bytes]:
         """(status code, content type, body) for a GET of ``path`` by ``principal`` from address ``client``."""
@@ -97,8 +110,10 @@ class StatusServer:
             return 200, "text/html; charset=utf-8", CONSOLE
         if path == "/health":
             return 200, "application/json", json.dumps(self.build_health()).encode()
-        assert self.store is not None
-        status = self.build_status(self.store)
+        with self._store_lock:
+            if self.store is None:
+                return 503, "application/json", json.dumps({"error": "the server is stopping"}).encode()
+            status = self.build_status(self.store)
         if path == "/metrics":
             return 200, "text/plain; version=0.0.4; charset=utf-8", prometheus_text(status).encode()
         return 200, "application/json", json.dumps(status).encode()
@@ -113,14 +128,56 @@ def _refusal(verdict: Verdict, principal: str | None) -> str:
             "--cluster)")
 
 
-class _Server(HTTPServer):
-    """An HTTPServer whose accepted connections time out, and are TLS when given a context."""
+class _Server(ThreadingHTTPServer):
+    """An HTTP server with a thread per connection, at most ``max_connections`` of them and
+    ``max_connections_per_ip`` from one address, whose connections time out, and are TLS when given a context."""
+
+    block_on_close = False
+    """stop() does not wait for clients still connected (daemon threads): their deadlines end them."""
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
-                 tls: ssl.SSLContext | None, timeout_s: float) -> None:
+                 tls: ssl.SSLContext | None, timeout_s: float, max_connections: int,
+                 max_connections_per_ip: int) -> None:
         self.tls = tls
         self.timeout_s = timeout_s
+        self.max_connections, self.max_connections_per_ip = max_connections, max_connections_per_ip
+        self._open: dict[Any, str] = {}
+        """Each connection served now, with its client's address."""
+        self._per_address: Counter[str] = Counter()
+        self._count_lock = threading.Lock()
         super().__init__(address, handler)
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        """Take the connection only below both bounds (refused, it is closed at once, as Kafka closes one)."""
+        address = str(client_address[0])
+        with self._count_lock:
+            if len(self._open) >= self.max_connections or self._per_address[address] >= self.max_connections_per_ip:
+                log_event(logger, logging.INFO, "http.connection_refused", client=address,
+                          reason="max_connections or max_connections_per_ip reached")
+                return False
+            self._open[request] = address
+            self._per_address[address] += 1
+            return True
+
+    def server_close(self) -> None:
+        """Stop listening and end the connections still open (their threads then close them)."""
+        super().server_close()
+        with self._count_lock:
+            open_now = list(self._open)
+        for request in open_now:
+            try:
+                request.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                continue  # closed meanwhile
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._count_lock:
+            address = self._open.pop(request, None)
+            if address is not None:
+                self._per_address[address] -= 1
+                if not self._per_address[address]:
+                    del self._per_address[address]
+        super().shutdown_request(request)
 
     def get_request(self) -> tuple[socket.socket, Any]:
         connection, address = self.socket.accept()

@@ -127,7 +127,9 @@ class Service:
         if config.http.enabled:
             self.http = listening("http", config.http.host, config.http.port, lambda: StatusServer(
                 config.http.host, config.http.port, config.data, self.status, self.health,
-                tls=config.http.tls_context(), access=config.http.access(config.data)))
+                tls=config.http.tls_context(), access=config.http.access(config.data),
+                max_connections=config.http.max_connections,
+                max_connections_per_ip=config.http.max_connections_per_ip))
         if config.kafka.enabled:
             self.kafka = listening("kafka", config.kafka.host, config.kafka.port, lambda: KafkaEndpoint(
                 config.data, options=config.kafka.endpoint_options()))
