@@ -216,7 +216,7 @@ def test_a_bad_config_is_refused_before_anything_starts(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.decode().strip() == (
         f"ledgerview: error: Service config {bad}: [http] prot: unknown key; keys: enabled, host, port, tokens_file, "
-        "insecure. "
+        "insecure, max_connections, max_connections_per_ip. "
         "See conf/ledgerview.toml for every key.")
     assert not (tmp_path / "data").exists()
 
