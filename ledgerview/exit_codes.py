@@ -9,7 +9,7 @@
     3  not found: unknown topic, partition, group or file
     4  conflict: the topic exists, a compaction is already running, a partition is locked, a service runs on the
        data folder, a retention hold, delete-records without cleanup.policy delete, another data folder holds the
-       partition's remote log, or the local log no longer continues it
+       partition's remote log, or the local log no longer continues it, another compaction published first
     5  any other failure (I/O errors, a remote tier that is down, a partition that clean could not clean)
   130  interrupted (Ctrl-C)"""
 
@@ -32,6 +32,7 @@ from storage.errors import (
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
+    WriterConflictError,
 )
 from storage.remote_log import RemoteSyncRefusal
 from storage.retention import (
@@ -55,7 +56,7 @@ _BY_ERROR: tuple[tuple[tuple[type[BaseException], ...], ExitCode], ...] = (
     ((CorruptDataError,), ExitCode.CHECK_FAILED),
     ((UnknownTopicError, UnknownPartitionError, UnknownGroupError, FileNotFoundError), ExitCode.NOT_FOUND),
     ((TopicExistsError, CompactionInProgressError, PartitionLockedError, RetentionHoldError,
-      RecordDeletionNotAllowedError, ServiceRunningError, RemoteSyncRefusal), ExitCode.CONFLICT),
+      RecordDeletionNotAllowedError, ServiceRunningError, RemoteSyncRefusal, WriterConflictError), ExitCode.CONFLICT),
     ((UsageError, ConfigError, MalformedInputError, InvalidMessagesError, InvalidTopicNameError,
       InvalidSubscriptionNameError, InvalidPositionError, OffsetOutOfRangeError, DeleteRecordsOutOfRangeError,
       ServiceConfigError, InvalidResetError, ListenError), ExitCode.USAGE),

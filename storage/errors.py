@@ -145,6 +145,11 @@ class PartitionLockedError(LedgerviewError):
         )
 
 
+class WriterConflictError(LedgerviewError):
+    """Another writer's claim or work stands in the way of this one, which changed nothing: the command line's
+    exit status 4 (conflict)."""
+
+
 class ReadOnlyStoreError(LedgerviewError):
     def __init__(self, path: str) -> None:
         super().__init__(f"This store was opened read-only (Store.open(..., read_only=True), as Spark's read tasks "

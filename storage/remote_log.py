@@ -38,7 +38,7 @@ from typing import Any
 
 from storage import faults
 from storage.compacted import CompactionCursor
-from storage.errors import CorruptDataError, LedgerviewError
+from storage.errors import CorruptDataError, LedgerviewError, WriterConflictError
 from storage.fileio import write_atomically
 from storage.files import KEY_INDEX_SUFFIX, LEDGER_SUFFIX, REMOTE_EPOCH_RECORD, TEMP_SUFFIX, TOPICS_FOLDER
 from storage.key_index import KeyIndex
@@ -88,7 +88,7 @@ class RemoteLogFencedError(RemoteSyncRefusal):
         )
 
 
-class RemoteLogOwnedError(LedgerviewError):
+class RemoteLogOwnedError(WriterConflictError):
     def __init__(self, topic: str, partition: int, epoch: int) -> None:
         self.epoch = epoch
         super().__init__(

@@ -46,7 +46,7 @@ from pyspark.sql import functions as F
 
 from compactor import CompactionResult
 from storage.codec import BatchHeader, encode_batch
-from storage.errors import LedgerviewError
+from storage.errors import LedgerviewError, WriterConflictError
 from storage.files import KEY_INDEX_SUFFIX, LEDGER_SUFFIX
 from storage.ledger import BATCH_BYTES, bounded_slices
 from storage.remote_key_index import sorted_run_entries, write_flat_key_index
@@ -64,7 +64,7 @@ LEDGER_PIECE_SCHEMA = "partition int, object string, first_offset long, rows lon
 KEY_PIECE_SCHEMA = "partition int, object string, first_key binary, bytes long"
 
 
-class CompactionConflictError(LedgerviewError):
+class CompactionConflictError(WriterConflictError):
     def __init__(self, topic: str, partition: int, planned: int | None, found: int | None) -> None:
         super().__init__(
             f"Another compaction of {topic}-{partition} published ledger {found} while this one, planned on "

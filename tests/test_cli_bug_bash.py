@@ -19,10 +19,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from ledgerview.exit_codes import EXIT_CODES_HELP, ExitCode
+from ledgerview.exit_codes import EXIT_CODES_HELP, ExitCode, exit_code_for
 from ledgerview.input_lines import LineFormat, parse_chunk
 from storage import Store
 from storage.partitioner import partition_for_keys
+from storage.remote_log import RemoteLogOwnedError
 from tests.cli_runner import Completed, run_main
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
@@ -218,6 +219,15 @@ def test_help_and_the_docs_list_the_same_exit_statuses() -> None:
                re.findall(r"^\| (\d+) \| (.*) \|$", DOCS.read_text(), re.MULTILINE)}
     assert set(in_help) == {int(code) for code in ExitCode}
     assert in_docs == in_help
+
+
+def test_a_conflict_with_another_writers_work_exits_4_as_the_help_says() -> None:
+    """A tier a data folder owns refuses writers of the tier alone, and a Spark compaction another one overtook
+    drops its work: both conflicts, which exited 5 as failures."""
+    from streaming.compaction import CompactionConflictError  # imports Spark
+
+    assert exit_code_for(RemoteLogOwnedError("events", 0, 1)) is ExitCode.CONFLICT
+    assert exit_code_for(CompactionConflictError("events", 0, 3, 4)) is ExitCode.CONFLICT
 
 
 def test_options_that_mean_nothing_together_are_refused(capsys: pytest.CaptureFixture[str], data_dir: Path) -> None:
