@@ -70,9 +70,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _one_line(error: BaseException) -> str:
+    """The error's message on one line, with its notes (what else happened, added where it was raised)."""
     if isinstance(error, OSError) and not isinstance(error, LedgerviewError) and error.filename is not None:
-        return f"{error.strerror}: {error.filename}"
-    return " ".join(str(error).split())
+        message = f"{error.strerror}: {error.filename}"
+    else:
+        message = str(error)
+    return " ".join(" ".join([message, *getattr(error, "__notes__", [])]).split())
 
 
 if __name__ == "__main__":

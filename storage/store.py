@@ -446,18 +446,31 @@ class Store:
         """Kafka's retention over every partition of ``topic``: delete the oldest segments past retention.ms or
         retention.bytes (when cleanup.policy includes delete) or below the log start offset, never raw data the
         two-phase compaction hold keeps (see storage/retention.py). Returns the segments deleted, whose files are
-        renamed ``.deleted`` now and removed after file.delete.delay.ms. ``now_ms``: default the store's clock."""
+        renamed ``.deleted`` now and removed after file.delete.delay.ms. ``now_ms``: default the store's clock.
+
+        A partition that fails (its data damaged, the remote tier down, a disk error) does not keep retention from
+        the others: the first failure is raised once they are done, with a note of what they deleted."""
         metadata = self.topic_metadata(topic)
         now = self.clock() if now_ms is None else now_ms
         deleted: list[DeletedSegment] = []
+        failures: list[tuple[int, LedgerviewError | OSError]] = []
         for partition in range(metadata.partitions):
-            log = self.partition_log(topic, partition)
-            _remove_retired_ledgers(log)
-            read_hold = functools.partial(self.retention_hold, topic, partition)
-            if self.remote is not None and metadata.config.remote_storage_enable:
-                deleted += enforce_tiered_retention(log, self.remote.writer(log), now_ms=now, hold=read_hold())
-            else:
-                deleted += enforce_partition_retention(log, now_ms=now, read_hold=read_hold)
+            try:
+                log = self.partition_log(topic, partition)
+                _remove_retired_ledgers(log)
+                read_hold = functools.partial(self.retention_hold, topic, partition)
+                if self.remote is not None and metadata.config.remote_storage_enable:
+                    deleted += enforce_tiered_retention(log, self.remote.writer(log), now_ms=now, hold=read_hold())
+                else:
+                    deleted += enforce_partition_retention(log, now_ms=now, read_hold=read_hold)
+            except (LedgerviewError, OSError) as error:
+                failures.append((partition, error))
+        if failures:
+            first = failures[0][1]
+            failed = ", ".join(f"{partition} ({type(error).__name__})" for partition, error in failures)
+            first.add_note(f"Retention of {topic} failed on partition(s) {failed} and ran on the others: "
+                           f"{len(deleted)} segment(s) deleted.")
+            raise first
         return deleted
 
     # ------------------------------------------------------------------------------------------- remote tier

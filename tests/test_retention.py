@@ -39,6 +39,7 @@ from storage.retention import (
     RetentionLoop,
     RetentionReason,
 )
+from tests.cli_runner import run_main
 from tests.conftest import ManualClock
 
 HOUR_MS = 3_600_000
@@ -446,3 +447,26 @@ def test_a_deletion_killed_at_each_step_recovers(data_dir: Path, point: str) -> 
         assert segment_names(data_dir / "t-0")[1] == []
         store.enforce_retention("t")  # finishes the deletion: segments wholly below the log start go
         assert bases(store) == [20, 30]
+
+
+def test_a_damaged_partition_keeps_retention_from_no_other_partition_or_topic(
+        capsys: pytest.CaptureFixture[str], data_dir: Path) -> None:
+    """``ledgerview retention`` (and Store.enforce_retention under it) stopped at the first partition that failed:
+    a damaged partition kept retention from every later partition and topic, whose disks filled."""
+    config = {"segment.bytes": "1024", "retention.bytes": "3000"}
+    with Store.open(data_dir) as store:
+        store.create_topic("a", partitions=2, config=config)
+        store.create_topic("b", config=config)
+        for topic, partition in (("a", 0), ("a", 1), ("b", 0)):
+            for _ in range(10):
+                store.append(topic, [(b"k%d" % i, b"v" * 50) for i in range(10)], partition=partition)
+    damaged = sorted((data_dir / "a-0").glob("*.log"))[-1]
+    flipped = bytearray(damaged.read_bytes())
+    flipped[len(flipped) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(flipped))
+    result = run_main(capsys, data_dir, "retention")
+    assert result.code == 1
+    assert f"Corrupt batch in {damaged}" in result.err
+    assert "Retention of a failed on partition(s) 0 (CorruptSegmentError) and ran on the others" in result.err
+    with Store.open(data_dir) as store:
+        assert store.start_offset("a", 1) > 0 and store.start_offset("b", 0) > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ledgerview.commands.common import Subparsers, add_command, open_existing_store, print_json, print_table, say
+from storage.errors import LedgerviewError
 from storage.retention import LOCAL_REASONS, DeletedSegment
 
 RETENTION_DESCRIPTION = """Run retention now: delete the oldest segments past retention.ms or retention.bytes (topics
@@ -42,11 +43,22 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run_retention(args: argparse.Namespace) -> int:
+    """A topic that fails does not keep retention from the others: what was deleted is printed, then the first
+    failure is raised, naming the other topics that failed."""
     deleted: list[DeletedSegment] = []
+    failures: list[tuple[str, LedgerviewError | OSError]] = []
     with open_existing_store(args) as store:
         for topic in args.topics or store.list_topics():
-            deleted += store.enforce_retention(topic)
+            try:
+                deleted += store.enforce_retention(topic)
+            except (LedgerviewError, OSError) as error:
+                failures.append((topic, error))
     _print_deleted(deleted, as_json=args.json)
+    if failures:
+        first = failures[0][1]
+        if len(failures) > 1:
+            first.add_note(f"Retention failed on topic(s) {', '.join(topic for topic, _ in failures[1:])} too.")
+        raise first
     gone = [segment for segment in deleted if segment.reason not in LOCAL_REASONS.values()]
     dropped = [segment for segment in deleted if segment.reason in LOCAL_REASONS.values()]
     dropped_text = (f"; local copies of {len(dropped)} uploaded segment(s), {sum(s.size_bytes for s in dropped)} "
