@@ -125,6 +125,21 @@ class ObjectStore:
                      else f"the bucket {self._root!r} does not exist at {_s3_endpoint_named()}")
             raise RemoteStorageError(missing.url, missing.action, where) from None
 
+    def create_folder(self) -> None:
+        """For a file:// tier, make its folder (and the folders above it): a data folder does so when it is first
+        tiered there. Other tiers need nothing."""
+        if self._local:
+            self.filesystem.create_dir(self._base, recursive=True)
+
+    def check_folder(self) -> None:
+        """For a file:// tier, raise RemoteStorageError unless its folder exists: a tier a data folder remembers
+        whose folder is gone is a mount that is not there, which would read as an empty tier and be written
+        afresh on the local disk. Other tiers: nothing (a missing bucket is named by the request that meets it)."""
+        if self._local and self.filesystem.get_file_info(self._base).type != pafs.FileType.Directory:
+            raise RemoteStorageError(self.uri, "open", f"the tier's folder {self._base} does not exist (is the shared "
+                                     "mount there?); this data folder was tiered there, so its remote segments are "
+                                     "there. If the tier is new and empty, create the folder")
+
     def list(self, prefix: str) -> list[ObjectInfo]:
         """Every object under ``prefix`` (recursively), sorted by key; none if the prefix does not exist."""
         selector = pafs.FileSelector(self._path(prefix), recursive=True, allow_not_found=True)

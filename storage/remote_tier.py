@@ -168,7 +168,8 @@ def open_remembered_tier(root: Path, remote: str | None, *, timeout_s: float = D
                          remember: bool = True) -> ObjectStore | None:
     """The data folder's remote tier, opened: ``remote`` if given (remembered in the folder the first time it
     opens, unless ``remember`` is False, as for a read-only open), else the one the folder remembers, else None.
-    A folder tiered to one URI refuses another (RemoteTierMismatchError): its remote segments are there."""
+    A folder tiered to one URI refuses another (RemoteTierMismatchError): its remote segments are there. A file://
+    tier's folder is made when a data folder is first tiered there, and must be there after."""
     path = root / REMOTE_TIER_RECORD
     try:
         _, body = decode_record(path, path.read_bytes(), REMOTE_TIER_KIND, max_version=1)
@@ -177,12 +178,15 @@ def open_remembered_tier(root: Path, remote: str | None, *, timeout_s: float = D
             return None
         objects = open_object_store(remote, timeout_s=timeout_s)  # a URI that does not open is never remembered
         if remember:
+            objects.create_folder()
             write_atomically(path, encode_record(REMOTE_TIER_KIND, 1, {"uri": objects.uri}))
         return objects
     known = str(body.get("uri"))
     if remote is not None and remote.rstrip("/") != known:
         raise RemoteTierMismatchError(str(root), known, remote)
-    return open_object_store(known, timeout_s=timeout_s)
+    objects = open_object_store(known, timeout_s=timeout_s)
+    objects.check_folder()
+    return objects
 
 
 def _remote_lock(log: PartitionLog) -> FileLock:

@@ -95,6 +95,25 @@ def test_remote_commands_need_a_remote_tier_and_a_tiered_topic(data_dir: Path, t
     assert (listed.code, listed.out) == (0, "") and "of 0 tiered topic(s)" in listed.err
 
 
+def test_a_mount_that_is_not_there_is_named_and_not_taken_for_an_empty_tier(
+        data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file:// tier whose folder is gone (its mount not mounted) read as an empty tier: status showed nothing
+    uploaded, and sync made the folder again on the local disk and wrote into it."""
+    tier = tmp_path / "mount" / "tier"
+    assert run_main(capsys, data_dir, "--remote", f"file://{tier}", "topics", "create", "prices", *TIERED).code == 0
+    assert tier.is_dir()  # made when the data folder was first tiered there
+    with Store.open(data_dir) as store:
+        store.append("prices", [(f"k{i}", b"v" * 40) for i in range(MESSAGES)])
+    assert run_main(capsys, data_dir, "remote", "sync").code == 0
+    tier.parent.rename(tmp_path / "unmounted")
+    for command in (["remote", "status"], ["remote", "sync"]):
+        one_error_line(run_main(capsys, data_dir, *command), 5, f"the tier's folder {tier} does not exist (is the "
+                                                                "shared mount there?)")
+    assert not tier.exists()
+    (tmp_path / "unmounted").rename(tier.parent)
+    assert run_main(capsys, data_dir, "remote", "sync").code == 0
+
+
 def test_a_bucket_that_cannot_take_the_upload_fails_sync_in_one_line_and_appends_go_on(
         data_dir: Path, s3_server: S3Server, capsys: pytest.CaptureFixture[str]) -> None:
     missing = f"s3://ledgerview-missing-{uuid.uuid4().hex[:12]}/tier"
