@@ -20,7 +20,7 @@ import pytest
 
 from ledgerview.cli import build_parser
 from storage import Store
-from tests.cli_runner import run_cli
+from tests.cli_runner import run_cli, run_main
 
 TINY = ["--config", "segment.bytes=2048", "--config", "index.interval.bytes=256"]
 
@@ -96,6 +96,17 @@ def test_bad_input_changed_nothing(one_topic_store: Path) -> None:
     """Runs after the bad-input cases on the same store (pytest keeps file order)."""
     assert lines(run_cli(one_topic_store, "topics", "list").out) == ["prices"]
     assert run_cli(one_topic_store, "consume", "prices", "--from-beginning", "--until-end").out == ""
+
+
+@pytest.mark.parametrize("args", [["a/b"], ["t", "--config", "cleanup.policy=shred"], ["t", "--partitions", "0"]],
+                         ids=["bad name", "bad config", "no partitions"])
+def test_a_refused_topic_creation_makes_no_data_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       args: list[str]) -> None:
+    """A typo in the first command of a new store left an empty store behind, which later commands then took for
+    the store."""
+    result = run_main(capsys, tmp_path / "data", "topics", "create", *args)
+    assert result.code == 2 and "ledgerview: error: " in result.err
+    assert not (tmp_path / "data").exists()
 
 
 def test_a_missing_data_folder_is_not_created_by_a_reading_command(tmp_path: Path) -> None:

@@ -18,8 +18,9 @@ from ledgerview.commands.common import (
 )
 from ledgerview.errors import UsageError
 from ledgerview.exit_codes import ExitCode
-from storage.config import CONFIG_KEYS
+from storage.config import CONFIG_KEYS, TopicConfig
 from storage.errors import CorruptDataError
+from storage.files import validate_topic_name
 
 CONFIG_HELP = "topic config key=value, repeatable; keys: " + ", ".join(key.name for key in CONFIG_KEYS)
 
@@ -57,9 +58,12 @@ def register(subparsers: Subparsers) -> None:
 
 def run_create(args: argparse.Namespace) -> int:
     config = parse_pairs(args.config, "--config")
-    if args.partitions < 1:  # before the store opens: it would make a data folder for a topic never created
+    # Checked before the store opens: it would make a data folder for a topic never created.
+    if args.partitions < 1:
         raise UsageError(f"--partitions {args.partitions}: a topic has at least one partition; give --partitions 1 "
                          "or more. Nothing was created.")
+    validate_topic_name(args.topic)
+    TopicConfig.from_overrides(config)
     with open_store(args) as store:
         if args.if_not_exists and args.topic in store.list_topics():
             # Kafka's --if-not-exists changes nothing either; saying what the topic has shows when it differs.
