@@ -27,6 +27,7 @@ from storage.files import (
     parse_partition_folder,
     partition_folder,
     topic_metadata_file,
+    topic_sinks_folder,
     validate_topic_name,
 )
 from storage.locks import FileLock
@@ -66,6 +67,7 @@ class TopicCatalogue:
                 if folder.exists():
                     shutil.rmtree(folder)  # left by a creation or deletion that crashed half-way
                 folder.mkdir()
+            shutil.rmtree(topic_sinks_folder(self.root, topic), ignore_errors=True)  # and its sinks' records
             # and the checkpoint entries such a deletion left: the new log starts at 0 with nothing fsynced (a
             # recovery point inherited from the old one would take a batch still being written for damage)
             self._forget_checkpoints(topic, range(partitions))
@@ -114,19 +116,21 @@ class TopicCatalogue:
             return config
 
     def delete(self, topic: str) -> None:
-        """Delete the topic: its metadata first (it is gone at once), then its folders, then its checkpoint
-        entries. Its partition logs must be closed."""
+        """Delete the topic: its metadata first (it is gone at once), then its folders and its sinks' records
+        (a sink's committed batch id belongs to the log deleted), then its checkpoint entries. Its partition logs
+        must be closed."""
         with self._store_lock:
             metadata = self.metadata(topic)
             metadata_file = topic_metadata_file(self.root, topic)
             metadata_file.unlink()
             metadata_file.parent.rmdir()
             self._topics.pop(topic, None)
-            for partition in range(metadata.partitions):
-                folder = partition_folder(self.root, topic, partition)
-                doomed = folder_to_delete(self.root)
-                folder.rename(doomed)
-                shutil.rmtree(doomed)
+            folders = [partition_folder(self.root, topic, partition) for partition in range(metadata.partitions)]
+            for folder in [*folders, topic_sinks_folder(self.root, topic)]:
+                if folder.exists():  # a topic's sinks folder is made by its first sink
+                    doomed = folder_to_delete(self.root)
+                    folder.rename(doomed)
+                    shutil.rmtree(doomed)
             self._forget_checkpoints(topic, range(metadata.partitions))
 
     def _forget_checkpoints(self, topic: str, partitions: range) -> None:

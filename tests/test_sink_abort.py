@@ -51,3 +51,19 @@ def test_abort_with_only_failed_tasks_removes_nothing_staged_by_other_queries(tm
     StreamSink(options).abort([None], BATCH_ID)
     assert staged(data, "query-b") == list(other.files) != []
 
+
+
+def test_a_topic_deleted_and_created_again_takes_a_sinks_batch_its_former_log_took(tmp_path: Path) -> None:
+    """The sinks' records of committed batches stayed behind when their topic was deleted, so the same query's
+    batch id into the topic created again was taken as committed and its rows dropped."""
+    data = tmp_path / "data"
+    options = SinkOptions(str(data), TOPIC)
+    for value in (b"old", b"new"):
+        with Store.open(data) as store:
+            if value == b"new":
+                store.delete_topic(TOPIC)
+            store.create_topic(TOPIC)
+        task = stage_task_rows(options, "query-a", BATCH_ID, iter([pa.record_batch({"key": [b"k"], "value": [value]})]))
+        with Store.open(data) as store:
+            assert commit_batch(store, TOPIC, "query-a", BATCH_ID, task.files)
+            assert store.read(TOPIC, 0).column("value").to_pylist() == [value]
