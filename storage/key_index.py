@@ -71,11 +71,13 @@ class UnreadableKeyIndexError(KeyIndexError):
 class CorruptKeyIndexError(KeyIndexError, CorruptDataError):
     """A key index that cannot be right: lookups through it must not answer."""
 
+    repair = "rebuild it with `ledgerview verify --repair` (or compact the partition again)"
+
     def __init__(self, path: Path | str, key: bytes | None, reason: str) -> None:
         self.path = str(path)
         looking_up = f" (looking up key {key!r})" if key is not None else ""
         super().__init__(f"Key index {path}: {reason}{looking_up}. The index is damaged or from another format: "
-                         "rebuild it with `ledgerview verify --repair` (or compact the partition again).")
+                         f"{self.repair}.")
 
 
 def _options() -> Options:

@@ -43,6 +43,14 @@ RangeReader = Callable[[int, int], pa.Buffer]
 """Reads ``length`` bytes at ``position`` of the object (one ranged request)."""
 
 
+class CorruptRemoteKeyIndexError(CorruptKeyIndexError):
+    """A flat key index object of the remote tier that cannot be right; `verify --repair` rebuilds local indexes
+    only, and lookups answer from a scan of the ledger meanwhile."""
+
+    repair = ("compact the partition again, which uploads a new view with a new key index (point lookups read the "
+              "ledger's keys meanwhile)")
+
+
 def write_flat_key_index(entries: Iterable[tuple[bytes, bytes]], path: Path) -> int:
     """Write the (entry, packed group) pairs of a key index, in its order, as one flat file at ``path``; returns
     its size. The entries come from a RocksDB index (``KeyIndex.entries``) or straight from sorted keys
@@ -81,7 +89,7 @@ class FlatKeyIndex:
         use."""
         if self._runs is None:
             if self._size < TAIL_WITHOUT_DIRECTORY_CRC.size:
-                raise CorruptKeyIndexError(self.path, key, f"{self._size} bytes cannot hold its tail")
+                raise CorruptRemoteKeyIndexError(self.path, key, f"{self._size} bytes cannot hold its tail")
             tail = self._read(self._size - min(self._size, TAIL.size), min(self._size, TAIL.size), key)
             magic = tail[-len(MAGIC):]
             directory_crc: int | None = None
@@ -92,17 +100,17 @@ class FlatKeyIndex:
                 start, groups, _ = TAIL_WITHOUT_DIRECTORY_CRC.unpack(tail[-TAIL_WITHOUT_DIRECTORY_CRC.size :])
                 tail_size = TAIL_WITHOUT_DIRECTORY_CRC.size
             else:
-                raise CorruptKeyIndexError(self.path, key, "its tail is not a flat key index's")
+                raise CorruptRemoteKeyIndexError(self.path, key, "its tail is not a flat key index's")
             if start > self._size - tail_size:
-                raise CorruptKeyIndexError(self.path, key, "its tail is not a flat key index's")
+                raise CorruptRemoteKeyIndexError(self.path, key, "its tail is not a flat key index's")
             data = self._read(start, self._size - tail_size - start, key)
             if directory_crc is not None and crc32c.crc32c(data) != directory_crc:
-                raise CorruptKeyIndexError(self.path, key, "its directory fails its CRC-32C")
+                raise CorruptRemoteKeyIndexError(self.path, key, "its directory fails its CRC-32C")
             runs: dict[int, tuple[list[bytes], list[tuple[int, int, int | None]]]] = {}
             at = 0
             for _ in range(groups):
                 if at + (ENTRY_WITHOUT_CRC if magic == MAGIC_WITHOUT_CRC else ENTRY).size > len(data):
-                    raise CorruptKeyIndexError(self.path, key, "its directory is damaged")
+                    raise CorruptRemoteKeyIndexError(self.path, key, "its directory is damaged")
                 if magic != MAGIC_WITHOUT_CRC:
                     position, length, crc, entry_length = ENTRY.unpack_from(data, at)
                     at += ENTRY.size
@@ -112,7 +120,7 @@ class FlatKeyIndex:
                 entry = data[at : at + entry_length]
                 at += entry_length
                 if len(entry) != entry_length or entry_length < RUN.size or position + length > start:
-                    raise CorruptKeyIndexError(self.path, key, "its directory is damaged")
+                    raise CorruptRemoteKeyIndexError(self.path, key, "its directory is damaged")
                 first_keys, places = runs.setdefault(RUN.unpack_from(entry)[0], ([], []))
                 first_keys.append(entry[RUN.size :])
                 places.append((position, length, crc))
@@ -128,7 +136,7 @@ class FlatKeyIndex:
             position, length, crc = places[group]
             data = self._read(position, length, key)
             if crc is not None and crc32c.crc32c(data) != crc:
-                raise CorruptKeyIndexError(self.path, key, f"the group at byte {position} fails its CRC-32C")
+                raise CorruptRemoteKeyIndexError(self.path, key, f"the group at byte {position} fails its CRC-32C")
             offset = offset_in_group(data, key, self.path)
             if offset is not None:
                 return offset
@@ -141,10 +149,10 @@ class FlatKeyIndex:
         groups = 0
         for first_keys, places in self._directory(None):
             if first_keys != sorted(first_keys):
-                raise CorruptKeyIndexError(self.path, None, "its directory's first keys are out of order")
+                raise CorruptRemoteKeyIndexError(self.path, None, "its directory's first keys are out of order")
             for position, length, crc in places:
                 if crc is not None and crc32c.crc32c(self._read(position, length, None)) != crc:
-                    raise CorruptKeyIndexError(self.path, None, f"the group at byte {position} fails its CRC-32C")
+                    raise CorruptRemoteKeyIndexError(self.path, None, f"the group at byte {position} fails its CRC-32C")
                 groups += 1
         return groups
 
@@ -154,10 +162,10 @@ class FlatKeyIndex:
         try:
             data: bytes = self._read_range(position, length).to_pybytes()
         except RemoteObjectMissingError:
-            raise CorruptKeyIndexError(self.path, key, "the remote tier no longer holds it") from None
+            raise CorruptRemoteKeyIndexError(self.path, key, "the remote tier no longer holds it") from None
         if len(data) != length:
-            raise CorruptKeyIndexError(self.path, key, f"it is shorter than the {self._size} bytes the remote log's "
-                                                       "manifest says")
+            raise CorruptRemoteKeyIndexError(self.path, key, f"it is shorter than the {self._size} bytes the remote "
+                                             "log's manifest says")
         return data
 
     def close(self) -> None:

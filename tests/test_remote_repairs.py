@@ -225,6 +225,8 @@ def test_verify_reports_damaged_remote_index_objects_and_key_index_directories(d
     for path, finding in ((cut, "not whole index entries"), (pointing_elsewhere, "does not point at the batch"),
                           (gone, "the tier holds none"), (keys_object, "its directory fails its CRC-32C")):
         assert any(str(path) in problem and finding in problem for problem in problems), (path, problems)
+    [key_index_problem] = [problem for problem in problems if str(keys_object) in problem]
+    assert "compact the partition again" in key_index_problem and "verify --repair" not in key_index_problem
 
 
 @pytest.mark.fault
