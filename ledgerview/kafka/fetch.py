@@ -20,7 +20,8 @@ a consumer would stop short of the high-water mark for good and never see its la
 
 A damaged batch (a CRC that does not match, in a sealed segment or a ledger): every batch before it is served;
 a fetch from its offset gets CORRUPT_MESSAGE for the partition, as Kafka answers a corrupt record on read, and
-the damage is logged with the file and position.
+the damage is logged with the file and position. A partition whose log does not open at all (a damaged batch where
+it is recovered) gets KAFKA_STORAGE_ERROR (topics.unreadable); the response's other partitions are served.
 
 Long polling: while the response holds fewer than min_bytes, wait for this endpoint's next append, or re-check
 every POLL_INTERVAL_SECONDS for appends made by other processes, until max_wait_ms passes.
@@ -42,10 +43,11 @@ from ledgerview.kafka.fetch_response import Buffer, PartitionAnswer, Piece, Stre
 from ledgerview.kafka.protocol import ErrorCode
 from ledgerview.kafka.record_encoding import encode_batch, encode_empty_batch
 from ledgerview.kafka.records import BATCH_HEADER_BYTES
-from ledgerview.kafka.topics import TopicView, resolve_topic
+from ledgerview.kafka.topics import TopicView, resolve_topic, unreadable
 from readers.partition_read import open_partition_read
 from storage.binary_arrays import value_lengths
 from storage.errors import (
+    CorruptDataError,
     CorruptSegmentError,
     InvalidTopicNameError,
     LedgerviewError,
@@ -107,12 +109,16 @@ def read_partition(broker: Broker, name: str, partition: int, offset: int, max_b
         view = resolve_topic(broker.store, name, broker.options.compacted_suffix)
     except (InvalidTopicNameError, UnknownTopicError):
         return PartitionAnswer(partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    except CorruptDataError as error:
+        return PartitionAnswer(partition, unreadable(name, partition, error))
     if not 0 <= partition < view.partitions:
         return PartitionAnswer(partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     try:
         read = open_partition_read(broker.store, view.topic, partition, offset, read_compacted=view.compacted)
     except OffsetOutOfRangeError as error:
         return PartitionAnswer(partition, ErrorCode.OFFSET_OUT_OF_RANGE, error.end, error.start)
+    except CorruptDataError as error:  # the partition's log does not open (a damaged batch where it is recovered)
+        return PartitionAnswer(partition, unreadable(name, partition, error))
     closers.append(read.close)
     try:
         log_start = 0 if read.ledger is not None else broker.store.start_offset(view.topic, partition)

@@ -22,7 +22,8 @@ from ledgerview.kafka.groups import valid_group_id
 from ledgerview.kafka.offsets import resolve_partition
 from ledgerview.kafka.protocol import ErrorCode
 from readers.groups import list_groups
-from storage.cursors import read_subscription_cursor, remove_subscription_cursor
+from storage.cursors import remove_subscription_cursor
+from storage.files import partition_folder
 
 CONSUMER_PROTOCOL = "consumer"
 ListedGroup = ListGroupsResponse.ListedGroup
@@ -95,7 +96,7 @@ def _delete_group(broker: Broker, group_id: str, known: set[str]) -> ErrorCode:
         return ErrorCode.GROUP_ID_NOT_FOUND
     for topic in broker.store.list_topics():
         for partition in range(broker.store.topic_metadata(topic).partitions):
-            remove_subscription_cursor(broker.store.partition_log(topic, partition).folder, group_id)
+            remove_subscription_cursor(partition_folder(broker.store.root, topic, partition), group_id)
     broker.coordinator.groups.pop(group_id, None)
     return ErrorCode.NONE
 
@@ -126,7 +127,6 @@ def _delete_offset(broker: Broker, group_id: str, name: str, partition: int) -> 
     view = resolve_partition(broker, name, partition, Operation.READ)
     if isinstance(view, ErrorCode):
         return view
-    folder = broker.store.partition_log(view.topic, partition).folder
-    if read_subscription_cursor(folder, group_id, partition) is not None:
-        remove_subscription_cursor(folder, group_id)
+    folder = partition_folder(broker.store.root, view.topic, partition)  # the cursor records'; the log is not opened
+    remove_subscription_cursor(folder, group_id)
     return ErrorCode.NONE

@@ -6,11 +6,14 @@ a restart of the endpoint and a ledgerview Consumer of that subscription continu
 and compacted names of a topic share the record; it notes which view was committed. Kafka lets a commit move a
 position back, and so does this; a negative offset is not stored. The commit's metadata string is kept with the
 offset and handed back by OffsetFetch; one longer than Kafka's offset.metadata.max.bytes (4096) is refused with
-OFFSET_METADATA_TOO_LARGE, as Kafka does.
+OFFSET_METADATA_TOO_LARGE, as Kafka does. A commit or fetch of offsets needs only the partition's folder, not its
+log, so a partition whose log does not open (a damaged segment) keeps its group's positions, as Kafka keeps them
+in __consumer_offsets; a damaged cursor record is that partition's KAFKA_STORAGE_ERROR (topics.unreadable).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from kafka.protocol.consumer import OffsetCommitResponse, OffsetFetchResponse
@@ -20,8 +23,10 @@ from ledgerview.kafka.broker import Broker
 from ledgerview.kafka.groups import valid_group_id
 from ledgerview.kafka.offsets import resolve_partition
 from ledgerview.kafka.protocol import ErrorCode
-from ledgerview.kafka.topics import TopicView, all_topic_views
+from ledgerview.kafka.topics import TopicView, all_topic_views, unreadable
 from storage.cursors import SubscriptionCursor, read_subscription_cursor, write_subscription_cursor
+from storage.errors import CorruptDataError
+from storage.files import partition_folder
 
 CommittedTopic = OffsetCommitResponse.OffsetCommitResponseTopic
 CommittedPartition = CommittedTopic.OffsetCommitResponsePartition
@@ -94,11 +99,16 @@ def _committed(broker: Broker, group_id: str, name: str, partition: int) -> Any:
     if isinstance(view, ErrorCode):
         return FetchedPartition(partition_index=partition, committed_offset=NO_OFFSET, committed_leader_epoch=-1,
                                 metadata="", error_code=view.value)
-    cursor = read_subscription_cursor(_folder(broker, view, partition), group_id, partition)
+    try:
+        cursor = read_subscription_cursor(_folder(broker, view, partition), group_id, partition)
+    except CorruptDataError as error:
+        return FetchedPartition(partition_index=partition, committed_offset=NO_OFFSET, committed_leader_epoch=-1,
+                                metadata="", error_code=unreadable(name, partition, error).value)
     offset = NO_OFFSET if cursor is None else cursor.acked_offset
     return FetchedPartition(partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
                             metadata="" if cursor is None else cursor.metadata, error_code=0)
 
 
-def _folder(broker: Broker, view: TopicView, partition: int) -> Any:
-    return broker.store.partition_log(view.topic, partition).folder
+def _folder(broker: Broker, view: TopicView, partition: int) -> Path:
+    """The partition's folder, which holds its cursor records; its log is not opened."""
+    return partition_folder(broker.store.root, view.topic, partition)

@@ -14,10 +14,10 @@ from kafka.protocol.consumer import ListOffsetsResponse, OffsetForLeaderEpochRes
 from ledgerview.kafka.authorizer import Operation
 from ledgerview.kafka.broker import Broker
 from ledgerview.kafka.protocol import ErrorCode
-from ledgerview.kafka.topics import TopicView, resolve_topic
+from ledgerview.kafka.topics import TopicView, resolve_topic, unreadable
 from readers.partition_read import open_partition_read
 from readers.positions import EARLIEST, LATEST, Position, Timestamp
-from storage.errors import InvalidTopicNameError, UnknownTopicError
+from storage.errors import CorruptDataError, InvalidTopicNameError, UnknownTopicError
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -31,13 +31,15 @@ EpochPartition = EpochTopic.EpochEndOffset
 def resolve_partition(broker: Broker, name: str, partition: int, operation: Operation) -> TopicView | ErrorCode:
     """The view of ``name`` if it has ``partition`` and the principal may ``operation`` it;
     TOPIC_AUTHORIZATION_FAILED when it may not, UNKNOWN_TOPIC_OR_PARTITION for an unknown or invalid topic or
-    partition."""
+    partition, KAFKA_STORAGE_ERROR when the topic's metadata record is damaged (topics.unreadable)."""
     if not broker.allowed_topic(operation, name):
         return ErrorCode.TOPIC_AUTHORIZATION_FAILED
     try:
         view = resolve_topic(broker.store, name, broker.options.compacted_suffix)
     except (InvalidTopicNameError, UnknownTopicError):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    except CorruptDataError as error:
+        return unreadable(name, partition, error)
     return view if 0 <= partition < view.partitions else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
@@ -53,7 +55,11 @@ def _listed(broker: Broker, name: str, wanted: Any) -> Any:
     if isinstance(view, ErrorCode):
         return ListedPartition(partition_index=wanted.partition_index, timestamp=-1, offset=-1,
                                error_code=view.value)
-    offset, timestamp = _list_offset(broker, view, wanted.partition_index, wanted.timestamp)
+    try:
+        offset, timestamp = _list_offset(broker, view, wanted.partition_index, wanted.timestamp)
+    except CorruptDataError as error:  # the partition cannot be opened or read: its own error, not the request's
+        return ListedPartition(partition_index=wanted.partition_index, timestamp=-1, offset=-1,
+                               error_code=unreadable(name, wanted.partition_index, error).value)
     return ListedPartition(partition_index=wanted.partition_index, error_code=0, timestamp=timestamp, offset=offset,
                            leader_epoch=0)
 
@@ -85,5 +91,9 @@ def _epoch_end(broker: Broker, name: str, partition: int) -> Any:
     if isinstance(view, ErrorCode):
         return EpochPartition(error_code=view.value, partition=partition,
                               leader_epoch=-1, end_offset=-1)
-    return EpochPartition(error_code=0, partition=partition, leader_epoch=0,
-                          end_offset=broker.store.end_offset(view.topic, partition))
+    try:
+        end_offset = broker.store.end_offset(view.topic, partition)
+    except CorruptDataError as error:
+        return EpochPartition(error_code=unreadable(name, partition, error).value, partition=partition,
+                              leader_epoch=-1, end_offset=-1)
+    return EpochPartition(error_code=0, partition=partition, leader_epoch=0, end_offset=end_offset)

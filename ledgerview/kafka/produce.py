@@ -50,8 +50,9 @@ from ledgerview.kafka.records import (
     UnsupportedBatchError,
     decode_batches,
 )
-from ledgerview.kafka.topics import resolve_topic
+from ledgerview.kafka.topics import resolve_topic, unreadable
 from storage.errors import (
+    CorruptDataError,
     InvalidMessagesError,
     InvalidTopicNameError,
     LedgerviewError,
@@ -111,6 +112,8 @@ async def _produce_partition(broker: Broker, name: str, partition: int, records:
         return ErrorCode.INVALID_TOPIC_EXCEPTION, -1
     except UnknownTopicError:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
+    except CorruptDataError as error:
+        return unreadable(name, partition, error), -1
     if view.compacted:
         return ErrorCode.INVALID_TOPIC_EXCEPTION, -1
     if not 0 <= partition < view.partitions:
@@ -139,6 +142,8 @@ async def _produce_partition(broker: Broker, name: str, partition: int, records:
         return ErrorCode.MESSAGE_TOO_LARGE, -1
     except InvalidMessagesError:
         return ErrorCode.INVALID_RECORD, -1
+    except CorruptDataError as error:  # the partition's log does not open (a damaged batch where it is recovered)
+        return unreadable(name, partition, error), -1
     except (LedgerviewError, OSError):
         log.exception("appending to %s-%d failed", view.topic, partition)
         return ErrorCode.KAFKA_STORAGE_ERROR, -1

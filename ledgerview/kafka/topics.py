@@ -3,15 +3,24 @@
 
 A stored topic whose name already ends with the suffix is served as itself when no topic of the shorter name
 exists; otherwise the name means the shorter topic's compacted view.
+
+A partition whose stored data fails its checks (storage.errors.CorruptDataError: a damaged batch where its log is
+recovered, a damaged ledger, checkpoint or cursor record) is answered KAFKA_STORAGE_ERROR in that partition's entry,
+as Kafka answers a partition of an offline log dir, and logged with the file the error names; the request's other
+partitions, and the connection, are served as usual (``unreadable``).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
+from ledgerview.kafka.protocol import ErrorCode
 from storage import Store
-from storage.errors import InvalidTopicNameError, UnknownTopicError
+from storage.errors import CorruptDataError, InvalidTopicNameError, UnknownTopicError
 from storage.files import validate_topic_name
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,3 +57,10 @@ def all_topic_views(store: Store, suffix: str) -> list[TopicView]:
         if suffix:
             views.append(TopicView(topic + suffix, topic, True, partitions))
     return views
+
+
+def unreadable(name: str, partition: int, error: CorruptDataError) -> ErrorCode:
+    """KAFKA_STORAGE_ERROR for partition ``partition`` of ``name``, whose stored data failed its checks; logs the
+    error, which names the file."""
+    log.error("answering KAFKA_STORAGE_ERROR for %s-%d: %s", name, partition, error)
+    return ErrorCode.KAFKA_STORAGE_ERROR
