@@ -149,7 +149,8 @@ def test_a_non_loopback_address_without_tls_and_authentication_is_refused(http: 
 def test_https_with_tokens_or_required_certificates_may_listen_everywhere(tmp_path: Path, pki: Pki) -> None:
     keystore = {"ssl.keystore.location": str(pki.server)}
     with_tokens = _config({"host": "0.0.0.0", "tokens_file": str(_tokens_file(tmp_path)), **keystore}, tmp_path)
-    assert with_tokens.http.access(tmp_path).tokens[token_digest(OPS_TOKEN)] == "User:ops"
+    access = with_tokens.http.access(tmp_path)
+    assert access.tokens is not None and access.tokens.principals()[token_digest(OPS_TOKEN)] == "User:ops"
     mutual = _config({"host": "0.0.0.0", "ssl": {"client": {"auth": "required"}, "truststore": {
         "location": str(pki.ca)}}, **keystore}, tmp_path)
     assert mutual.http.security().ssl_client_auth == "required"

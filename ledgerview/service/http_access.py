@@ -3,7 +3,7 @@ TLS client certificate, spelled as the Kafka endpoint spells it) and whether tha
 status (a super user of [http], or an ACL of the data folder allowing Describe on the cluster, by Kafka's rules).
 
 Tokens are kept as SHA-256 digests only, in a file of lines ``<hex digest> <principal>`` (``#`` comments), read
-when the server starts.
+when the server starts and again whenever it changes, so a token is added or revoked without a restart.
 """
 
 from __future__ import annotations
@@ -11,7 +11,10 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
+import logging
+import os
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,10 @@ from typing import Any
 from ledgerview.kafka.authorizer import CLUSTER_NAME, Authorizer, Operation, ResourceType, Session
 from ledgerview.kafka.security_options import SecurityOptions, is_loopback
 from ledgerview.kafka.tls import certificate_principal
+from ledgerview.service.logs import log_event
 from storage.errors import LedgerviewError
+
+logger = logging.getLogger("ledgerview.http")
 
 _TOKEN_LINE = re.compile(r"(?P<digest>[0-9a-f]{64})\s+(?P<principal>User:\S.*)")
 
@@ -68,6 +74,38 @@ def read_tokens(path: Path) -> dict[str, str]:
     return tokens
 
 
+class TokenFile:
+    """The bearer token file, read again whenever it changes (its inode, size or modification time). Changed into
+    one that cannot be read or parsed, it lets no token in until it is mended (fail closed: a revocation written
+    with a typo must not leave the revoked token working), and says so in the log; at start, that is an error."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._seen = self._identity()
+        self._principals = read_tokens(path)
+
+    def principals(self) -> dict[str, str]:
+        """Principals by token digest, as the file holds them now."""
+        with self._lock:
+            identity = self._identity()
+            if identity is None or identity != self._seen:
+                self._seen = identity
+                try:
+                    self._principals = read_tokens(self.path)
+                except TokenFileError as error:
+                    self._principals = {}
+                    log_event(logger, logging.ERROR, "http.tokens_refused", error=str(error))
+            return self._principals
+
+    def _identity(self) -> tuple[int, int, int] | None:
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return None
+        return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
 def token_digest(token: str) -> str:
     """What the token file holds for ``token``."""
     return hashlib.sha256(token.encode()).hexdigest()
@@ -83,24 +121,25 @@ def check_http_security(host: str, security: SecurityOptions, *, tokens: bool, i
 
 @dataclass(frozen=True)
 class HttpAccess:
-    """The HTTP server's access rule. Without tokens or client certificates every request is served (loopback
-    only, unless insecure); with either, a request needs an identity allowed by ``allowed``."""
+    """The HTTP server's access rule. Without a token file or client certificates every request is served
+    (loopback only, unless insecure); with either, a request needs an identity allowed by ``verdict``, even
+    while the token file holds no token."""
 
-    tokens: dict[str, str]
-    """Principals by token digest (read_tokens)."""
+    tokens: TokenFile | None
+    """The bearer token file, if one is configured."""
     client_certificates: bool
     """ssl.client.auth is required or requested: a verified certificate names a principal."""
     authorizer: Authorizer
 
     @classmethod
     def of(cls, data: Path, security: SecurityOptions, tokens_file: str) -> HttpAccess:
-        tokens = read_tokens(Path(tokens_file)) if tokens_file else {}
+        tokens = TokenFile(Path(tokens_file)) if tokens_file else None
         return cls(tokens, security.ssl_client_auth != "none",
                    Authorizer(data, SecurityOptions(super_users=security.super_users)))
 
     @property
     def enforced(self) -> bool:
-        return bool(self.tokens) or self.client_certificates
+        return self.tokens is not None or self.client_certificates
 
     def principal(self, authorization: str | None, certificate: dict[str, Any] | None) -> str | None:
         """The request's principal: its bearer token's when it sends an Authorization header (a token not in the
@@ -108,11 +147,11 @@ class HttpAccess:
         if authorization is None:
             return certificate_principal(certificate)
         scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        if scheme.lower() != "bearer" or not token.strip() or self.tokens is None:
             return None
         digest = token_digest(token.strip())
-        return next((principal for known, principal in self.tokens.items() if hmac.compare_digest(known, digest)),
-                    None)
+        return next((principal for known, principal in self.tokens.principals().items()
+                     if hmac.compare_digest(known, digest)), None)
 
     def verdict(self, principal: str | None, host: str) -> Verdict:
         if not self.enforced:

@@ -1,0 +1,86 @@
+"""The HTTP server's bearer tokens over time, in process with real requests: the token file is read again when it
+changes, so a revoked token stops working and a new one works without a restart; a file changed into one that
+does not parse lets no token in until it is mended; and a token file that holds no token keeps every route but
+/health closed (it opened them all)."""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ledgerview.service.config import HttpSection
+from ledgerview.service.http import StatusServer
+from ledgerview.service.http_access import token_digest
+from storage import Store
+
+OLD, NEW = "old-5b0c7e2d9a4f8e1b3c6d", "new-8f2a4c6e0b1d3f5a7c9e"
+
+
+@pytest.fixture
+def tokens(tmp_path: Path) -> Path:
+    return tmp_path / "http-tokens"
+
+
+@pytest.fixture
+def server(tmp_path: Path, tokens: Path) -> Iterator[StatusServer]:
+    with Store.open(tmp_path / "data"):
+        pass
+    _write(tokens, f"{token_digest(OLD)} User:ops\n")
+    section = HttpSection(port=0, tokens_file=str(tokens), broker_properties={"super.users": "User:ops"})
+    status = StatusServer(section.host, section.port, tmp_path / "data", lambda store: {}, lambda: {"status": "ok"},
+                          access=section.access(tmp_path / "data"))
+    status.start()
+    yield status
+    status.stop()
+
+
+def _write(path: Path, text: str) -> None:
+    """Replace the file as an editor or a deploy tool does: a new file renamed over it."""
+    fresh = path.with_suffix(".new")
+    fresh.write_text(text)
+    os.replace(fresh, path)
+
+
+def _status_code(server: StatusServer, token: str | None) -> int:
+    request = urllib.request.Request(f"http://{server.address}/status")
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_a_token_is_revoked_and_another_added_without_a_restart(server: StatusServer, tokens: Path) -> None:
+    assert (_status_code(server, OLD), _status_code(server, NEW)) == (200, 401)
+    _write(tokens, f"# rotated\n{token_digest(NEW)} User:ops\n")
+    assert (_status_code(server, OLD), _status_code(server, NEW)) == (401, 200)
+
+
+def test_a_token_file_changed_into_one_that_does_not_parse_lets_no_token_in(server: StatusServer,
+                                                                               tokens: Path) -> None:
+    _write(tokens, f"{token_digest(OLD)} ops-without-User\n")  # a revocation or rotation gone wrong
+    assert _status_code(server, OLD) == 401
+    tokens.unlink()
+    assert _status_code(server, OLD) == 401
+    _write(tokens, f"{token_digest(OLD)} User:ops\n")
+    assert _status_code(server, OLD) == 200
+
+
+def test_a_token_file_without_tokens_keeps_the_status_closed(server: StatusServer, tokens: Path) -> None:
+    _write(tokens, "# every token revoked\n")
+    assert (_status_code(server, None), _status_code(server, OLD)) == (401, 401)
+    with urllib.request.urlopen(f"http://{server.address}/health", timeout=30) as health:
+        assert health.status == 200
+
+
+def test_a_token_file_without_tokens_at_start_keeps_the_status_closed(tmp_path: Path, tokens: Path) -> None:
+    tokens.write_text("# no one yet\n")
+    section = HttpSection(port=0, tokens_file=str(tokens))
+    assert section.access(tmp_path).enforced
