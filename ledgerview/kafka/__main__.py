@@ -1,5 +1,6 @@
 """``python -m ledgerview.kafka DATA [--config server.properties] [--insecure] [--host H] [--port P]
-[--compacted-suffix S] [--socket-request-max-bytes N] [--fetch-max-bytes N] [--connections-max-idle-ms N] ...``
+[--advertised-listeners PROTOCOL://HOST:PORT] [--compacted-suffix S]
+[--socket-request-max-bytes N] [--fetch-max-bytes N] [--connections-max-idle-ms N] ...``
 (one option per integer setting: max.connections, queued.max.request.bytes, offsets.retention.minutes,
 frame.stall.timeout.ms, ...): run
 the Kafka endpoint alone in this process until SIGTERM or SIGINT. ``--config`` reads Kafka broker properties
@@ -32,6 +33,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="allow a non-loopback listener without TLS and authentication")
     parser.add_argument("--host", default=EndpointOptions.host)
     parser.add_argument("--port", type=int, default=EndpointOptions.port)
+    parser.add_argument("--advertised-listeners", metavar="PROTOCOL://HOST:PORT",
+                        help="Kafka's advertised.listeners: where clients are told to connect, e.g. "
+                             "PLAINTEXT://broker.example.com:9092 (default: the listener's host, or this machine's "
+                             "canonical host name when it binds every interface)")
     parser.add_argument("--compacted-suffix", default=EndpointOptions.compacted_suffix)
     for name in SETTINGS:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(EndpointOptions, name),
@@ -47,8 +52,12 @@ def main(argv: list[str] | None = None) -> None:
     try:
         options = EndpointOptions(host=args.host, port=args.port, compacted_suffix=args.compacted_suffix,
                                   insecure=args.insecure, **{name: getattr(args, name) for name in SETTINGS})
-        if args.config is not None:
-            options = endpoint_options(read_properties(args.config), str(args.config), options)
+        properties = {} if args.config is None else read_properties(args.config)
+        if properties:
+            options = endpoint_options(properties, str(args.config), options)
+        if args.advertised_listeners is not None and "advertised.listeners" not in properties:
+            options = endpoint_options({"advertised.listeners": args.advertised_listeners},
+                                       "--advertised-listeners", options)  # against the config's listeners
     except (ValueError, OSError, LedgerviewError) as error:
         parser.error(str(error))
     with KafkaEndpoint(args.data, options=options) as endpoint:

@@ -8,6 +8,7 @@ import contextlib
 import copy
 from dataclasses import dataclass, field
 
+from ledgerview.kafka.advertised import advertised_address, check_advertised
 from ledgerview.kafka.authorizer import Authorizer, Operation, ResourceType, Session
 from ledgerview.kafka.batch_cache import EncodedBatchCache
 from ledgerview.kafka.coordinator import GroupCoordinator
@@ -47,8 +48,13 @@ class EndpointOptions:
     """Allow a listener on a non-loopback address without TLS and authentication."""
     compacted_suffix: str = ".compacted"
     """``<topic><suffix>`` serves the topic's compacted view; empty disables the compacted names."""
+    advertised_listeners: tuple[Listener, ...] = ()
+    """Kafka's ``advertised.listeners``: the address clients are told to connect to (Metadata, FindCoordinator) for
+    the listener of each security protocol named; a listener not named is advertised with its own host and the port
+    it bound, or this machine's canonical host name when its host binds every interface (advertised.py)."""
     advertised_host: str | None = None
-    """Host clients are told to connect to (Metadata, FindCoordinator); default ``host``."""
+    """ledgerview's shorthand (the service's ``[kafka] advertised_host``): advertise every listener at this host,
+    with the port it bound; not with ``advertised_listeners``."""
     fetch_cache_bytes: int = 64 * 1024 * 1024
     """Memory for encoded fetch batches, so consumers reading the same offsets share one encoding; held only in
     room queued.max.request.bytes leaves free, evicted first when requests need it (batch_cache.py)."""
@@ -97,6 +103,7 @@ class EndpointOptions:
                 raise ValueError(f"EndpointOptions.{name} is {value}; it must be at least 1"
                                  + (", or -1 for no bound" if unbounded else ""))
         check_security(self.bound_listeners, self.security, insecure=self.insecure)
+        check_advertised(self.bound_listeners, self.advertised_listeners, self.advertised_host)
 
     @property
     def bound_listeners(self) -> tuple[Listener, ...]:
@@ -136,8 +143,9 @@ class Broker:
     """The ACLs enforced; None when authorizer.class.name is empty (everything allowed, as Kafka)."""
     session: Session = field(default_factory=Session)
     """Who sends the requests this broker view answers (see for_connection)."""
-    listener_host: str = ""
-    """The host of the listener the connection arrived on, advertised in Metadata and FindCoordinator."""
+    advertised: tuple[str, int] = ("", 0)
+    """The host and port clients on this connection are told to connect to (Metadata, FindCoordinator): those of
+    the listener it arrived on, as advertised.py advertises it."""
     request_bytes: int = 0
     """What the pool counts for the request frame this connection is handling (its size, or the larger buffer it
     may be received into: FrameBuffers.charge), parked there while it waits for the worker thread
@@ -146,11 +154,13 @@ class Broker:
     def __post_init__(self) -> None:
         self.fetch_cache = EncodedBatchCache(self.options.fetch_cache_bytes)
 
-    def for_connection(self, session: Session, listener_host: str, port: int) -> Broker:
+    def for_connection(self, session: Session, listener: Listener, port: int) -> Broker:
         """A view of this broker for one connection: the same store, groups and caches, that connection's
-        principal and listener."""
+        principal and listener (which bound ``port``)."""
         view = copy.copy(self)
-        view.session, view.listener_host, view.port = session, listener_host, port
+        view.session, view.port = session, port
+        view.advertised = advertised_address(listener, port, self.options.advertised_listeners,
+                                             self.options.advertised_host)
         return view
 
     def allowed(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
@@ -165,7 +175,3 @@ class Broker:
         with contextlib.suppress(LedgerviewError):  # an unknown or invalid name is checked as given
             name = resolve_topic(self.store, name, self.options.compacted_suffix).topic
         return self.authorizer.authorize(self.session, operation, ResourceType.TOPIC, name)
-
-    @property
-    def advertised_host(self) -> str:
-        return self.options.advertised_host or self.listener_host or self.options.host

@@ -62,6 +62,11 @@ def _listeners(text: str) -> tuple[Listener, ...]:
     return tuple(listeners)
 
 
+def _advertised_listeners(text: str) -> tuple[Listener, ...]:
+    """Kafka's advertised.listeners, in the form of listeners; empty: none (every listener advertised as itself)."""
+    return _listeners(text) if text.strip() else ()
+
+
 def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in choices:
@@ -138,6 +143,8 @@ _SECURITY_KEYS = (
 _ENDPOINT_KEYS = (
     ConfigKey("listeners", _listeners, "PROTOCOL://host:port, comma-separated (PLAINTEXT, SSL, SASL_PLAINTEXT, "
               "SASL_SSL)"),
+    ConfigKey("advertised.listeners", _advertised_listeners, "PROTOCOL://host:port, comma-separated: the address "
+              "clients are told to connect to for the listener of that protocol (not 0.0.0.0)"),
     *(ConfigKey(name.replace("_", "."), _int_at_least(1, or_minus_one=name in UNBOUNDED_AT_MINUS_ONE),
                 f"EndpointOptions.{name} (docs/kafka.md)") for name in SETTINGS),
 )

@@ -40,8 +40,8 @@ def handle_metadata(broker: Broker, request: Any, version: int) -> Any:
                   if broker.allowed_topic(Operation.DESCRIBE, view.name)]
     else:
         topics = [_requested_topic(broker, topic.name) for topic in request.topics]
-    broker_entry = MetadataResponse.MetadataResponseBroker(node_id=NODE_ID, host=broker.advertised_host,
-                                                           port=broker.port, rack=None)
+    host, port = broker.advertised
+    broker_entry = MetadataResponse.MetadataResponseBroker(node_id=NODE_ID, host=host, port=port, rack=None)
     return MetadataResponse(version=version, throttle_time_ms=0, brokers=[broker_entry], cluster_id=CLUSTER_ID,
                             controller_id=NODE_ID, topics=topics)
 
@@ -79,8 +79,9 @@ def handle_find_coordinator(broker: Broker, request: Any, version: int) -> Any:
     if not broker.allowed(Operation.DESCRIBE, ResourceType.GROUP, request.key):
         return FindCoordinatorResponse(version=version, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED.value,
                                        error_message=None, node_id=-1, host="", port=-1)
+    host, port = broker.advertised
     return FindCoordinatorResponse(version=version, throttle_time_ms=0, error_code=0, error_message=None,
-                                   node_id=NODE_ID, host=broker.advertised_host, port=broker.port)
+                                   node_id=NODE_ID, host=host, port=port)
 
 
 def handle_init_producer_id(broker: Broker, request: Any, version: int) -> Any:

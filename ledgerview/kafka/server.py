@@ -412,7 +412,7 @@ class KafkaEndpoint:
             principal = await self._authenticate(listener, address, connection)
             if principal is None:
                 return
-            broker = shared.for_connection(Session(principal, address), listener.host, port)
+            broker = shared.for_connection(Session(principal, address), listener, port)
             while True:
                 frame = await read_frame(connection, self.options, pool=self._queued, buffers=self._buffers)
                 broker.request_bytes = charged = self._buffers.charge(len(frame))

@@ -173,7 +173,9 @@ class KafkaSection:
     """0 picks a free port; the chosen one is in the service.started log line."""
     compacted_suffix: str = ".compacted"
     advertised_host: str = ""
-    """The host clients are told to connect to; empty: ``host``."""
+    """The host clients are told to connect to, for every listener (with the port it bound); empty: each
+    listener's host, or this machine's canonical host name for one on every interface; not with the broker
+    property advertised.listeners (ledgerview/kafka/advertised.py)."""
     fetch_cache_bytes: int = EndpointOptions.fetch_cache_bytes
     socket_request_max_bytes: int = EndpointOptions.socket_request_max_bytes
     """Kafka's socket.request.max.bytes: a larger request closes its connection unread."""
