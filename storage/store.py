@@ -15,6 +15,7 @@ Layout of a data folder (see docs/FORMAT.md)::
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
@@ -38,6 +39,7 @@ from storage.cleaner_manager import CleanerConfig, CleanerManager
 from storage.compacted import CompactedLedgers, retention_hold_offset
 from storage.config import InvalidConfigError, TopicConfig
 from storage.errors import (
+    CorruptDataError,
     LedgerviewError,
     NoRemoteTierError,
     PartitionLockedError,
@@ -50,8 +52,10 @@ from storage.errors import (
 from storage.files import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
+    OFFSET_INDEX_SUFFIX,
     RECOVERY_POINT_CHECKPOINT,
     STORE_LOCK,
+    TIME_INDEX_SUFFIX,
     TOPICS_FOLDER,
     WRITER_LOCK,
     partition_folder,
@@ -117,6 +121,10 @@ class Store:
         self.clock = clock
         self._store_lock = self._lock_type(root / STORE_LOCK)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._failed_opens: dict[tuple[str, int], tuple[tuple[object, ...], CorruptDataError]] = {}
+        """Partitions whose log did not open because its data is damaged, with the state of their files then: a
+        caller that retries (a Kafka client, every 100 ms) gets the error again without another walk of the
+        segments, until a file changes."""
         self._catalogue = TopicCatalogue(root, self._store_lock, clock, on_read=self._push_config)
         self._append_path = AppendPath(clock)
         self._log_start_offsets = CachedCheckpoint(root / LOG_START_OFFSET_CHECKPOINT)
@@ -263,11 +271,37 @@ class Store:
         topic = metadata.name
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < metadata.partitions:
             raise UnknownPartitionError(topic, partition, metadata.partitions)
-        log = self._logs.get((topic, partition))
+        key = (topic, partition)
+        log = self._logs.get(key)
         if log is None:
-            log = self._open_partition(metadata, partition)
-            self._logs[(topic, partition)] = log
+            folder = partition_folder(self.root, topic, partition)
+            failed = self._failed_opens.get(key)
+            if failed is not None and failed[0] == self._open_state(folder):
+                raise failed[1].with_traceback(None)
+            state = self._open_state(folder)
+            try:
+                log = self._open_partition(metadata, partition)
+            except CorruptDataError as error:
+                self._failed_opens[key] = (state, error)
+                raise
+            self._failed_opens.pop(key, None)
+            self._logs[key] = log
         return log
+
+    def _open_state(self, folder: Path) -> tuple[object, ...]:
+        """What opening a partition reads: its files but the indexes (names, sizes, modification times) and the
+        store's checkpoints; the same state opens the same way. The indexes are left out: a failed open rebuilds
+        them before it meets the damage."""
+        files = []
+        with contextlib.suppress(FileNotFoundError), os.scandir(folder) as entries:
+            files = sorted((entry.name, entry.stat().st_size, entry.stat().st_mtime_ns) for entry in entries
+                           if not entry.name.endswith((OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX)))
+        checkpoints = []
+        for name in (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT):
+            with contextlib.suppress(FileNotFoundError):
+                stat = (self.root / name).stat()
+                checkpoints.append((name, stat.st_size, stat.st_mtime_ns))
+        return tuple(files), tuple(checkpoints)
 
     def _open_partition(self, metadata: TopicMetadata, partition: int) -> PartitionLog:
         topic, config = metadata.name, metadata.config

@@ -575,3 +575,26 @@ def test_a_topic_created_again_after_a_crashed_delete_starts_with_no_recovery_po
             file.write(segment.read_bytes()[:40])
         with Store.open(data_dir, read_only=True) as reader:
             assert len(reader.read("t", 0)) == 1
+
+
+def test_a_partition_that_did_not_open_fails_alike_until_its_files_change(data_dir: Path) -> None:
+    """A damaged partition is opened again only once its files change: a client retrying it (a Kafka consumer
+    every 100 ms) walked its segments on every request. Mended, it opens."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config={"segment.bytes": "1024"})
+        for _ in range(5):
+            store.append("t", [(b"k%d" % i, b"v" * 50) for i in range(10)], partition=0)
+    damaged = sorted((data_dir / "t-0").glob("*.log"))[-1]
+    intact = damaged.read_bytes()
+    flipped = bytearray(intact)
+    flipped[len(flipped) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(flipped))
+    with Store.open(data_dir) as store:
+        errors = []
+        for _ in range(3):
+            with pytest.raises(CorruptSegmentError) as raised:
+                store.partition_log("t", 0)
+            errors.append(str(raised.value))
+        assert errors == [errors[0]] * 3 and str(damaged) in errors[0]
+        damaged.write_bytes(intact)  # restored from a copy
+        assert store.partition_log("t", 0).end_offset == 50
