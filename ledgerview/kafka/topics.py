@@ -61,6 +61,14 @@ def all_topic_views(store: Store, suffix: str) -> list[TopicView]:
 
 def unreadable(name: str, partition: int, error: CorruptDataError) -> ErrorCode:
     """KAFKA_STORAGE_ERROR for partition ``partition`` of ``name``, whose stored data failed its checks; logs the
-    error, which names the file."""
-    log.error("answering KAFKA_STORAGE_ERROR for %s-%d: %s", name, partition, error)
+    error, which names the file, as an error once per partition and error and at debug level after (clients retry
+    such a partition every 100 ms or so, which would fill the log)."""
+    seen = (name, partition, str(error))
+    level = logging.DEBUG if seen in _REPORTED else logging.ERROR
+    _REPORTED.add(seen)
+    log.log(level, "answering KAFKA_STORAGE_ERROR for %s-%d: %s", name, partition, error)
     return ErrorCode.KAFKA_STORAGE_ERROR
+
+
+_REPORTED: set[tuple[str, int, str]] = set()
+"""The partitions and errors logged already: as many as partitions found damaged."""
