@@ -110,6 +110,8 @@ class TopicRead(Iterator[pa.RecordBatch]):
                     self._positions[read.partition] = Resume(last_offset + 1, ledger_id)
                     self._current = (read.partition, ledger_id)
                     yield batch
+                    if batch.num_rows < stored.num_rows:
+                        return  # max_messages cut the batch: the partition's rest is the next read's
                 self._positions[read.partition] = Resume(read.end_offset, ledger_id)
                 read.close()
         finally:
