@@ -29,7 +29,8 @@ from storage.cursors import (
     validate_subscription_name,
     write_subscription_cursor,
 )
-from storage.errors import LedgerviewError, UnknownTopicError
+from storage.errors import CorruptDataError, LedgerviewError, UnknownTopicError
+from storage.files import partition_folder
 
 ResetKind = Literal["earliest", "latest", "offset", "datetime", "shift-by"]
 
@@ -55,16 +56,21 @@ class GroupPosition:
     partition: int
     committed: int
     """The next offset the group reads."""
-    end_offset: int
+    end_offset: int | None
+    """None when the partition's log cannot be read (``error``)."""
     read_compacted: bool
     """Whether the position was taken on the compacted view."""
     updated_ms: int
     compacted_lag: int | None
-    """Messages of the compacted view from the position to the end; None for a position on the raw log."""
+    """Messages of the compacted view from the position to the end; None for a position on the raw log, or when
+    the partition's data cannot be read."""
+    error: str | None = None
+    """Why the partition's stored data cannot be read (a damaged segment or ledger): its end and lags are then
+    unknown, and the group's other positions are still described."""
 
     @property
-    def lag(self) -> int:
-        return max(0, self.end_offset - self.committed)
+    def lag(self) -> int | None:
+        return None if self.end_offset is None else max(0, self.end_offset - self.committed)
 
 
 @dataclass(frozen=True)
@@ -86,25 +92,31 @@ class Reset:
 
 
 def list_groups(store: Store) -> list[str]:
-    """Every group or subscription with a position on some partition, sorted."""
+    """Every group or subscription with a position on some partition, sorted; from the partitions' folders, whose
+    logs need not open (a damaged one still lists its groups)."""
     names: set[str] = set()
     for topic, partition in _partitions(store, store.list_topics()):
-        names.update(subscription_names(store.partition_log(topic, partition).folder))
+        names.update(subscription_names(partition_folder(store.root, topic, partition)))
     return sorted(names)
 
 
 def describe_group(store: Store, group: str) -> list[GroupPosition]:
-    """The group's position on every partition it has one on, with lag."""
+    """The group's position on every partition it has one on, with lag; a partition whose data cannot be read is
+    described with its error instead of its end and lag."""
     validate_subscription_name(group)
     positions = []
     for topic, partition in _partitions(store, store.list_topics()):
-        folder = store.partition_log(topic, partition).folder
-        cursor = read_subscription_cursor(folder, group, partition)
+        cursor = read_subscription_cursor(partition_folder(store.root, topic, partition), group, partition)
         if cursor is None:
             continue
-        end = store.end_offset(topic, partition)
-        compacted_lag = _compacted_lag(store, topic, partition, cursor.acked_offset, end) if (
-            cursor.read_compacted) else None
+        try:
+            end = store.end_offset(topic, partition)
+            compacted_lag = _compacted_lag(store, topic, partition, cursor.acked_offset, end) if (
+                cursor.read_compacted) else None
+        except CorruptDataError as failure:
+            positions.append(GroupPosition(topic, partition, cursor.acked_offset, None, cursor.read_compacted,
+                                           cursor.updated_ms, None, f"{type(failure).__name__}: {failure}"))
+            continue
         positions.append(GroupPosition(topic, partition, cursor.acked_offset, end, cursor.read_compacted,
                                        cursor.updated_ms, compacted_lag))
     if not positions:

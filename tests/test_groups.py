@@ -4,6 +4,8 @@ kind of target (checked before anything is written), and deleted per topic or wh
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from compactor import Compactor
@@ -94,3 +96,30 @@ def test_the_command_says_when_a_group_has_no_position_on_the_topics_named(
     result = run_main(capsys, store.root, "groups", "delete", "g", "--topic", "t")
     assert (result.code, result.err.strip()) == (0, "g has no position on t: nothing was deleted.")
     assert run_main(capsys, store.root, "groups", "delete", "nobody", "--topic", "t").code == 3
+
+
+def test_a_damaged_partition_is_described_with_its_error_beside_the_groups_other_positions(
+        data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One partition whose log does not open made list and describe fail for every group: the first tools an
+    operator reaches for in an incident answered nothing about it."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t", partitions=2)
+        for partition in range(2):
+            store.append("t", [(b"k%d" % i, b"v" * 50) for i in range(10)], partition=partition)
+            write_subscription_cursor(store.partition_log("t", partition).folder,
+                                      SubscriptionCursor("g", partition, 4, False, None, 0))
+    [damaged] = (data_dir / "t-1").glob("*.log")
+    flipped = bytearray(damaged.read_bytes())
+    flipped[len(flipped) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(flipped))
+    with Store.open(data_dir) as store:
+        assert list_groups(store) == ["g"]
+        sound, unreadable = describe_group(store, "g")
+    assert (sound.partition, sound.end_offset, sound.lag, sound.error) == (0, 10, 6, None)
+    assert (unreadable.partition, unreadable.committed, unreadable.end_offset, unreadable.lag) == (1, 4, None, None)
+    assert unreadable.error is not None and str(damaged) in unreadable.error
+    described = run_main(capsys, data_dir, "groups", "describe", "g")
+    assert described.code == 1
+    rows = [line.split() for line in described.out.splitlines()[1:]]
+    assert [(row[1], row[2], row[3], row[4]) for row in rows] == [("0", "4", "10", "6"), ("1", "4", "-", "-")]
+    assert f"t-1: its end and lag are unknown: CorruptSegmentError: Corrupt batch in {damaged}" in described.err

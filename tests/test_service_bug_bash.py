@@ -261,15 +261,16 @@ def test_a_damaged_source_checkpoint_is_named_with_what_is_wrong(tmp_path: Path,
 
 
 def _one_damaged_segment(tmp_path: Path) -> tuple[ServiceProcess, Path]:
-    """A service on a store of two topics, "damaged" with a flipped byte in its segment, "sound" with a group."""
+    """A service on a store of two topics, "damaged" with a flipped byte in its segment, "sound"; a group has a
+    position on both."""
     data = tmp_path / "data"
     with Store.open(data) as store:
         for topic in ("damaged", "sound"):
             store.create_topic(topic, partitions=1)
             store.append(topic, [{"key": f"k{i}".encode(), "value": b"v" * 50} for i in range(20)])
             store.flush(topic)
-        write_subscription_cursor(store.partition_log("sound", 0).folder, SubscriptionCursor("billing", 0, 5, False,
-                                                                                              None, 0))
+            write_subscription_cursor(store.partition_log(topic, 0).folder, SubscriptionCursor("billing", 0, 5, False,
+                                                                                                None, 0))
     segment = data / "damaged-0" / "00000000000000000000.log"
     damaged = bytearray(segment.read_bytes())
     damaged[len(damaged) // 2] ^= 0xFF
@@ -286,12 +287,18 @@ def test_a_damaged_segment_is_named_in_the_status_beside_the_other_topics_and_th
         topics = {topic["topic"]: topic["partitions"] for topic in status["topics"]}
         assert topics["damaged"][0]["last_errors"][0].startswith(f"CorruptSegmentError: Corrupt batch in {segment}")
         assert topics["sound"][0]["end_offset"] == 20
-        assert status["groups"] == []
-        assert status["groups_error"].startswith(f"CorruptSegmentError: Corrupt batch in {segment}")
+        [billing] = status["groups"]  # listed from the partitions' folders: the damaged log hides no group
+        assert status["groups_error"] is None and billing["error"] is None
+        damaged, sound = billing["positions"]
+        assert (sound["topic"], sound["committed"], sound["end_offset"], sound["lag"]) == ("sound", 5, 20, 15)
+        assert (damaged["topic"], damaged["committed"], damaged["end_offset"], damaged["lag"]) == (
+            "damaged", 5, None, None)
+        assert damaged["error"].startswith(f"CorruptSegmentError: Corrupt batch in {segment}")
         if shutil.which("chromium") is not None:
             page = chromium("--dump-dom", f"http://{service.address}/", profile=tmp_path / "profile")
             groups = page[page.index('<table id="groups">'):].split("</table>")[0]
-            assert f"cannot list the groups: CorruptSegmentError: Corrupt batch in {segment}" in groups
+            assert "<td>billing</td><td>sound</td>" in groups
+            assert f"unreadable: CorruptSegmentError: Corrupt batch in {segment}" in groups
     finally:
         assert service.terminate() == 0
 

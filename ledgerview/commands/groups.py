@@ -19,6 +19,7 @@ from ledgerview.commands.common import (
 )
 from ledgerview.commands.compaction import utc_time
 from ledgerview.errors import UsageError
+from ledgerview.exit_codes import ExitCode
 from readers.groups import ResetTo, delete_group, describe_group, list_groups, reset_offsets
 
 
@@ -70,16 +71,22 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_describe(args: argparse.Namespace) -> int:
+    """Every position, then a line for each partition whose data cannot be read (exit status 1), as kafka-consumer-
+    groups describes a group with a partition offline."""
     with open_existing_store(args) as store:
         positions = describe_group(store, args.group)
     if args.json:
         for position in positions:
             print_json({**dataclasses.asdict(position), "lag": position.lag})
-        return 0
-    print_table(["topic", "partition", "committed", "end", "lag", "view", "compacted lag", "updated (UTC)"],
-                [(p.topic, p.partition, p.committed, p.end_offset, p.lag, "compacted" if p.read_compacted else "raw",
-                  p.compacted_lag, utc_time(p.updated_ms)) for p in positions])
-    return 0
+    else:
+        print_table(["topic", "partition", "committed", "end", "lag", "view", "compacted lag", "updated (UTC)"],
+                    [(p.topic, p.partition, p.committed, p.end_offset, p.lag,
+                      "compacted" if p.read_compacted else "raw", p.compacted_lag, utc_time(p.updated_ms))
+                     for p in positions])
+    unreadable = [p for p in positions if p.error is not None]
+    for position in unreadable:
+        say(f"ledgerview: error: {position.topic}-{position.partition}: its end and lag are unknown: {position.error}")
+    return ExitCode.CHECK_FAILED if unreadable else ExitCode.OK
 
 
 def run_reset(args: argparse.Namespace) -> int:
