@@ -35,14 +35,17 @@ class Damaged:
 @pytest.fixture(scope="module")
 def damaged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Damaged]:
     """One endpoint over topic ``t`` of two partitions, ten messages each, partition 1's only (active) segment with a
-    byte flipped in its first batch after a clean close."""
+    byte flipped in its first batch after a clean close; and topic ``broken``, whose metadata record is damaged."""
     data = tmp_path_factory.mktemp("damaged") / "data"
     with Store.open(data) as store:
+        store.create_topic("broken")
         store.create_topic("t", partitions=2)
         for partition in (0, 1):
             store.append("t", [{"key": None, "value": b"p%d-%d" % (partition, n)} for n in range(MESSAGES)],
                          partition=partition)
     [segment] = (data / "t-1").glob("*.log")
+    metadata = data / "__topics" / "broken" / "topic.json"
+    metadata.write_bytes(metadata.read_bytes()[:-5])
     content = bytearray(segment.read_bytes())
     content[len(content) // 2] ^= 0xFF
     segment.write_bytes(bytes(content))
@@ -105,3 +108,20 @@ def test_kcat_names_the_storage_error_of_the_damaged_partition_only(damaged: Dam
     assert sound.returncode == 0 and "t [0] offset" in sound.stdout, sound
     assert broken.returncode != 0
     assert "Disk error when trying to access log file on disk" in broken.stderr, broken  # KAFKA_STORAGE_ERROR
+
+
+def test_a_topic_whose_metadata_record_is_damaged_hides_no_other_topic(damaged: Damaged) -> None:
+    """Metadata of every topic let the damaged record's error escape, and the endpoint closed the connection: no
+    client could list the topics or bootstrap by listing them."""
+    consumer = Consumer({"bootstrap.servers": damaged.bootstrap, "group.id": "lister"})
+    try:
+        topics = consumer.list_topics(timeout=30).topics
+    finally:
+        consumer.close()
+    assert topics["t"].error is None and sorted(topics["t"].partitions) == [0, 1]
+    assert topics["broken"].error is not None and topics["broken"].error.code() == KafkaError.KAFKA_STORAGE_ERROR
+    listed = KafkaConsumer(bootstrap_servers=damaged.bootstrap)
+    try:
+        assert "t" in listed.topics()
+    finally:
+        listed.close()

@@ -80,7 +80,7 @@ def handle_offset_fetch(broker: Broker, request: Any, version: int) -> Any:
         return OffsetFetchResponse(version=version, throttle_time_ms=0, topics=[],
                                    error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED.value)
     if request.topics is None:
-        wanted = [(view.name, list(range(view.partitions))) for view in all_topic_views(broker.store, "")
+        wanted = [(view.name, list(range(view.partitions))) for view in all_topic_views(broker.store, "")[0]
                   if broker.allowed_topic(Operation.DESCRIBE, view.name)]
     else:
         wanted = [(topic.name, list(topic.partition_indexes)) for topic in request.topics]

@@ -14,8 +14,8 @@ from kafka.protocol.producer import InitProducerIdResponse
 from ledgerview.kafka.authorizer import CLUSTER_NAME, Operation, ResourceType
 from ledgerview.kafka.broker import CLUSTER_ID, NODE_ID, Broker
 from ledgerview.kafka.protocol import VERSIONS, ApiKey, ErrorCode
-from ledgerview.kafka.topics import TopicView, all_topic_views, resolve_topic
-from storage.errors import InvalidTopicNameError, UnknownTopicError
+from ledgerview.kafka.topics import TopicView, all_topic_views, resolve_topic, unreadable
+from storage.errors import CorruptDataError, InvalidTopicNameError, UnknownTopicError
 
 COORDINATOR_KEY_TYPE_GROUP = 0
 
@@ -36,8 +36,10 @@ def handle_api_versions(broker: Broker, request: Any, version: int) -> Any:
 def handle_metadata(broker: Broker, request: Any, version: int) -> Any:
     listed_all = request.topics is None or (version == 0 and not request.topics)
     if listed_all:
-        topics = [_topic_metadata(view) for view in all_topic_views(broker.store, broker.options.compacted_suffix)
-                  if broker.allowed_topic(Operation.DESCRIBE, view.name)]
+        views, damaged = all_topic_views(broker.store, broker.options.compacted_suffix)
+        topics = [_topic_metadata(view) for view in views if broker.allowed_topic(Operation.DESCRIBE, view.name)]
+        topics += [_topic_error(name, ErrorCode.KAFKA_STORAGE_ERROR) for name in damaged
+                   if broker.allowed_topic(Operation.DESCRIBE, name)]
     else:
         topics = [_requested_topic(broker, topic.name) for topic in request.topics]
     host, port = broker.advertised
@@ -55,6 +57,8 @@ def _requested_topic(broker: Broker, name: str) -> Any:
         return _topic_error(name, ErrorCode.INVALID_TOPIC_EXCEPTION)
     except UnknownTopicError:
         return _topic_error(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    except CorruptDataError as error:  # its metadata record is damaged
+        return _topic_error(name, unreadable(name, None, error))
 
 
 def _topic_metadata(view: TopicView) -> Any:

@@ -48,25 +48,34 @@ def resolve_topic(store: Store, name: str, suffix: str) -> TopicView:
     return TopicView(name, name, False, store.topic_metadata(name).partitions)
 
 
-def all_topic_views(store: Store, suffix: str) -> list[TopicView]:
-    """Every topic under both names (the compacted one only when a suffix is configured)."""
-    views = []
+def all_topic_views(store: Store, suffix: str) -> tuple[list[TopicView], list[str]]:
+    """Every topic under both names (the compacted one only when a suffix is configured), and the names of those
+    whose metadata record is damaged (``unreadable`` logs why): one such topic hides no other."""
+    views, damaged = [], []
     for topic in store.list_topics():
-        partitions = store.topic_metadata(topic).partitions
-        views.append(TopicView(topic, topic, False, partitions))
-        if suffix:
-            views.append(TopicView(topic + suffix, topic, True, partitions))
-    return views
+        names = [topic, topic + suffix] if suffix else [topic]
+        try:
+            partitions = store.topic_metadata(topic).partitions
+        except UnknownTopicError:
+            continue  # deleted since the listing
+        except CorruptDataError as error:
+            unreadable(topic, None, error)
+            damaged += names
+            continue
+        views += [TopicView(name, topic, name != topic, partitions) for name in names]
+    return views, damaged
 
 
-def unreadable(name: str, partition: int, error: CorruptDataError) -> ErrorCode:
-    """KAFKA_STORAGE_ERROR for partition ``partition`` of ``name``, whose stored data failed its checks; logs the
+def unreadable(name: str, partition: int | None, error: CorruptDataError) -> ErrorCode:
+    """KAFKA_STORAGE_ERROR for partition ``partition`` of ``name`` (None: the whole topic, whose metadata record is
+    damaged), whose stored data failed its checks; logs the
     error, which names the file, as an error once per partition and error and at debug level after (clients retry
     such a partition every 100 ms or so, which would fill the log)."""
-    seen = (name, partition, str(error))
+    seen = (name, -1 if partition is None else partition, str(error))
     level = logging.DEBUG if seen in _REPORTED else logging.ERROR
     _REPORTED.add(seen)
-    log.log(level, "answering KAFKA_STORAGE_ERROR for %s-%d: %s", name, partition, error)
+    log.log(level, "answering KAFKA_STORAGE_ERROR for %s: %s", name if partition is None else f"{name}-{partition}",
+            error)
     return ErrorCode.KAFKA_STORAGE_ERROR
 
 
