@@ -15,6 +15,7 @@ in Kafka, whose tool refuses to reset an active group; stop the group's consumer
 
 from __future__ import annotations
 
+import glob
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -30,7 +31,7 @@ from storage.cursors import (
     write_subscription_cursor,
 )
 from storage.errors import CorruptDataError, LedgerviewError, UnknownTopicError
-from storage.files import partition_folder
+from storage.files import parse_partition_folder, partition_folder
 
 ResetKind = Literal["earliest", "latest", "offset", "datetime", "shift-by"]
 
@@ -199,10 +200,15 @@ def _compacted_lag(store: Store, topic: str, partition: int, position: int, end:
 
 
 def _partitions(store: Store, topics: Iterable[str]) -> list[tuple[str, int]]:
+    """The topics' partitions; for a topic whose metadata record is damaged, the partition folders it has (their
+    positions are then described with that error)."""
     found = []
     for topic in topics:
         try:
             found += [(topic, partition) for partition in range(store.topic_metadata(topic).partitions)]
         except UnknownTopicError:
             continue  # deleted meanwhile
+        except CorruptDataError:
+            on_disk = (parse_partition_folder(folder.name) for folder in store.root.glob(f"{glob.escape(topic)}-*"))
+            found += sorted(parsed for parsed in on_disk if parsed is not None and parsed[0] == topic)
     return found

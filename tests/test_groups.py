@@ -123,3 +123,21 @@ def test_a_damaged_partition_is_described_with_its_error_beside_the_groups_other
     rows = [line.split() for line in described.out.splitlines()[1:]]
     assert [(row[1], row[2], row[3], row[4]) for row in rows] == [("0", "4", "10", "6"), ("1", "4", "-", "-")]
     assert f"t-1: its end and lag are unknown: CorruptSegmentError: Corrupt batch in {damaged}" in described.err
+
+
+def test_a_topic_whose_metadata_record_is_damaged_hides_no_group(data_dir: Path) -> None:
+    """Its partitions are found by their folders, and described with the record's error."""
+    with Store.open(data_dir) as store:
+        for topic in ("orders", "t"):
+            store.create_topic(topic)
+            store.append(topic, [(b"k", b"v")] * 3, partition=0)
+            write_subscription_cursor(store.partition_log(topic, 0).folder,
+                                      SubscriptionCursor("g", 0, 1, False, None, 0))
+    record = data_dir / "__topics" / "t" / "topic.json"
+    record.write_bytes(record.read_bytes()[:-5])
+    with Store.open(data_dir) as store:
+        assert list_groups(store) == ["g"]
+        orders, damaged = describe_group(store, "g")
+    assert (orders.topic, orders.end_offset, orders.lag, orders.error) == ("orders", 3, 2, None)
+    assert (damaged.topic, damaged.partition, damaged.committed, damaged.end_offset) == ("t", 0, 1, None)
+    assert damaged.error is not None and str(record) in damaged.error
