@@ -269,8 +269,12 @@ def _message_reader(uri: str, topic: str) -> Any:
 
 
 def _partition_runs(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pa.Table]]:
-    """A sorted task input, one log partition at a time."""
-    table = pa.Table.from_batches(list(batches))
+    """A sorted task input, one log partition at a time; nothing for a task that got no rows (every key of the
+    run tombstoned, or only keyless messages kept: no live key)."""
+    received = list(batches)
+    if not received:
+        return
+    table = pa.Table.from_batches(received)
     if not table.num_rows:
         return
     partitions = table.column("partition").to_numpy()
@@ -372,11 +376,24 @@ def _key_piece_writer(uri: str, topic: str, versions: dict[int, tuple[int, int]]
     return write
 
 
+def _empty_key_index(store: RemoteStore, topic: str, plan: _Plan) -> dict[str, Any]:
+    """An empty key index object for the partition's ledger (a view with batches must have one), as phase two's
+    key piece rows describe a piece."""
+    key = _object_stem(topic, plan.partition, plan.ledger_id) + KEY_INDEX_SUFFIX
+    with tempfile.TemporaryDirectory(prefix="ledgerview-piece-") as folder:
+        path = Path(folder) / "piece.keys"
+        size = write_flat_key_index([], path)
+        store.objects.upload(path, key)
+    return {"partition": plan.partition, "object": key, "first_key": b"", "bytes": size}
+
+
 def _publish(store: RemoteStore, topic: str, plan: _Plan, ledger_rows: list[Any], key_rows: list[Any],
              grace_ms: int) -> DistributedCompactionResult:
     """Name the pieces in the partition's manifest as its compacted view; sweep what is no longer needed."""
     ledger_rows = sorted(ledger_rows, key=lambda row: row["first_offset"])
     key_rows = sorted(key_rows, key=lambda row: row["first_key"])
+    if ledger_rows and not key_rows:  # only keyless messages kept: readers need a key index, an empty one
+        key_rows = [_empty_key_index(store, topic, plan)]
     batches = tuple((*header, piece) for piece, row in enumerate(ledger_rows)
                     for header in json.loads(row["batches"]))
     kept = sum(row["rows"] for row in ledger_rows)
