@@ -15,7 +15,6 @@ in Kafka, whose tool refuses to reset an active group; stop the group's consumer
 
 from __future__ import annotations
 
-import glob
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -31,7 +30,7 @@ from storage.cursors import (
     write_subscription_cursor,
 )
 from storage.errors import CorruptDataError, LedgerviewError, UnknownTopicError
-from storage.files import parse_partition_folder, partition_folder
+from storage.files import partition_folder, partitions_on_disk
 
 ResetKind = Literal["earliest", "latest", "offset", "datetime", "shift-by"]
 
@@ -209,6 +208,5 @@ def _partitions(store: Store, topics: Iterable[str]) -> list[tuple[str, int]]:
         except UnknownTopicError:
             continue  # deleted meanwhile
         except CorruptDataError:
-            on_disk = (parse_partition_folder(folder.name) for folder in store.root.glob(f"{glob.escape(topic)}-*"))
-            found += sorted(parsed for parsed in on_disk if parsed is not None and parsed[0] == topic)
+            found += [(topic, partition) for partition in partitions_on_disk(store.root, topic)]
     return found

@@ -7,6 +7,7 @@ appended after the normal one (``00000000000000000000.log.cleaned``).
 
 from __future__ import annotations
 
+import glob
 import re
 import uuid
 from pathlib import Path
@@ -65,6 +66,13 @@ def parse_partition_folder(name: str) -> tuple[str, int] | None:
     """``prices-3`` -> ("prices", 3); None for anything that is not a live partition folder."""
     match = _PARTITION_FOLDER.fullmatch(name)
     return (match["topic"], int(match["partition"])) if match else None
+
+
+def partitions_on_disk(root: Path, topic: str) -> list[int]:
+    """The partitions of ``topic`` that have a folder in the data folder ``root``, for when its metadata record
+    cannot say how many it has."""
+    found = (parse_partition_folder(folder.name) for folder in root.glob(f"{glob.escape(topic)}-*"))
+    return sorted(parsed[1] for parsed in found if parsed is not None and parsed[0] == topic)
 
 
 def segment_file(folder: Path, base_offset: int, suffix: str) -> Path:

@@ -25,7 +25,7 @@ from storage.checkpoints import read_checkpoint
 from storage.codec import BatchFormatError, BatchHeader
 from storage.compacted import CompactedLedgers, LostCursorError
 from storage.cursors import read_subscription_cursor
-from storage.errors import CorruptSegmentError, LedgerviewError
+from storage.errors import CorruptDataError, CorruptSegmentError, LedgerviewError
 from storage.files import (
     LOG_SUFFIX,
     RECOVERY_POINT_CHECKPOINT,
@@ -34,6 +34,7 @@ from storage.files import (
     ledger_file,
     parse_segment_file,
     partition_folder,
+    partitions_on_disk,
 )
 from storage.index import OffsetIndex, TimeIndex
 from storage.key_index import CorruptKeyIndexError, KeyIndex, UnreadableKeyIndexError
@@ -72,17 +73,29 @@ def files_to_check(store: Store, topics: list[str]) -> list[Path]:
     counted)."""
     files = []
     for topic in topics:
-        for partition in range(store.topic_metadata(topic).partitions):
+        for partition in _partitions_of(store, topic)[0]:
             folder = partition_folder(store.root, topic, partition)
             files += [folder / name for name, _ in _segment_names(folder)]
     return files
+
+
+def _partitions_of(store: Store, topic: str) -> tuple[list[int], str | None]:
+    """The topic's partitions, and why its metadata record cannot be read, if so: then the partitions are those
+    with a folder, still checked."""
+    try:
+        return list(range(store.topic_metadata(topic).partitions)), None
+    except CorruptDataError as error:
+        return partitions_on_disk(store.root, topic), str(error)
 
 
 def verify_topics(store: Store, topics: list[str], advance: Advance) -> Report:
     report = Report()
     recovery_points = read_checkpoint(store.root / RECOVERY_POINT_CHECKPOINT)
     for topic in topics:
-        for partition in range(store.topic_metadata(topic).partitions):
+        partitions, damaged_record = _partitions_of(store, topic)
+        if damaged_record is not None:
+            report.problems.append(damaged_record)
+        for partition in partitions:
             folder = partition_folder(store.root, topic, partition)
             report.partitions += 1
             before_raw = len(report.problems)
@@ -94,9 +107,10 @@ def verify_topics(store: Store, topics: list[str], advance: Advance) -> Report:
                 log = None
                 if not any(error.path in problem for problem in report.problems):
                     report.problems.append(str(error))
-            except LedgerviewError as error:
+            except LedgerviewError as error:  # as a damaged topic record, named once
                 log = None
-                report.problems.append(str(error))
+                if str(error) not in report.problems:
+                    report.problems.append(str(error))
             before = len(report.problems)
             # the raw log's end is known only when it is sound (a read-only open ends it at the damage)
             _verify_compacted(folder, report, end_offset=log.end_offset if log is not None and raw_sound else None)

@@ -174,3 +174,26 @@ def test_a_cursor_lost_after_a_failed_run_is_still_named(tmp_path: Path) -> None
         with pytest.raises(LostCursorError):
             Compactor(store).compact("t")
     assert ledger_file(folder(root), 1).exists()
+
+
+def test_a_damaged_topic_record_is_named_once_and_every_other_topic_still_verified(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """verify stopped at a topic whose metadata record is damaged, with one error line, leaving every later topic
+    unchecked; its partition folders are checked too now."""
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        for topic in ("broken", "orders"):
+            store.create_topic(topic)
+            store.append(topic, [(b"k", b"v")] * 3, partition=0)
+    record = data / "__topics" / "broken" / "topic.json"
+    record.write_bytes(record.read_bytes()[:-5])
+    [orders_segment] = (data / "orders-0").glob("*.log")
+    damaged = bytearray(orders_segment.read_bytes())
+    damaged[-10] ^= 0xFF
+    orders_segment.write_bytes(bytes(damaged))
+    result = run_main(capsys, data, "verify")
+    assert result.code == 1
+    problems = [line for line in result.out.splitlines() if line.startswith("PROBLEM")]
+    assert sum(str(record) in problem for problem in problems) == 1
+    assert any(str(orders_segment) in problem for problem in problems), problems
+    assert "Verified 2 topic(s), 2 partition(s)" in result.err
