@@ -229,18 +229,25 @@ def test_verify_reports_damaged_remote_index_objects_and_key_index_directories(d
     assert "compact the partition again" in key_index_problem and "verify --repair" not in key_index_problem
 
 
+def _first_sync_killed_at(data_dir: Path, tmp_path: Path, crash_at: str) -> str:
+    """A tiered topic of 100 messages whose first sync (its claim of the partition) is killed at ``crash_at``;
+    returns the tier's URI."""
+    tier = f"file://{tmp_path / 'mount' / 'tier'}"
+    with Store.open(data_dir, remote=tier) as store:
+        store.create_topic("t", 1, TIERED)
+        produce(store, "t", 100)
+    with Child("remote_sync.py", data_dir, "sync", crash_at=crash_at) as child:
+        assert child.finish()[0] == -9
+    return tier
+
+
 @pytest.mark.fault
 def test_a_claim_killed_after_its_publish_is_finished_by_the_next_sync(data_dir: Path, tmp_path: Path) -> None:
     """The first upload claims the partition: it publishes a manifest under epoch 1, then records the epoch in the
     folder. Killed between the two, the folder was fenced by its own claim ('this data folder has not claimed it'),
     and its operator could not tell that claim from another folder's. The folder now records the claim's id before
     publishing, and finds it in the manifest."""
-    tier = f"file://{tmp_path / 'mount' / 'tier'}"
-    with Store.open(data_dir, remote=tier) as store:
-        store.create_topic("t", 1, TIERED)
-        produce(store, "t", 100)
-    with Child("remote_sync.py", data_dir, "sync", crash_at="remote.claim.before_record") as child:
-        assert child.finish()[0] == -9
+    tier = _first_sync_killed_at(data_dir, tmp_path, "remote.claim.before_record")
     claimed = RemoteLog(open_object_store(tier), "t", 0).latest()
     assert claimed is not None and claimed.epoch == 1 and claimed.segments == ()
     with Store.open(data_dir) as store:
@@ -254,12 +261,7 @@ def test_a_claim_killed_before_its_publish_never_takes_another_folders_claim_for
         data_dir: Path, tmp_path: Path) -> None:
     """The folder recorded the claim it was making, then died before publishing it; another folder then claimed
     the same epoch. The first must stay fenced: the epoch is the same number, the claim is not its own."""
-    tier = f"file://{tmp_path / 'mount' / 'tier'}"
-    with Store.open(data_dir, remote=tier) as store:
-        store.create_topic("t", 1, TIERED)
-        produce(store, "t", 100)
-    with Child("remote_sync.py", data_dir, "sync", crash_at="remote.claim.before_publish") as child:
-        assert child.finish()[0] == -9
+    tier = _first_sync_killed_at(data_dir, tmp_path, "remote.claim.before_publish")
     assert RemoteLog(open_object_store(tier), "t", 0).latest() is None
     with tiered_store(tmp_path / "standby", tier, ManualClock()) as standby:
         assert standby.claim_remote("t", 0) == 1
