@@ -147,3 +147,53 @@ def test_json_lines_on_spark_keep_their_partition_and_are_refused_as_without(tmp
         named = store.read("prices", 1)["value"].to_pylist()
         assert store.end_offset("refused", 0) + store.end_offset("refused", 1) == 0
     assert sorted(value for value in named if value != b"x") == sorted(f"v{i}".encode() for i in range(20))
+
+
+LONG_LINE = "k\t" + "x" * (8 * 1024 * 1024)
+"""Longer than the direct path's bound for a topic of max.message.bytes=200: max(8 MiB, 6 * 200) with its line end."""
+TOPIC_REFUSALS = {
+    "too-large": ("text", "k\t" + "x" * 300, "the message is 325 bytes, over the topic's max.message.bytes=200"),
+    "keyless-text": ("text", "-\tv", "the message has no key, and the topic is compacted (cleanup.policy=compact)"),
+    "keyless-json": ("json", '{"value": "v"}',
+                     "the message has no key, and the topic is compacted (cleanup.policy=compact)"),
+    "too-long": ("text", LONG_LINE, "the line is longer than 8388608 bytes, the longest read for a message of at "
+                                    "most the topic's max.message.bytes=200"),
+}
+"""A line whose message the topic refuses (ledgerview/refusals.py), or too long to read, in the direct path's words."""
+
+
+def test_messages_the_topic_refuses_on_spark_name_their_file_and_line(tmp_path: Path) -> None:
+    """A message over max.message.bytes, or keyless for a compact topic, failed the query in the sink (the
+    store's error, without the file it came from), and a line of any length was read and parsed; now each fails
+    the query before the sink, naming the file, why in the direct directory source's words, and the line."""
+    from storage import Store
+
+    sources = []
+    for name, (line_format, line, _) in TOPIC_REFUSALS.items():
+        (tmp_path / name).mkdir()
+        fine = '{"key": "fine", "value": "y"}' if line_format == "json" else "fine\ty"
+        (tmp_path / name / f"{name}.{line_format}").write_text(f"{fine}\n{line}\n")
+        sources.append({"name": name, "type": "directory", "topic": "small", "path": str(tmp_path / name),
+                        "format": line_format, "null_marker": "-", "interval_s": 0.2})
+    path = write_config(tmp_path / "ledgerview.toml", {
+        "store": {"data": str(tmp_path / "data")}, "service": {"flush_interval_s": 0.2}, "http": {"port": 0},
+        "spark": {"enabled": True, "master": "local[1]"},
+    }, {
+        "topics": [{"name": "small", "partitions": 1,
+                    "config": {"max.message.bytes": "200", "cleanup.policy": "compact"}}],
+        "sources": sources,
+    })
+    service = ServiceProcess(path)
+
+    def failed() -> dict[str, str]:
+        return {s["name"]: s["last_error"] for s in service.status()["sources"] if s["state"] == "failed"}
+
+    service.wait_until(lambda: failed().keys() == TOPIC_REFUSALS.keys(), "every source failed", deadline_s=240)
+    errors = failed()
+    assert service.terminate() == 0
+    for name, (line_format, line, reason) in TOPIC_REFUSALS.items():
+        assert f"{name}/{name}.{line_format}: {reason}" in errors[name], errors[name]
+        shown = line if len(line) <= 80 else line[:80] + "..."
+        assert f": '{shown}'" in errors[name], errors[name]
+    with Store.open(tmp_path / "data") as store:
+        assert store.end_offset("small", 0) == 0

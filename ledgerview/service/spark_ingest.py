@@ -23,11 +23,15 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from ledgerview.input_lines import INTEGER_FIELDS, JSON_FIELDS, NO_VALUE
+from ledgerview.input_lines import CHUNK_BYTES, INTEGER_FIELDS, JSON_FIELDS, NO_VALUE
+from ledgerview.refusals import line_too_long, max_line_bytes, store_refusal
 from ledgerview.service.config import SourceSection, SparkSection
 from ledgerview.service.ingest import SERVICE_FOLDER, IngestStats
 from ledgerview.service.logs import log_event
 from storage import Store
+from storage.config import TopicConfig
+from storage.errors import KeylessMessageError, MessageTooLargeError
+from storage.partition_log import MESSAGE_OVERHEAD_BYTES
 from streaming import local_session
 
 logger = logging.getLogger("ledgerview.spark")
@@ -78,11 +82,14 @@ class SparkIngest:
         self.session: SparkSession | None = None
         self._partitions: dict[str, int] = {}
         """Each target topic's partition count, read at the start (a JSON line naming another is refused)."""
+        self._configs: dict[str, TopicConfig] = {}
+        """Each target topic's config, read at the start (max.message.bytes, a compact-only cleanup.policy)."""
 
     def start(self) -> None:
         with Store.open(self.data, read_only=True) as store:
             self._partitions = {section.topic: store.topic_metadata(section.topic).partitions
                                 for section in self.sections}
+            self._configs = {section.topic: store.topic_metadata(section.topic).config for section in self.sections}
         self.session = local_session("ledgerview-service", master=self.master, config={
             "spark.sql.warehouse.dir": str((self.data / SERVICE_FOLDER / "spark-warehouse").resolve()),
             "spark.ui.enabled": "false"})
@@ -121,12 +128,35 @@ class SparkIngest:
                  .select(F.col("value").alias("line"), F.col("_metadata.file_path").alias("file"))
                  .where(F.length("line") > 0))
         if section.format == "json":
-            return _json_messages(lines, section.topic, self._partitions[section.topic])
-        parts = F.split(F.col("line"), f"\\Q{section.separator}\\E", 2)
-        no_separator = F.lit(f"no separator {section.separator!r} between key and value")
-        value = F.when(F.size(parts) < 2, _malformed(no_separator)).otherwise(parts.getItem(1))
-        return lines.select(_nulls_marked(parts.getItem(0), section).alias("key"),
-                            _nulls_marked(value, section).alias("value"))
+            messages = _json_messages(lines, section.topic, self._partitions[section.topic])
+        else:
+            parts = F.split(F.col("line"), f"\\Q{section.separator}\\E", 2)
+            no_separator = F.lit(f"no separator {section.separator!r} between key and value")
+            value = F.when(F.size(parts) < 2, _malformed(no_separator)).otherwise(parts.getItem(1))
+            messages = lines.select("line", "file", _nulls_marked(parts.getItem(0), section).alias("key"),
+                                    _nulls_marked(value, section).alias("value"))
+        return _topic_refusals(messages, self._configs[section.topic])
+
+
+def _topic_refusals(messages: DataFrame, config: TopicConfig) -> DataFrame:
+    """The messages (with their ``line`` and ``file``) without those two columns, having failed the query on the
+    first line the direct directory source refuses before or at its append, naming the file and showing the line
+    with the same words (ledgerview/refusals.py): a line longer than ``max_line_bytes`` (Spark's text source has
+    read it whole, without its line end, which counts one byte), a message over max.message.bytes (its size as
+    the sink's append reckons it: key, value and the fixed columns; no headers), a keyless message for a
+    compact-only topic. Checked before the line is parsed for the first, after it for the others."""
+    limit = config.max_message_bytes
+    bound = max_line_bytes(limit, CHUNK_BYTES)
+    size = (F.lit(MESSAGE_OVERHEAD_BYTES) + F.coalesce(F.octet_length("key"), F.lit(0))
+            + F.coalesce(F.octet_length("value"), F.lit(0)))
+    before, after = store_refusal(MessageTooLargeError("", 0, -1, limit)).split("-1", 1)
+    refusal = F.when(F.octet_length("line") + 1 > bound, F.lit(line_too_long(bound, limit))) \
+        .when(size > limit, F.concat(F.lit(before), size.cast("string"), F.lit(after)))
+    if config.is_compact and not config.is_delete:
+        refusal = refusal.when(F.col("key").isNull(), F.lit(store_refusal(KeylessMessageError("", 0))))
+    value = F.when(refusal.isNotNull(), _malformed(refusal)).otherwise(F.col("value"))
+    return messages.select(*[value.alias("value") if name == "value" else name
+                             for name in messages.columns if name not in ("line", "file")])
 
 
 def _json_messages(lines: DataFrame, topic: str, partitions: int) -> DataFrame:
@@ -159,7 +189,7 @@ def _json_messages(lines: DataFrame, topic: str, partitions: int) -> DataFrame:
         F.lit(f"; its partitions are 0 to {partitions - 1}")))
     timestamp = F.try_variant_get(record, "$.timestamp", "bigint")
     return lines.select(
-        F.try_variant_get(record, "$.key", "string").alias("key"),
+        "line", "file", F.try_variant_get(record, "$.key", "string").alias("key"),
         F.when(reason.isNotNull(), _malformed(reason))
         .otherwise(F.try_variant_get(record, "$.value", "string")).alias("value"),
         F.coalesce(timestamp, F.unix_millis(F.current_timestamp())).alias("timestamp"),
