@@ -131,7 +131,7 @@ def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes:
     store = RemoteStore.open(uri, manifest_max_age_ms=0)
     config = store.topic_metadata(topic).config
     budget = task_bytes or config.compaction_memory_bytes
-    chosen = range(store.topic_metadata(topic).partitions) if partitions is None else partitions
+    chosen = range(store.topic_metadata(topic).partitions) if partitions is None else sorted(set(partitions))
     plans, results = [], []
     for partition in chosen:
         plan = _plan(store, topic, partition)

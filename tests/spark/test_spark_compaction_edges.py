@@ -69,3 +69,19 @@ def test_a_run_that_keeps_only_keyless_messages(spark: SparkSession, tmp_path: P
         compact_both(spark, store, uri)
         store.append(TOPIC, [(None, b"n3"), (b"a", b"1")])
         compact_both(spark, store, uri)
+
+
+def test_a_partition_named_twice_is_compacted_once(spark: SparkSession, tmp_path: Path) -> None:
+    """``partitions=[0, 0]`` (``ledgerview compact --spark ... --partition 0 --partition 0``) planned the partition
+    twice: its input went into phase one twice, and it had two results."""
+    uri = (tmp_path / "tier").as_uri()
+    with Store.open(tmp_path / "data") as store:
+        store.create_topic(TOPIC, 2, CONFIG | {"compaction.retain.null.key": "true"})
+        store.append(TOPIC, [(b"a", b"1"), (None, b"n"), (b"a", b"2"), (b"b", b"3")])
+        store.roll(TOPIC, 0), store.roll(TOPIC, 1)
+        tier_alone(store, uri, 2)
+        results = compact_with_spark(spark, uri, TOPIC, partitions=[1, 0, 1])
+        assert [result.partition for result in results] == [0, 1]
+        Compactor(store).compact(TOPIC)
+        assert [(m.partition, m.offset, m.value) for m in Reader(uri, TOPIC, read_compacted=True)] == \
+            [(m.partition, m.offset, m.value) for m in Reader(store, TOPIC, read_compacted=True)]
