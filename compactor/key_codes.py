@@ -152,19 +152,42 @@ class KeyCoding:
 
     def bucket_ids(self, codes: pa.Array, bits: int) -> np.ndarray:
         """A bucket from 0 to 2**bits - 1 (bits <= 16) for every key, equal keys in one bucket. Word codes take the
-        top bits of the word times _BUCKET_MULTIPLIER (one multiply, where ``hashes`` costs about 20 ns a key);
-        other codes the top bits of ``hashes``, which is keyed too."""
-        mixed: U64 = codes.to_numpy() * _BUCKET_MULTIPLIER if self.prefix is not None else self.hashes(codes)
+        top bits of the word times _BUCKET_MULTIPLIER, xor-shifted and multiplied once more (about 1.3 ns a key,
+        where ``hashes`` costs about 20); other codes the top bits of ``hashes``, which is keyed too. The product
+        alone spreads keys in arithmetic progression (ids, timestamps) unevenly for some multipliers: 64k
+        consecutive ids over 256 buckets (256 a bucket on average) fell outside 154 to 358 for 14 draws of 3,000,
+        at worst 2,260 in one bucket; mixed, for none (at worst 347)."""
+        if self.prefix is None:
+            mixed: U64 = self.hashes(codes)
+        else:
+            mixed = codes.to_numpy() * _BUCKET_MULTIPLIER
+            np.bitwise_xor(mixed, mixed >> np.uint64(32), out=mixed)
+            np.multiply(mixed, _FMIX_MULTIPLIERS[1], out=mixed)
         ids: np.ndarray = (mixed >> np.uint64(64 - bits)).astype(np.uint8 if bits <= 8 else np.uint16)
         return ids
 
     def hashes(self, codes: pa.Array) -> U64:
-        """A well-mixed 64-bit hash of every key (equal keys, equal hashes), for estimating and partitioning: the
-        engine's key fingerprint (storage/fingerprint.py) of the keys, or of the codes' bytes for word codes (a
-        key's word is its suffix, the same for equal keys)."""
-        if not self.width:
-            return fingerprints(codes)
-        return fingerprint_rows(code_matrix(codes))
+        """A well-mixed 64-bit hash of every key (equal keys, equal hashes), for partitioning: the engine's key
+        fingerprint (storage/fingerprint.py) of the keys, or of the codes' bytes for word codes (a key's word is its
+        suffix, the same for equal keys), through MurmurHash3's 64-bit finalizer. The fingerprint's lanes bound
+        collisions, not how evenly their top bits spread: 64k keys ``key-<n>`` over 256 buckets (256 a bucket on
+        average) fell outside 154 to 358 for 12 of 700 draws of the multipliers, at worst 29 and 522; finalized,
+        for none of 400 draws (at worst 192 and 330). The finalizer is a bijection, so it adds no collision."""
+        hashed = fingerprints(codes) if not self.width else fingerprint_rows(code_matrix(codes))
+        return _finalized(hashed)
+
+
+def _finalized(hashed: U64) -> U64:
+    """MurmurHash3's fmix64 of each hash, in place: xor-shifts and two multiplies that make every output bit
+    depend on every input bit."""
+    for multiplier in _FMIX_MULTIPLIERS:
+        np.bitwise_xor(hashed, hashed >> np.uint64(33), out=hashed)
+        np.multiply(hashed, multiplier, out=hashed)
+    np.bitwise_xor(hashed, hashed >> np.uint64(33), out=hashed)
+    return hashed
+
+
+_FMIX_MULTIPLIERS: Final = (np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53))
 
 
 def code_matrix(codes: pa.Array) -> npt.NDArray[np.uint8]:

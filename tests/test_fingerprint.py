@@ -32,13 +32,6 @@ def test_equal_keys_agree_however_they_are_given_and_distinct_keys_differ() -> N
     assert fingerprint_rows(fixed).tolist() == fingerprints(as_array).tolist()
 
 
-def test_fingerprints_spread_keys_evenly_over_buckets() -> None:
-    """The compactor cuts phase one into buckets by the top bits."""
-    hashes = fingerprints(pa.array([b"key-%d" % i for i in range(65536)], pa.binary()))
-    counts = np.bincount((hashes >> np.uint64(56)).astype(np.int64), minlength=256)
-    assert counts.min() > 256 * 0.6 and counts.max() < 256 * 1.4  # 256 a bucket on average; 6 sigma is +-96
-
-
 @pytest.mark.slow  # two more Python processes
 def test_each_process_has_its_own_hash() -> None:
     here = fingerprints(pa.array(KEYS, pa.binary())).tolist()
