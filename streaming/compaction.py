@@ -51,7 +51,7 @@ from storage.files import KEY_INDEX_SUFFIX, LEDGER_SUFFIX
 from storage.ledger import BATCH_BYTES, bounded_slices
 from storage.remote_key_index import sorted_run_entries, write_flat_key_index
 from storage.remote_ledger import KeyIndexPiece, RemoteCompactedView, RemoteLedger
-from storage.remote_log import RemoteLog, RemoteLogManifest, change_unowned
+from storage.remote_log import RemoteLog, RemoteLogManifest, RemoteLogOwnedError, change_unowned
 from storage.remote_segment import RemoteSegments
 from storage.remote_store import RemoteStore, wall_clock_ms
 from storage.segment import batches_of_segments
@@ -177,8 +177,11 @@ def task_count(total_bytes: int, budget: int, parallelism: int) -> int:
 
 
 def _plan(store: RemoteStore, topic: str, partition: int) -> _Plan | None:
-    """The partition's run, or None when nothing is above its horizon."""
+    """The partition's run, or None when nothing is above its horizon. A log a data folder claimed is refused
+    here, before any task uploads into it (its publish would be refused anyway)."""
     manifest = store.manifest(topic, partition)
+    if manifest.epoch:
+        raise RemoteLogOwnedError(topic, partition, manifest.epoch)
     previous = manifest.compacted
     horizon = previous.horizon if previous else -1
     raw_start = max(horizon + 1, manifest.log_start_offset)

@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 from compactor import Compactor
 from readers import Reader, TableView
 from storage import Store
+from storage.remote_log import RemoteLogOwnedError
 from storage.remote_store import RemoteStore
 from streaming.compaction import compact_with_spark
 from tests.spark.test_cluster_compaction import TOPIC, tier_alone
@@ -85,3 +86,19 @@ def test_a_partition_named_twice_is_compacted_once(spark: SparkSession, tmp_path
         Compactor(store).compact(TOPIC)
         assert [(m.partition, m.offset, m.value) for m in Reader(uri, TOPIC, read_compacted=True)] == \
             [(m.partition, m.offset, m.value) for m in Reader(store, TOPIC, read_compacted=True)]
+
+
+def test_a_log_a_data_folder_owns_is_refused_before_anything_is_written(spark: SparkSession, tmp_path: Path) -> None:
+    """A tiered topic of a data folder (its remote log claimed, epoch 1) was compacted whole, phase one and two,
+    and refused only at the publish: the run had uploaded a ledger and a key index into the log the folder owns,
+    which fences every other writer. Now it is refused as it is planned, and nothing is written to the tier."""
+    uri = (tmp_path / "tier").as_uri()
+    with Store.open(tmp_path / "data", remote=uri) as store:
+        store.create_topic(TOPIC, 1, CONFIG | {"remote.storage.enable": "true"})
+        store.append(TOPIC, [(f"k{i}".encode(), b"v" * 100) for i in range(100)])
+        store.roll(TOPIC, 0)
+        store.sync_remote()
+    before = sorted(path.relative_to(tmp_path) for path in (tmp_path / "tier").rglob("*"))
+    with pytest.raises(RemoteLogOwnedError, match=rf"The remote log of {TOPIC}-0 belongs to a data folder"):
+        compact_with_spark(spark, uri, TOPIC)
+    assert sorted(path.relative_to(tmp_path) for path in (tmp_path / "tier").rglob("*")) == before
