@@ -152,8 +152,8 @@ def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes:
         stats = live.agg(F.count("*").alias("rows"), F.sum(F.length("key")).alias("key_bytes")).collect()[0]
         input_bytes = sum(plan.input_bytes for plan in plans)
         message_bytes = input_bytes / max(1, sum(plan.messages_read for plan in plans))
-        ledger_tasks = task_count(int(stats["rows"] * message_bytes), budget, parallelism)
-        key_tasks = task_count((stats["key_bytes"] or 0) + 12 * stats["rows"], budget, parallelism)
+        ledger_tasks = task_count(int(stats["rows"] * message_bytes), budget, parallelism, stats["rows"])
+        key_tasks = task_count((stats["key_bytes"] or 0) + 12 * stats["rows"], budget, parallelism, stats["rows"])
         compression = config.compression_type if config.compression_type in ("lz4", "zstd") else None
         versions = {plan.partition: (plan.manifest.version, plan.ledger_id) for plan in plans}
         ledger_rows = kept.repartitionByRange(ledger_tasks, "partition", "offset") \
@@ -170,10 +170,13 @@ def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes:
     return sorted(results, key=lambda result: result.partition)
 
 
-def task_count(total_bytes: int, budget: int, parallelism: int) -> int:
+def task_count(total_bytes: int, budget: int, parallelism: int, items: int | None = None) -> int:
     """Tasks for ``total_bytes`` of work, as Spark sizes file splits: none over ``budget``, and one per core
-    (``parallelism``) when each still gets MIN_PIECE_BYTES."""
-    return max(1, math.ceil(total_bytes / budget), min(parallelism, total_bytes // MIN_PIECE_BYTES))
+    (``parallelism``) when each still gets MIN_PIECE_BYTES; never more than the ``items`` the work is made of
+    (messages, keys), since a task gets at least one whole (a budget below one message's bytes cut a stage into
+    a task per byte, nearly all of them empty)."""
+    count = max(1, math.ceil(total_bytes / budget), min(parallelism, total_bytes // MIN_PIECE_BYTES))
+    return count if items is None else max(1, min(count, items))
 
 
 def _plan(store: RemoteStore, topic: str, partition: int) -> _Plan | None:
@@ -197,7 +200,7 @@ def _phase_one(spark: SparkSession, uri: str, topic: str, plans: list[_Plan], bu
                retain_null_key: bool) -> tuple[DataFrame, DataFrame]:
     """The live keys with their latest offsets (persisted), and every offset the ledger keeps."""
     input_bytes = sum(plan.input_bytes for plan in plans)
-    aggregation_tasks = task_count(input_bytes, budget, parallelism)
+    aggregation_tasks = task_count(input_bytes, budget, parallelism, sum(plan.messages_read for plan in plans))
     piece_bytes = math.ceil(input_bytes / aggregation_tasks)
     rows = [(plan.partition, plan.manifest.version, start, end) for plan in plans
             for start, end in plan.ranges(piece_bytes)]

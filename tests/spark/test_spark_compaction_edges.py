@@ -102,3 +102,29 @@ def test_a_log_a_data_folder_owns_is_refused_before_anything_is_written(spark: S
     with pytest.raises(RemoteLogOwnedError, match=rf"The remote log of {TOPIC}-0 belongs to a data folder"):
         compact_with_spark(spark, uri, TOPIC)
     assert sorted(path.relative_to(tmp_path) for path in (tmp_path / "tier").rglob("*")) == before
+
+
+def test_task_bytes_far_below_a_message_cuts_no_more_tasks_than_messages(spark: SparkSession, tmp_path: Path) -> None:
+    """task_bytes=1 (``--task-bytes 1``) cut each stage into a task per byte of input: thousands of tasks, most of
+    them empty, for a topic of 40 messages, which took minutes. A stage has no more tasks than the items it works
+    on (messages in phase one, kept messages and live keys in phase two), and the view is the local compactor's."""
+    uri = (tmp_path / "tier").as_uri()
+    with Store.open(tmp_path / "data") as store:
+        store.create_topic(TOPIC, 1, CONFIG)
+        store.append(TOPIC, [(f"k{i % 10}".encode(), b"v" * 50) for i in range(40)])
+        store.roll(TOPIC, 0)
+        tier_alone(store, uri, 1)
+        context = spark.sparkContext
+        context.setJobGroup("tiny-tasks", "compact_with_spark, task_bytes=1")
+        try:
+            compact_with_spark(spark, uri, TOPIC, task_bytes=1)
+        finally:
+            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        tracker = context.statusTracker()
+        stages = [stage for job in tracker.getJobIdsForGroup("tiny-tasks")
+                  for stage in tracker.getJobInfo(job).stageIds]  # type: ignore[union-attr]
+        tasks = [tracker.getStageInfo(stage).numTasks for stage in stages if tracker.getStageInfo(stage)]
+        assert tasks and max(tasks) <= 40, tasks
+        Compactor(store).compact(TOPIC)
+        assert [(m.offset, m.value) for m in Reader(uri, TOPIC, read_compacted=True)] == \
+            [(m.offset, m.value) for m in Reader(store, TOPIC, read_compacted=True)]
