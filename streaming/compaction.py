@@ -140,7 +140,8 @@ def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes:
             results.append(DistributedCompactionResult(partition, view.ledger_id if view else None,
                                                        view.horizon if view else -1, 0,
                                                        view.messages_kept if view else 0,
-                                                       view.ledger_bytes if view else 0, 0, skipped=True))
+                                                       view.ledger_bytes if view else 0, 0, skipped=True,
+                                                       layers=1 if view else 0))
         else:
             plans.append(plan)
     if not plans:

@@ -5,6 +5,7 @@ incremental. Each publishes the view the single-process compactor writes from th
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -128,3 +129,21 @@ def test_task_bytes_far_below_a_message_cuts_no_more_tasks_than_messages(spark: 
         Compactor(store).compact(TOPIC)
         assert [(m.offset, m.value) for m in Reader(uri, TOPIC, read_compacted=True)] == \
             [(m.offset, m.value) for m in Reader(store, TOPIC, read_compacted=True)]
+
+
+def test_skipped_partitions_are_reported_as_the_local_compactor_reports_them(spark: SparkSession,
+                                                                            tmp_path: Path) -> None:
+    """Partitions never written, and ones with nothing new since their last run: the results (what ``ledgerview
+    compact --spark`` prints) said such a partition's view had a layer even when it had no ledger at all."""
+    uri = (tmp_path / "tier").as_uri()
+
+    def fields(results: list[Any]) -> list[tuple[Any, ...]]:
+        return [(r.partition, r.ledger_id, r.horizon, r.messages_kept, r.skipped, r.layers) for r in results]
+
+    with Store.open(tmp_path / "data") as store:
+        store.create_topic(TOPIC, 3, CONFIG)
+        store.append(TOPIC, [{"key": key, "value": b"1", "partition": 1} for key in (b"a", b"b")])
+        store.roll(TOPIC, 0), store.roll(TOPIC, 1), store.roll(TOPIC, 2)
+        tier_alone(store, uri, 3)
+        for _ in range(2):
+            assert fields(compact_with_spark(spark, uri, TOPIC)) == fields(Compactor(store).compact(TOPIC))
