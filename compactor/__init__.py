@@ -8,6 +8,7 @@ from compactor.run import CompactionResult, compact_partition
 from storage import Store
 from storage.compacted import CompactedLedgers
 from storage.compaction_status import CompactionState, CompactionStatus
+from storage.files import partition_folder
 
 __all__ = ["CompactionInProgressError", "CompactionResult", "CompactionState", "CompactionStatus", "Compactor"]
 
@@ -32,5 +33,5 @@ class Compactor:
         """Pulsar's compaction status of every partition: NOT_RUN, RUNNING, SUCCESS or ERROR with its details."""
         statuses = []
         for partition in range(self.store.topic_metadata(topic).partitions):
-            statuses.append(CompactedLedgers(self.store.partition_log(topic, partition).folder).status(partition))
+            statuses.append(CompactedLedgers(partition_folder(self.store.root, topic, partition)).status(partition))
         return statuses

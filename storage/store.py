@@ -89,11 +89,14 @@ def wall_clock_ms() -> int:
 
 @dataclass(frozen=True)
 class PartitionInfo:
+    """One partition of ``describe_topic``; its figures are None when its data cannot be read (``error``)."""
+
     partition: int
-    start_offset: int
-    end_offset: int
-    size_bytes: int
-    segments: int
+    start_offset: int | None
+    end_offset: int | None
+    size_bytes: int | None
+    segments: int | None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -238,8 +241,12 @@ class Store:
         metadata = self.topic_metadata(topic)
         infos = []
         for partition in range(metadata.partitions):
-            log = self.partition_log(topic, partition)
-            log.refresh()
+            try:
+                log = self.partition_log(topic, partition)
+                log.refresh()
+            except CorruptDataError as error:  # described with its error: one damaged partition hides no other
+                infos.append(PartitionInfo(partition, None, None, None, None, f"{type(error).__name__}: {error}"))
+                continue
             infos.append(PartitionInfo(partition, log.log_start_offset, log.end_offset, log.size_bytes,
                                        len(log.segments)))
         return TopicDescription(topic, infos, metadata.config.as_properties(), dict(metadata.overrides))
@@ -550,10 +557,9 @@ class Store:
 
     def remote_upload_lag(self, topic: str, partition: int) -> int | None:
         """Bytes of the partition's sealed segments not yet on the remote tier (None: the topic is not tiered)."""
-        log = self.partition_log(topic, partition)
-        if self.remote is None or not log.config.remote_storage_enable:
+        if self.remote is None or not self.topic_metadata(topic).config.remote_storage_enable:
             return None
-        return self.remote.upload_lag_bytes(log)
+        return self.remote.upload_lag_bytes(self.partition_log(topic, partition))
 
     def _require_remote(self) -> RemoteTier:
         if self.remote is None:

@@ -262,3 +262,24 @@ def test_a_line_too_long_for_any_message_the_topic_takes_is_refused_before_it_is
     assert_refused(produce("t", lines), 2, f"the line is longer than {chunk_bytes} bytes, the longest read for a "
                    "message of at most the topic's max.message.bytes=1000", written=1)
     assert [value for _, _, _, value in stored(data_dir, "t")] == [b"first"]
+
+
+def test_describe_and_compaction_status_answer_for_a_topic_with_a_damaged_partition(
+        capsys: pytest.CaptureFixture[str], data_dir: Path) -> None:
+    """One partition whose log does not open made 'topics describe' print only the error, and
+    'compaction-status' fail, though the compaction status is a record of the partition's folder."""
+    create(capsys, data_dir, "t", "--partitions", "2")
+    with Store.open(data_dir) as store:
+        for partition in range(2):
+            store.append("t", [(b"k%d" % i, b"v" * 50) for i in range(10)], partition=partition)
+    [segment] = (data_dir / "t-1").glob("*.log")
+    flipped = bytearray(segment.read_bytes())
+    flipped[len(flipped) // 2] ^= 0xFF
+    segment.write_bytes(bytes(flipped))
+    described = run_main(capsys, data_dir, "topics", "describe", "t")
+    assert described.code == 1
+    rows = [line.split() for line in described.out.splitlines()[2:]]
+    assert rows == [["0", "0", "10", "1024", "1"], ["1", "-", "-", "-", "-"]]
+    assert f"t-1: CorruptSegmentError: Corrupt batch in {segment}" in described.err
+    status = run_main(capsys, data_dir, "compaction-status", "t", "--json")
+    assert status.code == 0 and [row["state"] for row in status.json_lines()] == ["NOT_RUN", "NOT_RUN"]
