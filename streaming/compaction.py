@@ -147,13 +147,16 @@ def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes:
     if not plans:
         return results
     parallelism = spark.sparkContext.defaultParallelism
-    live, kept = _phase_one(spark, uri, topic, plans, budget, parallelism,
-                            retain_null_key=config.compaction_retain_null_key)
+    live, kept, messages = _phase_one(spark, uri, topic, plans, budget, parallelism,
+                                      retain_null_key=config.compaction_retain_null_key)
     try:
         stats = live.agg(F.count("*").alias("rows"), F.sum(F.length("key")).alias("key_bytes")).collect()[0]
+        # The ledger also keeps the keyless messages it retains: count them (from phase one's persisted output).
+        kept_rows = stats["rows"] + (messages.where(F.col("key").isNull()).count()
+                                     if config.compaction_retain_null_key else 0)
         input_bytes = sum(plan.input_bytes for plan in plans)
         message_bytes = input_bytes / max(1, sum(plan.messages_read for plan in plans))
-        ledger_tasks = task_count(int(stats["rows"] * message_bytes), budget, parallelism, stats["rows"])
+        ledger_tasks = task_count(int(kept_rows * message_bytes), budget, parallelism, kept_rows)
         key_tasks = task_count((stats["key_bytes"] or 0) + 12 * stats["rows"], budget, parallelism, stats["rows"])
         compression = config.compression_type if config.compression_type in ("lz4", "zstd") else None
         versions = {plan.partition: (plan.manifest.version, plan.ledger_id) for plan in plans}
@@ -164,6 +167,7 @@ def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes:
             .mapInArrow(_key_piece_writer(uri, topic, versions), KEY_PIECE_SCHEMA).collect()
     finally:
         live.unpersist()
+        messages.unpersist()
     for plan in plans:
         results.append(_publish(store, topic, plan, [row for row in ledger_rows if row["partition"] == plan.partition],
                                 [row for row in key_rows if row["partition"] == plan.partition],
@@ -198,8 +202,10 @@ def _plan(store: RemoteStore, topic: str, partition: int) -> _Plan | None:
 
 
 def _phase_one(spark: SparkSession, uri: str, topic: str, plans: list[_Plan], budget: int, parallelism: int, *,
-               retain_null_key: bool) -> tuple[DataFrame, DataFrame]:
-    """The live keys with their latest offsets (persisted), and every offset the ledger keeps."""
+               retain_null_key: bool) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """The live keys with their latest offsets (persisted), every offset the ledger keeps, and the tasks' output
+    (persisted when keyless messages are kept: both the count of them and the ledger's tasks read it, and the
+    input is read once)."""
     input_bytes = sum(plan.input_bytes for plan in plans)
     aggregation_tasks = task_count(input_bytes, budget, parallelism, sum(plan.messages_read for plan in plans))
     piece_bytes = math.ceil(input_bytes / aggregation_tasks)
@@ -207,6 +213,8 @@ def _phase_one(spark: SparkSession, uri: str, topic: str, plans: list[_Plan], bu
             for start, end in plan.ranges(piece_bytes)]
     tasks = spark.createDataFrame(spark.sparkContext.parallelize(rows, len(rows)), INPUT_SCHEMA)
     messages = tasks.mapInArrow(_message_reader(uri, topic), MESSAGES_SCHEMA)
+    if retain_null_key:
+        messages = messages.persist(StorageLevel.MEMORY_AND_DISK)
     # One long per message, 2 * offset + (1 if live): its max is the key's latest message and says whether it is
     # live, and a max of a long aggregates in Spark's hash aggregation (a max of a struct would sort every row).
     latest = messages.where(F.col("key").isNotNull()).repartition(aggregation_tasks, "partition", "key") \
@@ -217,7 +225,7 @@ def _phase_one(spark: SparkSession, uri: str, topic: str, plans: list[_Plan], bu
     if retain_null_key:
         kept = kept.unionByName(messages.where(F.col("key").isNull())
                                 .select("partition", F.shiftright("number", 1).alias("offset")))
-    return live, kept
+    return live, kept, messages
 
 
 def _view_batches(store: RemoteStore, log: RemoteLog, manifest: RemoteLogManifest, start: int, end: int) -> (

@@ -147,3 +147,21 @@ def test_skipped_partitions_are_reported_as_the_local_compactor_reports_them(spa
         tier_alone(store, uri, 3)
         for _ in range(2):
             assert fields(compact_with_spark(spark, uri, TOPIC)) == fields(Compactor(store).compact(TOPIC))
+
+
+def test_kept_keyless_messages_are_spread_over_tasks_of_task_bytes(spark: SparkSession, tmp_path: Path) -> None:
+    """compaction.retain.null.key=true: phase two sized the ledger's tasks by the live keys alone, so a ledger of
+    mostly keyless messages was written by one task whatever its size (here about 30 times task_bytes, one piece).
+    Its pieces now hold about task_bytes each, and the view is the local compactor's."""
+    uri = (tmp_path / "tier").as_uri()
+    with Store.open(tmp_path / "data") as store:
+        store.create_topic(TOPIC, 1, CONFIG | {"compaction.retain.null.key": "true"})
+        store.append(TOPIC, [(None, b"v" * 100)] * 1_000 + [(b"a", b"1")])
+        store.roll(TOPIC, 0)
+        tier_alone(store, uri, 1)
+        [result] = compact_with_spark(spark, uri, TOPIC, task_bytes=4096)
+        assert result.messages_kept == 1_001
+        assert result.ledger_pieces > 1 and result.ledger_bytes / result.ledger_pieces <= 2 * 4096, result
+        Compactor(store).compact(TOPIC)
+        assert [(m.offset, m.key, m.value) for m in Reader(uri, TOPIC, read_compacted=True)] == \
+            [(m.offset, m.key, m.value) for m in Reader(store, TOPIC, read_compacted=True)]
