@@ -56,12 +56,16 @@ class Consumer:
         try:
             self.partitions = chosen_partitions(self._store, topic, partitions)
             initial = positions_per_partition(initial_position, self.partitions)
+            self._created: set[int] = set()
             self._acked = {p: self._read_or_create(p, initial[p]) for p in self.partitions}
         except BaseException:
             self._close_store()
             raise
+        # a stored position is an acknowledgement (messages above it may have been received), unless this
+        # consumer just created the subscription there
         self._positions: dict[int, Position] = {
-            p: Resume(cursor.acked_offset, cursor.ledger_id) for p, cursor in self._acked.items()
+            p: Resume(cursor.acked_offset, cursor.ledger_id, acknowledged=p not in self._created)
+            for p, cursor in self._acked.items()
         }
 
     # ---------------------------------------------------------------------------------------------- receiving
@@ -137,6 +141,7 @@ class Consumer:
         finally:
             read.close()
         write_subscription_cursor(folder, cursor)
+        self._created.add(partition)
         return cursor
 
     def _ledger_of(self, partition: int, offset: int) -> int | None:

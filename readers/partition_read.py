@@ -135,7 +135,9 @@ def _resolve_compacted(read: PartitionRead, position: Position, log_start: int) 
       then one vectorised compare); if L has none, the first raw message above h with timestamp >= t; if none,
       the end. The read then serves everything from that offset, as Kafka's offsetsForTimes does.
     - continuation at o with ledger id l: o > h reads raw from o. o <= h serves L from o when the messages below o
-      came from L too (l is L) or when nothing was read (o = 0); otherwise it reads raw from o, every version:
+      came from L too (l is L) or when nothing was read (o = 0, unless o is a subscription's acknowledgement:
+      a reopened consumer at 0 may have received messages it never acknowledged, whose later tombstones a
+      newer ledger folded away); otherwise it reads raw from o, every version:
       serving the new ledger would skip the tombstones between the old and the new horizon (Pulsar PR #26190).
       When the raw log no longer holds o, L stands in for what retention removed: L below the raw log start,
       then every raw version from there (the tombstones retention left are still delivered).
@@ -159,7 +161,7 @@ def _resolve_compacted(read: PartitionRead, position: Position, log_start: int) 
         offset = position.offset
         if offset > horizon:
             read.raw_start = min(max(offset, log_start), end)
-        elif position.ledger_id == read.cursor.ledger_id or offset == 0:
+        elif position.ledger_id == read.cursor.ledger_id or (offset == 0 and not position.acknowledged):
             read.ledger_start, read.raw_start = offset, tail_start
         elif offset < log_start:
             read.ledger_start, read.ledger_end, read.raw_start = offset, min(log_start, horizon + 1), log_start

@@ -46,6 +46,9 @@ class Resume:
     ledger_id: int | None
     """The compacted ledger the messages below ``offset`` were read from; None when they came from the raw log
     (or nothing was read). Continuing on the same ledger is exact; on another one it could skip tombstones."""
+    acknowledged: bool = False
+    """The position is a stored acknowledgement: messages at and above ``offset`` may have been received (and
+    acted on) without being acknowledged, so offset 0 is no proof that nothing was read."""
 
 
 EARLIEST = Earliest()
