@@ -158,8 +158,10 @@ TOPIC_REFUSALS = {
                      "the message has no key, and the topic is compacted (cleanup.policy=compact)"),
     "too-long": ("text", LONG_LINE, "the line is longer than 8388608 bytes, the longest read for a message of at "
                                     "most the topic's max.message.bytes=200"),
+    "too-long-json": ("json", '{"value": "' + "x" * (8 * 1024 * 1024), "the line is longer than 8388608 bytes"),
 }
-"""A line whose message the topic refuses (ledgerview/refusals.py), or too long to read, in the direct path's words."""
+"""A line whose message the topic refuses (ledgerview/refusals.py), or too long to read (refused for that before
+it is parsed: the JSON line is not JSON either), in the direct path's words."""
 
 
 def test_messages_the_topic_refuses_on_spark_name_their_file_and_line(tmp_path: Path) -> None:

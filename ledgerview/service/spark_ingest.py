@@ -127,31 +127,37 @@ class SparkIngest:
         lines = (spark.readStream.option("pathGlobFilter", section.pattern).text(section.path)
                  .select(F.col("value").alias("line"), F.col("_metadata.file_path").alias("file"))
                  .where(F.length("line") > 0))
+        too_long = _too_long(self._configs[section.topic].max_message_bytes)
         if section.format == "json":
-            messages = _json_messages(lines, section.topic, self._partitions[section.topic])
+            messages = _json_messages(lines, section.topic, self._partitions[section.topic], too_long)
         else:
             parts = F.split(F.col("line"), f"\\Q{section.separator}\\E", 2)
             no_separator = F.lit(f"no separator {section.separator!r} between key and value")
-            value = F.when(F.size(parts) < 2, _malformed(no_separator)).otherwise(parts.getItem(1))
+            value = F.when(too_long[0], _malformed(F.lit(too_long[1]))) \
+                .when(F.size(parts) < 2, _malformed(no_separator)).otherwise(parts.getItem(1))
             messages = lines.select("line", "file", _nulls_marked(parts.getItem(0), section).alias("key"),
                                     _nulls_marked(value, section).alias("value"))
         return _topic_refusals(messages, self._configs[section.topic])
 
 
+def _too_long(max_message_bytes: int) -> tuple[Column, str]:
+    """Whether a line is longer than the direct directory source reads (``max_line_bytes``; Spark's text source
+    has read it whole, without its line end, which counts one byte), and the direct path's words for it. Each
+    format checks it first, before its parse: a line refused for its length is refused for nothing else."""
+    bound = max_line_bytes(max_message_bytes, CHUNK_BYTES)
+    return F.octet_length("line") + 1 > bound, line_too_long(bound, max_message_bytes)
+
+
 def _topic_refusals(messages: DataFrame, config: TopicConfig) -> DataFrame:
     """The messages (with their ``line`` and ``file``) without those two columns, having failed the query on the
-    first line the direct directory source refuses before or at its append, naming the file and showing the line
-    with the same words (ledgerview/refusals.py): a line longer than ``max_line_bytes`` (Spark's text source has
-    read it whole, without its line end, which counts one byte), a message over max.message.bytes (its size as
-    the sink's append reckons it: key, value and the fixed columns; no headers), a keyless message for a
-    compact-only topic. Checked before the line is parsed for the first, after it for the others."""
+    first message the topic refuses, naming the file and showing the line with the direct directory source's
+    words (ledgerview/refusals.py): one over max.message.bytes (its size as the sink's append reckons it: key,
+    value and the fixed columns; no headers), a keyless one for a compact-only topic."""
     limit = config.max_message_bytes
-    bound = max_line_bytes(limit, CHUNK_BYTES)
     size = (F.lit(MESSAGE_OVERHEAD_BYTES) + F.coalesce(F.octet_length("key"), F.lit(0))
             + F.coalesce(F.octet_length("value"), F.lit(0)))
     before, after = store_refusal(MessageTooLargeError("", 0, -1, limit)).split("-1", 1)
-    refusal = F.when(F.octet_length("line") + 1 > bound, F.lit(line_too_long(bound, limit))) \
-        .when(size > limit, F.concat(F.lit(before), size.cast("string"), F.lit(after)))
+    refusal = F.when(size > limit, F.concat(F.lit(before), size.cast("string"), F.lit(after)))
     if config.is_compact and not config.is_delete:
         refusal = refusal.when(F.col("key").isNull(), F.lit(store_refusal(KeylessMessageError("", 0))))
     value = F.when(refusal.isNotNull(), _malformed(refusal)).otherwise(F.col("value"))
@@ -159,7 +165,7 @@ def _topic_refusals(messages: DataFrame, config: TopicConfig) -> DataFrame:
                              for name in messages.columns if name not in ("line", "file")])
 
 
-def _json_messages(lines: DataFrame, topic: str, partitions: int) -> DataFrame:
+def _json_messages(lines: DataFrame, topic: str, partitions: int, too_long: tuple[Column, str]) -> DataFrame:
     """The messages of JSON lines (columns ``line``, ``file``) by the rules of ``ledgerview produce``
     (input_lines.py, ``_json_record``), in Spark SQL: a line they refuse fails the query, naming its file and
     why. A line is parsed as a variant, strictly (one object, each field once), and its field names read with
@@ -169,11 +175,12 @@ def _json_messages(lines: DataFrame, topic: str, partitions: int) -> DataFrame:
     record = F.when(F.size(one) == 1, one.getItem(0))
     names = F.json_object_keys("line")
     fields = {name: F.try_variant_get(record, f"$.{name}", "variant") for name in JSON_FIELDS}
-    reason = F.when(~F.coalesce(F.schema_of_variant(record).startswith("OBJECT"), F.lit(False)),
-                    F.when(F.size(names) > F.size(F.array_distinct(names)), F.concat(
-                        F.lit("the field '"), F.filter(names, lambda name: F.size(F.filter(
-                            names, lambda other: other == name)) > 1).getItem(0), F.lit("' is given twice")))
-                    .otherwise(F.lit("not JSON, or not one JSON object")))
+    reason = F.when(too_long[0], F.lit(too_long[1])) \
+        .when(~F.coalesce(F.schema_of_variant(record).startswith("OBJECT"), F.lit(False)),
+              F.when(F.size(names) > F.size(F.array_distinct(names)), F.concat(
+                  F.lit("the field '"), F.filter(names, lambda name: F.size(F.filter(
+                      names, lambda other: other == name)) > 1).getItem(0), F.lit("' is given twice")))
+              .otherwise(F.lit("not JSON, or not one JSON object")))
     unknown = F.array_sort(F.array_except(names, F.array(*map(F.lit, JSON_FIELDS))))
     reason = reason.when(F.size(unknown) > 0, F.concat(
         F.lit("unknown fields ["), F.array_join(F.transform(unknown, lambda name: F.concat(F.lit("'"), name,
