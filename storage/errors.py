@@ -127,13 +127,22 @@ class CorruptSegmentError(CorruptDataError):
 class CorruptLedgerError(CorruptSegmentError):
     """A batch of a compacted ledger whose bytes do not verify: the compacted view cannot be served past it."""
 
+    repair = ("Rebuild the compacted view from the raw log with `ledgerview verify --repair`, which works while "
+              "retention has not removed the raw messages the ledger covers.")
+
     def __init__(self, path: str, position: int, offset: int, reason: str) -> None:
         self.path, self.position, self.offset = path, position, offset
         first = f" (its messages from offset {offset})" if offset >= 0 else ""
         LedgerviewError.__init__(self, (
-            f"Corrupt batch in compacted ledger {path} at file position {position}{first}: {reason}. Rebuild the "
-            "compacted view from the raw log with `ledgerview verify --repair`, which works while retention has "
-            "not removed the raw messages the ledger covers."))
+            f"Corrupt batch in compacted ledger {path} at file position {position}{first}: {reason}. {self.repair}"))
+
+
+class CorruptRemoteLedgerError(CorruptLedgerError):
+    """A batch of a compacted ledger on the remote tier whose bytes do not verify; `verify --repair` rebuilds local
+    views only."""
+
+    repair = ("Compact the topic again (from the data folder that owns its remote log, or with compact --spark for "
+              "a tier no data folder owns), which uploads a new view; the raw log on the tier is intact.")
 
 
 class PartitionLockedError(LedgerviewError):

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -140,6 +140,9 @@ class Ledger:
     """A finished ledger opened for reading: memory-mapped, its batch headers read once, its key index open.
     storage/remote_ledger.py reads one from the remote tier with the same methods."""
 
+    corrupt_batch_error: ClassVar[type[CorruptLedgerError]] = CorruptLedgerError
+    """What a damaged batch raises: its advice says how to rebuild a view where it is stored."""
+
     def __init__(self, path: Path, key_index_path: Path, *, verify: bool = True) -> None:
         size = path.stat().st_size
         if size:
@@ -162,9 +165,9 @@ class Ledger:
                 # A damaged header (its CRC is checked only when the batch is read): a reader would skip or
                 # misplace a batch by it
                 keys.close()
-                raise CorruptLedgerError(source, header.position, -1, f"its batch headers' offsets do not increase "
-                                         f"(offsets {before.base_offset} to {before.last_offset}, then "
-                                         f"{header.base_offset} to {header.last_offset})")
+                raise self.corrupt_batch_error(
+                    source, header.position, -1, f"its batch headers' offsets do not increase (offsets "
+                    f"{before.base_offset} to {before.last_offset}, then {header.base_offset} to {header.last_offset})")
         self.headers = headers
         self.keys = keys
         self.verify = verify
@@ -194,7 +197,7 @@ class Ledger:
                 self._verified.add(header.position)
             return decode_payload(buffer, placed)
         except BatchFormatError as error:
-            raise CorruptLedgerError(self.source, header.position, header.base_offset, error.reason) from error
+            raise self.corrupt_batch_error(self.source, header.position, header.base_offset, error.reason) from error
 
     def read_batches(self, start_offset: int = 0, end_offset: int | None = None) -> Iterator[pa.RecordBatch]:
         """Batches of STORED_SCHEMA with start_offset <= offset < end_offset, in offset order."""

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from storage.codec import BatchHeader
 from storage.compacted import CompactionCursor
-from storage.errors import CorruptDataError, CorruptLedgerError
+from storage.errors import CorruptDataError, CorruptRemoteLedgerError
 from storage.ledger import Ledger
 from storage.object_store import ObjectStore
 from storage.remote_key_index import FlatKeyIndex, FlatKeyIndexes, RangeReader
@@ -127,6 +127,8 @@ class RemoteLedger(Ledger):
     Raises RemoteViewMismatchError if the view's counts disagree with its batches, as the local view is checked
     against its cursor on open (CompactedLedgers._check_view); ``manifest_url`` names the manifest that holds it."""
 
+    corrupt_batch_error = CorruptRemoteLedgerError
+
     def __init__(self, objects: ObjectStore, view: RemoteCompactedView, cache: FetchCache, *, manifest_url: str,
                  verify: bool = True) -> None:
         reason = view.mismatch()
@@ -152,7 +154,7 @@ class RemoteLedger(Ledger):
         key = self._object_of[header.base_offset]
         buffer, fetched = self._fetch(key, header.position, header.batch_length)
         if buffer.size != header.batch_length:
-            raise CorruptLedgerError(self.objects.url(key), header.position, header.base_offset,
+            raise CorruptRemoteLedgerError(self.objects.url(key), header.position, header.base_offset,
                                      f"the object holds {buffer.size} of the batch's {header.batch_length} bytes "
                                      "there: it is cut short")
         if fetched:

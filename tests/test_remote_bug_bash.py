@@ -430,8 +430,9 @@ def test_a_remote_ledger_cut_short_is_an_error_naming_it(data_dir: Path, tmp_pat
     ledger.write_bytes(ledger.read_bytes()[:-100])
     remote = RemoteStore.open(f"file://{tier}", verify_reads=verify_reads)
     message = f"{re.escape(f'file://{ledger}')} .*it is cut short"
-    with pytest.raises(CorruptLedgerError, match=message):
+    with pytest.raises(CorruptLedgerError, match=message) as raised:
         list(Reader(remote, "t", read_compacted=True))
+    assert "Compact the topic again" in str(raised.value) and "verify --repair" not in str(raised.value)
     with pytest.raises(CorruptLedgerError, match=message), TableView(remote, "t") as table:
         table.get(b"key00299")
 
