@@ -294,6 +294,9 @@ def test_a_damaged_segment_is_named_in_the_status_beside_the_other_topics_and_th
         assert (damaged["topic"], damaged["committed"], damaged["end_offset"], damaged["lag"]) == (
             "damaged", 5, None, None)
         assert damaged["error"].startswith(f"CorruptSegmentError: Corrupt batch in {segment}")
+        metrics = service.get("/metrics")[2]  # every line a number, or Prometheus drops the whole scrape
+        assert 'ledgerview_group_lag{group="billing",topic="sound",partition="0"} 15' in metrics
+        assert 'topic="damaged"' not in metrics.split("ledgerview_group_lag", 1)[1] and " None" not in metrics
         if shutil.which("chromium") is not None:
             page = chromium("--dump-dom", f"http://{service.address}/", profile=tmp_path / "profile")
             groups = page[page.index('<table id="groups">'):].split("</table>")[0]

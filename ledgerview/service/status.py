@@ -264,7 +264,8 @@ def prometheus_text(status: dict[str, Any]) -> str:
         for key, name, help_text in _COMPACTION_COUNTERS:
             lines += _family(name, "counter", help_text, [({}, counters[key])])
     positions = [({"group": group["group"], "topic": p["topic"], "partition": str(p["partition"])}, p)
-                 for group in status["groups"] for p in group["positions"]]
+                 for group in status["groups"] for p in group["positions"]
+                 if p["lag"] is not None]  # on an unreadable partition: not a number Prometheus would take
     lines += _family("ledgerview_group_lag", "gauge", "End offset minus the group's committed offset.",
                      ((labels, p["lag"]) for labels, p in positions))
     lines += process_metrics()
