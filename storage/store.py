@@ -284,30 +284,30 @@ class Store:
             folder = partition_folder(self.root, topic, partition)
             failed = self._failed_opens.get(key)
             if failed is not None and failed[0] == self._open_state(folder):
-                raise failed[1].with_traceback(None)
+                raise _fresh(failed[1])
             state = self._open_state(folder)
             try:
                 log = self._open_partition(metadata, partition)
             except CorruptDataError as error:
-                self._failed_opens[key] = (state, error)
+                self._failed_opens[key] = (state, _fresh(error))  # kept apart from the notes callers add
                 raise
             self._failed_opens.pop(key, None)
             self._logs[key] = log
         return log
 
     def _open_state(self, folder: Path) -> tuple[object, ...]:
-        """What opening a partition reads: its files but the indexes (names, sizes, modification times) and the
-        store's checkpoints; the same state opens the same way. The indexes are left out: a failed open rebuilds
-        them before it meets the damage."""
+        """What opening a partition reads: its files but the indexes and the store's checkpoints, each by inode,
+        size, modification and change time (a file restored with its old modification time, by ``cp -p`` or
+        rsync, still has a new change time); the same state opens the same way. The indexes are left out: a failed
+        open rebuilds them before it meets the damage."""
         files = []
         with contextlib.suppress(FileNotFoundError), os.scandir(folder) as entries:
-            files = sorted((entry.name, entry.stat().st_size, entry.stat().st_mtime_ns) for entry in entries
+            files = sorted((entry.name, *_identity(entry.stat())) for entry in entries
                            if not entry.name.endswith((OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX)))
         checkpoints = []
         for name in (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT):
             with contextlib.suppress(FileNotFoundError):
-                stat = (self.root / name).stat()
-                checkpoints.append((name, stat.st_size, stat.st_mtime_ns))
+                checkpoints.append((name, *_identity((self.root / name).stat())))
         return tuple(files), tuple(checkpoints)
 
     def _open_partition(self, metadata: TopicMetadata, partition: int) -> PartitionLog:
@@ -611,6 +611,18 @@ class Store:
         for (name, _), log in list(self._logs.items()):
             if topic is None or name == topic:
                 log.flush()
+
+
+def _identity(stat: os.stat_result) -> tuple[int, int, int, int]:
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
+
+
+def _fresh(error: CorruptDataError) -> CorruptDataError:
+    """A copy of ``error`` (its message and attributes) without its notes and traceback: the one raised again for
+    a partition that did not open, to callers on any thread that may add notes of their own."""
+    fresh = type(error).__new__(type(error), *error.args)
+    fresh.__dict__.update((name, value) for name, value in vars(error).items() if name != "__notes__")
+    return fresh
 
 
 def _remove_retired_ledgers(log: PartitionLog) -> None:

@@ -579,22 +579,33 @@ def test_a_topic_created_again_after_a_crashed_delete_starts_with_no_recovery_po
 
 def test_a_partition_that_did_not_open_fails_alike_until_its_files_change(data_dir: Path) -> None:
     """A damaged partition is opened again only once its files change: a client retrying it (a Kafka consumer
-    every 100 ms) walked its segments on every request. Mended, it opens."""
+    every 100 ms) walked its segments and rewrote its index files on every request. Each failure is a fresh error,
+    so the notes retention adds do not pile up on one object. Restored from a copy that keeps the old
+    modification time, it opens."""
     with Store.open(data_dir) as store:
         store.create_topic("t", config={"segment.bytes": "1024"})
         for _ in range(5):
             store.append("t", [(b"k%d" % i, b"v" * 50) for i in range(10)], partition=0)
     damaged = sorted((data_dir / "t-0").glob("*.log"))[-1]
-    intact = damaged.read_bytes()
+    intact, modified = damaged.read_bytes(), damaged.stat().st_mtime_ns
     flipped = bytearray(intact)
     flipped[len(flipped) // 2] ^= 0xFF
     damaged.write_bytes(bytes(flipped))
+    os.utime(damaged, ns=(modified, modified))  # bit rot: the bytes change, the modification time does not
     with Store.open(data_dir) as store:
         errors = []
         for _ in range(3):
             with pytest.raises(CorruptSegmentError) as raised:
                 store.partition_log("t", 0)
-            errors.append(str(raised.value))
-        assert errors == [errors[0]] * 3 and str(damaged) in errors[0]
-        damaged.write_bytes(intact)  # restored from a copy
+            errors.append(raised.value)
+            if len(errors) == 1:  # the failed open rewrote the indexes once; no retry writes them again
+                indexes = {path: path.stat().st_mtime_ns for path in (data_dir / "t-0").glob("*index")}
+        assert [str(error) for error in errors] == [str(errors[0])] * 3 and str(damaged) in str(errors[0])
+        assert {path: path.stat().st_mtime_ns for path in indexes} == indexes
+        for _ in range(2):
+            with pytest.raises(CorruptSegmentError) as retention:
+                store.enforce_retention("t")
+            assert len(retention.value.__notes__) == 1
+        damaged.write_bytes(intact)  # restored in place by cp -p: same file, size and modification time
+        os.utime(damaged, ns=(modified, modified))
         assert store.partition_log("t", 0).end_offset == 50
