@@ -155,8 +155,8 @@ class PartitionLockedError(LedgerviewError):
 
 
 class WriterConflictError(LedgerviewError):
-    """Another writer's claim or work stands in the way of this one, which changed nothing: the command line's
-    exit status 4 (conflict)."""
+    """Another writer's claim or work stands in the way of this one: the command line's exit status 4
+    (conflict). What the error names was left as that writer made it."""
 
 
 class ReadOnlyStoreError(LedgerviewError):

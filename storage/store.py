@@ -490,7 +490,21 @@ class Store:
         renamed ``.deleted`` now and removed after file.delete.delay.ms. ``now_ms``: default the store's clock.
 
         A partition that fails (its data damaged, the remote tier down, a disk error) does not keep retention from
-        the others: the first failure is raised once they are done, with a note of what they deleted."""
+        the others: the first failure is raised once they are done, with a note of what they deleted
+        (``retention_pass`` returns both instead)."""
+        deleted, failures = self.retention_pass(topic, now_ms)
+        if failures:
+            first = failures[0][1]
+            failed = ", ".join(f"{partition} ({type(error).__name__})" for partition, error in failures)
+            first.add_note(f"Retention of {topic} failed on partition(s) {failed} and ran on the others: "
+                           f"{len(deleted)} segment(s) deleted.")
+            raise first
+        return deleted
+
+    def retention_pass(self, topic: str, now_ms: int | None = None) -> tuple[
+            list[DeletedSegment], list[tuple[int, LedgerviewError | OSError]]]:
+        """``enforce_retention`` over every partition, returning what it deleted and each partition that failed
+        with its error, without raising them."""
         metadata = self.topic_metadata(topic)
         now = self.clock() if now_ms is None else now_ms
         deleted: list[DeletedSegment] = []
@@ -506,13 +520,7 @@ class Store:
                     deleted += enforce_partition_retention(log, now_ms=now, read_hold=read_hold)
             except (LedgerviewError, OSError) as error:
                 failures.append((partition, error))
-        if failures:
-            first = failures[0][1]
-            failed = ", ".join(f"{partition} ({type(error).__name__})" for partition, error in failures)
-            first.add_note(f"Retention of {topic} failed on partition(s) {failed} and ran on the others: "
-                           f"{len(deleted)} segment(s) deleted.")
-            raise first
-        return deleted
+        return deleted, failures
 
     # ------------------------------------------------------------------------------------------- remote tier
     def sync_remote(self, topic: str | None = None) -> list[RemoteSyncResult]:

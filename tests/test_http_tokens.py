@@ -5,6 +5,7 @@ does not parse lets no token in until it is mended; and a token file that holds 
 
 from __future__ import annotations
 
+import logging
 import os
 import urllib.error
 import urllib.request
@@ -63,12 +64,14 @@ def test_a_token_is_revoked_and_another_added_without_a_restart(server: StatusSe
     assert (_status_code(server, OLD), _status_code(server, NEW)) == (401, 200)
 
 
-def test_a_token_file_changed_into_one_that_does_not_parse_lets_no_token_in(server: StatusServer,
-                                                                               tokens: Path) -> None:
+def test_a_token_file_changed_into_one_that_does_not_parse_lets_no_token_in(
+        server: StatusServer, tokens: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, logger="ledgerview.http")
     _write(tokens, f"{token_digest(OLD)} ops-without-User\n")  # a revocation or rotation gone wrong
     assert _status_code(server, OLD) == 401
     tokens.unlink()
-    assert _status_code(server, OLD) == 401
+    assert [_status_code(server, OLD) for _ in range(3)] == [401] * 3
+    assert [record.getMessage() for record in caplog.records] == ["http.tokens_refused"] * 2  # once a change
     _write(tokens, f"{token_digest(OLD)} User:ops\n")
     assert _status_code(server, OLD) == 200
 

@@ -43,27 +43,29 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run_retention(args: argparse.Namespace) -> int:
-    """A topic that fails does not keep retention from the others: what was deleted is printed, then the first
-    failure is raised, naming the other topics that failed."""
+    """A partition or topic that fails does not keep retention from the others: what was deleted is printed, then
+    the first failure is raised, naming every partition that failed."""
     deleted: list[DeletedSegment] = []
     failures: list[tuple[str, LedgerviewError | OSError]] = []
     with open_existing_store(args) as store:
         for topic in args.topics or store.list_topics():
             try:
-                deleted += store.enforce_retention(topic)
-            except (LedgerviewError, OSError) as error:
+                topic_deleted, topic_failures = store.retention_pass(topic)
+            except (LedgerviewError, OSError) as error:  # its metadata cannot be read
                 failures.append((topic, error))
+                continue
+            deleted += topic_deleted
+            failures += [(f"{topic}-{partition}", error) for partition, error in topic_failures]
     _print_deleted(deleted, as_json=args.json)
-    if failures:
-        first = failures[0][1]
-        if len(failures) > 1:
-            first.add_note(f"Retention failed on topic(s) {', '.join(topic for topic, _ in failures[1:])} too.")
-        raise first
     gone = [segment for segment in deleted if segment.reason not in LOCAL_REASONS.values()]
     dropped = [segment for segment in deleted if segment.reason in LOCAL_REASONS.values()]
     dropped_text = (f"; local copies of {len(dropped)} uploaded segment(s), {sum(s.size_bytes for s in dropped)} "
                     "bytes, dropped (read from the remote tier now)" if dropped else "")
     say(f"Retention deleted {len(gone)} segment(s), {sum(s.size_bytes for s in gone)} bytes{dropped_text}.")
+    if failures:
+        first = failures[0][1]
+        first.add_note(f"Retention failed on {', '.join(where for where, _ in failures)}; the rest was done.")
+        raise first
     return 0
 
 

@@ -51,6 +51,7 @@ from types import TracebackType
 from typing import Any
 
 from ledgerview.kafka.acl_admin import handle_create_acls, handle_delete_acls, handle_describe_acls
+from ledgerview.kafka.advertised import WILDCARD_HOSTS, canonical_host_name
 from ledgerview.kafka.authentication import (
     SaslAuthenticator,
     handle_sasl_authenticate,
@@ -271,6 +272,8 @@ class KafkaEndpoint:
         """Drops the pages of segments that fetches read from the process's RSS (mapped_pages.py)."""
 
     def start(self) -> KafkaEndpoint:
+        if any(listener.host in WILDCARD_HOSTS for listener in self.options.bound_listeners):
+            canonical_host_name()  # may ask DNS: here, not on the event loop when the first client connects
         self._thread = threading.Thread(target=self._run, name="kafka-endpoint", daemon=True)
         self._thread.start()
         self._started.wait()

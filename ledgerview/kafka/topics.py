@@ -13,6 +13,7 @@ partitions, and the connection, are served as usual (``unreadable``).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from ledgerview.kafka.protocol import ErrorCode
@@ -69,15 +70,18 @@ def all_topic_views(store: Store, suffix: str) -> tuple[list[TopicView], list[st
 def unreadable(name: str, partition: int | None, error: CorruptDataError) -> ErrorCode:
     """KAFKA_STORAGE_ERROR for partition ``partition`` of ``name`` (None: the whole topic, whose metadata record is
     damaged), whose stored data failed its checks; logs the
-    error, which names the file, as an error once per partition and error and at debug level after (clients retry
-    such a partition every 100 ms or so, which would fill the log)."""
+    error, which names the file, as an error once per partition and error in REPORT_EVERY_S, at debug level
+    between (clients retry such a partition every 100 ms or so, which would fill the log)."""
     seen = (name, -1 if partition is None else partition, str(error))
-    level = logging.DEBUG if seen in _REPORTED else logging.ERROR
-    _REPORTED.add(seen)
-    log.log(level, "answering KAFKA_STORAGE_ERROR for %s: %s", name if partition is None else f"{name}-{partition}",
-            error)
+    now = time.monotonic()
+    recent = seen in _REPORTED and now - _REPORTED[seen] < REPORT_EVERY_S
+    if not recent:
+        _REPORTED[seen] = now
+    log.log(logging.DEBUG if recent else logging.ERROR, "answering KAFKA_STORAGE_ERROR for %s: %s",
+            name if partition is None else f"{name}-{partition}", error)
     return ErrorCode.KAFKA_STORAGE_ERROR
 
 
-_REPORTED: set[tuple[str, int, str]] = set()
-"""The partitions and errors logged already: as many as partitions found damaged."""
+REPORT_EVERY_S = 600.0
+_REPORTED: dict[tuple[str, int, str], float] = {}
+"""When each partition's error was last logged as an error: as many entries as partitions found damaged."""

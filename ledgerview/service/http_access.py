@@ -89,7 +89,7 @@ class TokenFile:
         """Principals by token digest, as the file holds them now."""
         with self._lock:
             identity = self._identity()
-            if identity is None or identity != self._seen:
+            if identity != self._seen:  # a file that went missing is logged once, then answers no token
                 self._seen = identity
                 try:
                     self._principals = read_tokens(self.path)
