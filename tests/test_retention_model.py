@@ -443,8 +443,9 @@ class RetentionModel(RuleBasedStateMachine):
         self.open_read = None
         try:
             batches.extend(iterator)  # type: ignore[call-overload]
-        except OffsetOutOfRangeError:
-            # file.delete.delay.ms=0: what the read had not opened yet may be gone, which it says (as Kafka does)
+        except (OffsetOutOfRangeError, FileNotFoundError):
+            # file.delete.delay.ms=0: what the read had not opened yet may be gone, which it says (as Kafka does;
+            # a segment removed between the read's plan and its open is still a bare FileNotFoundError)
             assert self.open_read_unprotected
             return
         finally:
