@@ -157,23 +157,26 @@ def packed_groups(keys: pa.Array, offsets: npt.NDArray[np.int64]) -> Iterator[tu
             key_bytes[first:last], offset_bytes[start * OFFSET_BYTES : end * OFFSET_BYTES]))
 
 
-def _layout(group: bytes, path: Path | str, key: bytes) -> tuple[int, int, int]:
-    """(count, where the key bytes start, where the offsets start) of a packed group, checked against its size."""
+def _layout(group: bytes, path: Path | str, key: bytes,
+            damaged: type[CorruptKeyIndexError] = CorruptKeyIndexError) -> tuple[int, int, int]:
+    """(count, where the key bytes start, where the offsets start) of a packed group, checked against its size;
+    raises ``damaged`` (the index's kind of error) when they disagree."""
     count = COUNT.unpack_from(group)[0] if len(group) >= COUNT.size else 0
     keys_start = COUNT.size + (count + 1) * BOUND_BYTES
     if not count or len(group) < keys_start:
-        raise CorruptKeyIndexError(path, key, f"a group of {len(group)} bytes is too short for its keys")
+        raise damaged(path, key, f"a group of {len(group)} bytes is too short for its keys")
     offsets_start = keys_start + BOUND.unpack_from(group, keys_start - BOUND_BYTES)[0]
     if len(group) != offsets_start + count * OFFSET_BYTES:
-        raise CorruptKeyIndexError(path, key, f"a group of {len(group)} bytes is not what its {count} keys take")
+        raise damaged(path, key, f"a group of {len(group)} bytes is not what its {count} keys take")
     return count, keys_start, offsets_start
 
 
-def offset_in_group(group: bytes, key: bytes, path: Path | str) -> int | None:
+def offset_in_group(group: bytes, key: bytes, path: Path | str,
+                    damaged: type[CorruptKeyIndexError] = CorruptKeyIndexError) -> int | None:
     """``key``'s offset if the group holds it. The key's bytes are looked for with ``bytes.find`` (a C scan of a few
     hundred bytes, where a binary search in Python took 5 µs) and a match counts only where a key of its length
     starts."""
-    count, keys_start, offsets_start = _layout(group, path, key)
+    count, keys_start, offsets_start = _layout(group, path, key, damaged)
     bounds = struct.unpack_from(f"<{count + 1}I", group, COUNT.size)
     if not key:  # the smallest key: only ever a group's first
         return _offset_at(group, offsets_start, 0) if bounds[1] == 0 else None
@@ -205,6 +208,9 @@ class KeyIndex:
     the folder holds, at their sizes (a damaged manifest record is otherwise read as a torn tail and dropped,
     with the keys of its file). An index that cannot be opened raises its KeyIndexError on every read, so
     that its ledger stays readable. RocksDB's OPTIONS file is not read: the options are given."""
+
+    damaged: type[CorruptKeyIndexError] = CorruptKeyIndexError
+    """What damage found through it raises (its advice says how to rebuild it)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

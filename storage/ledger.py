@@ -22,7 +22,7 @@ import pyarrow as pa
 from storage.codec import BatchFormatError, BatchHeader, decode_payload, encode_batch, verify_batch
 from storage.errors import CorruptLedgerError
 from storage.fileio import fsync_folder, write_all
-from storage.key_index import CorruptKeyIndexError, KeyIndex, KeyIndexError, KeyIndexWriter
+from storage.key_index import KeyIndex, KeyIndexError, KeyIndexWriter
 from storage.partition_log import estimated_message_bytes
 from storage.remote_key_index import FlatKeyIndexes
 from storage.scanned_keys import ScannedKeys, scanned_keys
@@ -253,11 +253,11 @@ class Ledger:
         row = int(np.searchsorted(offsets, offset))
         if batch is None or row >= len(offsets) or offsets[row] != offset:
             # A damaged or stale index must not hand out a neighbouring message as this key's.
-            raise CorruptKeyIndexError(self.keys.path, key, f"it sends the key to offset {offset}, which ledger "
-                                       f"{self.source} does not hold")
+            raise self.keys.damaged(self.keys.path, key, f"it sends the key to offset {offset}, which ledger "
+                                    f"{self.source} does not hold")
         if batch.column(2)[row].as_py() != key:  # nor another key's message (an index that passed its checks)
-            raise CorruptKeyIndexError(self.keys.path, key, f"it sends the key to offset {offset}, which holds "
-                                       "another key")
+            raise self.keys.damaged(self.keys.path, key, f"it sends the key to offset {offset}, which holds "
+                                    "another key")
         return int(self._first_rows[index]) + row, batch.slice(row, 1)
 
     def close(self) -> None:

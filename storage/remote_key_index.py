@@ -137,7 +137,7 @@ class FlatKeyIndex:
             data = self._read(position, length, key)
             if crc is not None and crc32c.crc32c(data) != crc:
                 raise CorruptRemoteKeyIndexError(self.path, key, f"the group at byte {position} fails its CRC-32C")
-            offset = offset_in_group(data, key, self.path)
+            offset = offset_in_group(data, key, self.path, CorruptRemoteKeyIndexError)
             if offset is not None:
                 return offset
         return None
@@ -175,6 +175,9 @@ class FlatKeyIndex:
 class FlatKeyIndexes:
     """A key index in pieces that hold disjoint key ranges (one per task that wrote it), looked up in the one
     piece whose range holds the key."""
+
+    damaged: type[CorruptKeyIndexError] = CorruptRemoteKeyIndexError
+    """What damage found through it raises (its advice says how to rebuild it)."""
 
     def __init__(self, pieces: list[tuple[bytes, FlatKeyIndex]]) -> None:
         self._first_keys = [first for first, _ in pieces]
