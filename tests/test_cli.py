@@ -67,6 +67,7 @@ def one_topic_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return data
 
 
+@pytest.mark.slow  # a Python process or more of its own: after the fast suite
 @pytest.mark.parametrize(("args", "code", "message"), [
     (["topics", "create", "prices"], 4, "Topic 'prices' already exists"),
     slow(["topics", "create", "t2", "--config", "retention.msx=1"], 2, "Did you mean 'retention.ms'?"),
@@ -92,6 +93,7 @@ def test_bad_input_gets_one_line_error_and_exit_status(one_topic_store: Path, ar
     assert message in result.err
 
 
+@pytest.mark.slow  # a Python process or more of its own: after the fast suite
 def test_bad_input_changed_nothing(one_topic_store: Path) -> None:
     """Runs after the bad-input cases on the same store (pytest keeps file order)."""
     assert lines(run_cli(one_topic_store, "topics", "list").out) == ["prices"]
@@ -109,6 +111,7 @@ def test_a_refused_topic_creation_makes_no_data_folder(tmp_path: Path, capsys: p
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.slow  # a Python process or more of its own: after the fast suite
 def test_a_missing_data_folder_is_not_created_by_a_reading_command(tmp_path: Path) -> None:
     result = run_cli(tmp_path / "typo", "topics", "list", check=False)
     assert result.code == 2 and "No data folder at" in result.err
@@ -337,6 +340,7 @@ def _read_available(fd: int) -> bytes:
         return b""
 
 
+@pytest.mark.slow  # a Python process or more of its own: after the fast suite
 def test_help_is_the_reference() -> None:
     top = run_cli(Path("unused"), "--help")
     for command in ("topics", "produce", "consume", "compact", "compaction-status", "clean", "retention",

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from compactor import Compactor
 from storage import Store
@@ -37,6 +38,7 @@ def ledger_now(store: Store) -> tuple[int, list[tuple[int, bytes, bytes | None]]
     return cursor.horizon, [(r["offset"], r["key"], r["value"]) for r in table.to_pylist()]
 
 
+@pytest.mark.slow  # a Python process or more of its own: after the fast suite
 def test_compacting_while_another_process_appends(tmp_path: Path) -> None:
     with Store.open(tmp_path) as store:
         store.create_topic("t", config={"segment.bytes": "16384"})

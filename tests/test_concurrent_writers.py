@@ -159,6 +159,7 @@ def test_an_append_to_several_partitions_writes_none_while_one_is_locked_elsewhe
         assert list(store.append("two", rows)) == [(0, 0), (1, 0)]
 
 
+@pytest.mark.slow  # a Python process or more of its own: after the fast suite
 def test_a_writer_without_lock_wait_started_while_another_process_holds_the_lock_is_refused(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     create_topic(data_dir)
@@ -177,6 +178,7 @@ def test_a_writer_without_lock_wait_started_while_another_process_holds_the_lock
         assert store.read(TOPIC, 0)["value"].to_pylist() == [b"before"]
 
 
+@pytest.mark.slow  # a Python process or more of its own: after the fast suite
 def test_a_writer_with_lock_wait_appends_once_the_holder_releases(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     create_topic(data_dir)
@@ -196,6 +198,7 @@ def test_a_writer_with_lock_wait_appends_once_the_holder_releases(tmp_path: Path
         assert store.read(TOPIC, 0)["value"].to_pylist() == values("w", 0, last)
 
 
+@pytest.mark.slow  # a Python process or more of its own: after the fast suite
 def test_a_reader_process_reads_while_another_process_holds_the_writer_lock(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     create_topic(data_dir)

@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.slow  # a Python process or more of its own: after the fast suite
 def test_the_demo_refuses_a_folder_it_did_not_make_and_leaves_it_alone(tmp_path: Path) -> None:
     precious = tmp_path / "notes.txt"
     precious.write_text("keep me")

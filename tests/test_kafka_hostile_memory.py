@@ -167,6 +167,7 @@ def _mapped_bytes(folder: Path) -> int:
     return total
 
 
+@pytest.mark.slow  # a Python process or more of its own: after the fast suite
 def test_segment_pages_a_fetch_read_do_not_stay_mapped(tmp_path: Path) -> None:
     data = tmp_path / "data"
     _bulk(data, 300)  # 30 MB

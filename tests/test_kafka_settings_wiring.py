@@ -42,6 +42,7 @@ def test_the_service_kafka_section_takes_them_as_plain_or_dotted_keys() -> None:
         parse_service_config({"kafka": {"frame_stall_timeout_ms": 0}}, "s.toml")
 
 
+@pytest.mark.slow  # a Python process or more of its own: after the fast suite
 def test_the_endpoint_process_takes_them_as_options(tmp_path: Path) -> None:
     refused = subprocess.run([sys.executable, "-m", "ledgerview.kafka", str(tmp_path), "--port", "0",
                               "--offsets-retention-minutes", "0"], capture_output=True, text=True, timeout=60)

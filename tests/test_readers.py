@@ -419,6 +419,7 @@ with Reader(sys.argv[1], "prices", read_compacted=True) as reader:
 """
 
 
+@pytest.mark.slow  # a Python process or more of its own: after the fast suite
 def test_a_reader_in_another_process_sees_the_same_compacted_view(store: Store, data_dir: Path) -> None:
     model = Model(store, "prices", partitions=2)
     rng = random.Random(3)

@@ -209,6 +209,7 @@ def test_demo_runs_and_checks_itself(tmp_path: Path) -> None:
     assert result.out.startswith(f"ledgerview demo: data folder {tmp_path / 'demo'}")
 
 
+@pytest.mark.slow  # a Python process or more of its own: after the fast suite
 def test_a_bad_config_is_refused_before_anything_starts(tmp_path: Path) -> None:
     bad = write_config(tmp_path / "bad.toml", {"store": {"data": str(tmp_path / "data")}, "http": {"prot": 1}}, {})
     result = subprocess.run([sys.executable, "-m", "ledgerview", "serve", "--config", str(bad)],

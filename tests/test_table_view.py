@@ -153,6 +153,7 @@ with Store.open(sys.argv[1]) as store:
 """
 
 
+@pytest.mark.slow  # a Python process or more of its own: after the fast suite
 def test_the_view_follows_another_process(store: Store, data_dir: Path) -> None:
     model = Model(store, "prices")
     model.append([(f"k{i}".encode(), f"v{i}".encode()) for i in range(5)])
