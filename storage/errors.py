@@ -111,6 +111,19 @@ class OffsetOutOfRangeError(LedgerviewError):
         )
 
 
+class SegmentDeletedError(LedgerviewError, FileNotFoundError):
+    """A segment a read in progress had planned on, removed (by retention or cleaning) before the read reached it:
+    its messages are no longer in the log. Still a FileNotFoundError, which the callers that list the segments
+    again (storage/loader.py) and the append's check for a deleted topic catch."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"The segment {path} was deleted while this read was in progress (retention or cleaning "
+                         "removed it, and file.delete.delay.ms had passed): its messages are no longer in the log. "
+                         "Read again from the log start; a longer file.delete.delay.ms keeps deleted segments "
+                         "readable for reads in progress.")
+
+
 class CorruptSegmentError(CorruptDataError):
     """A batch of a segment whose bytes do not verify (its CRC, or a header that does not parse where no write can
     be under way: a sealed segment, or below the recovery point): data would be silently lost if it were skipped

@@ -31,7 +31,7 @@ from storage.codec import (
     read_header,
     verify_batch,
 )
-from storage.errors import CorruptSegmentError
+from storage.errors import CorruptSegmentError, SegmentDeletedError
 from storage.fileio import write_all
 from storage.files import (
     DELETED_SUFFIX,
@@ -418,12 +418,16 @@ class Segment(SegmentReads):
         return self.log_path.stat().st_mtime_ns // 1_000_000
 
     def buffer(self) -> pa.Buffer:
-        """The valid bytes as a zero-copy buffer over a memory map, widened when the file has grown."""
+        """The valid bytes as a zero-copy buffer over a memory map, widened when the file has grown; raises
+        SegmentDeletedError when retention or cleaning removed the file before this reader mapped it."""
         if self._map is None or self._map.size < self.size_bytes:
             if self.size_bytes == 0:
                 return pa.py_buffer(b"")
-            with pa.memory_map(str(self.log_path), "r") as mapped:
-                self._map = mapped.read_buffer()
+            try:
+                with pa.memory_map(str(self.log_path), "r") as mapped:
+                    self._map = mapped.read_buffer()
+            except FileNotFoundError:
+                raise SegmentDeletedError(str(self.log_path)) from None
         return self._map.slice(0, self.size_bytes)
 
     def follow_growth(self) -> int:

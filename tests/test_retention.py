@@ -28,9 +28,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compactor import Compactor
+from readers import Reader
 from storage import Store
 from storage.checkpoints import read_checkpoint
-from storage.errors import OffsetOutOfRangeError
+from storage.errors import OffsetOutOfRangeError, SegmentDeletedError
 from storage.files import DELETED_SUFFIX, LOG_START_OFFSET_CHECKPOINT, parse_segment_file
 from storage.retention import (
     DeleteRecordsOutOfRangeError,
@@ -473,3 +474,17 @@ def test_a_damaged_partition_keeps_retention_from_no_other_partition_or_topic(
     assert f"Retention deleted {len(deleted)} segment(s)" in result.err
     with Store.open(data_dir) as store:
         assert store.start_offset("a", 1) > 0 and store.start_offset("b", 0) > 0
+
+
+def test_a_segment_deleted_before_a_read_in_progress_reached_it_is_an_error_saying_so(data_dir: Path) -> None:
+    """With file.delete.delay.ms=0, retention may remove a segment a read has planned on but not opened yet: that
+    was a bare FileNotFoundError naming a '.deleted' file."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config={"segment.bytes": "1024", "retention.bytes": "1", "file.delete.delay.ms": "0"})
+        for _ in range(6):
+            store.append("t", [(b"k%d" % i, b"v" * 50) for i in range(10)], partition=0)
+        batches = Reader(store, "t").batches()
+        assert next(batches).num_rows == 10  # the first segment is open, the next ones are not
+        assert store.enforce_retention("t")
+        with pytest.raises(SegmentDeletedError, match=r"was deleted while this read was in progress"):
+            list(batches)

@@ -38,7 +38,7 @@ from compactor import Compactor
 from readers import Consumer, Reader, TableView, Timestamp
 from readers.snapshot import snapshot_batches
 from storage import MESSAGE_SCHEMA, Store
-from storage.errors import KeylessMessageError, OffsetOutOfRangeError
+from storage.errors import KeylessMessageError, OffsetOutOfRangeError, SegmentDeletedError
 from storage.retention import (
     DeleteRecordsOutOfRangeError,
     RecordDeletionNotAllowedError,
@@ -443,9 +443,8 @@ class RetentionModel(RuleBasedStateMachine):
         self.open_read = None
         try:
             batches.extend(iterator)  # type: ignore[call-overload]
-        except (OffsetOutOfRangeError, FileNotFoundError):
-            # file.delete.delay.ms=0: what the read had not opened yet may be gone, which it says (as Kafka does;
-            # a segment removed between the read's plan and its open is still a bare FileNotFoundError)
+        except (OffsetOutOfRangeError, SegmentDeletedError):
+            # file.delete.delay.ms=0: what the read had not opened yet may be gone, which it says (as Kafka does)
             assert self.open_read_unprotected
             return
         finally:
