@@ -23,8 +23,8 @@ from confluent_kafka import Producer
 from storage import Store
 from storage.faults import CRASH_AT_ENV
 
-TRIALS = 33
-"""Eleven at each moment: each a restart of the endpoint, so the count is what the suite's time allows."""
+TRIALS = 21
+"""Seven at each moment: each a restart of the endpoint, so the count is what the suite's time allows."""
 TIME_LIMIT_SECONDS = 240
 TRIAL_LIMIT_SECONDS = 30
 MOMENTS = (None, "producer_state.after_journal", "segment.after_write")

@@ -106,49 +106,6 @@ REFUSED_LINES = {
 """A JSON line the direct directory source and ``produce`` refuse (input_lines.py), and why."""
 
 
-def test_json_lines_on_spark_keep_their_partition_and_are_refused_as_without(tmp_path: Path) -> None:
-    """docs/service.md: a directory source's JSON line keeps the partition it names, the others go where the
-    partitioner sends them, whichever engine reads the folder; and a line the direct path refuses fails the query,
-    naming the file, why and the line, before any line of its batch is appended."""
-    from storage import Store
-
-    incoming = tmp_path / "incoming"
-    incoming.mkdir()
-    lines = [f'{{"key": "k{i}", "value": "v{i}", "partition": 1}}' for i in range(20)]
-    lines.append('{"key": "free", "value": "x"}')
-    (incoming / "001.json").write_text("\n".join(lines) + "\n")
-    refusing = []
-    for name, (line, _) in REFUSED_LINES.items():
-        (tmp_path / name).mkdir()
-        (tmp_path / name / f"{name}.json").write_text(f'{{"key": "fine", "value": "y"}}\n{line}\n')
-        refusing.append({"name": name, "type": "directory", "topic": "refused", "path": str(tmp_path / name),
-                         "format": "json", "interval_s": 0.2})
-    path = write_config(tmp_path / "ledgerview.toml", {
-        "store": {"data": str(tmp_path / "data")}, "service": {"flush_interval_s": 0.2}, "http": {"port": 0},
-        "spark": {"enabled": True, "master": "local[1]"},
-    }, {
-        "topics": [{"name": "prices", "partitions": 2}, {"name": "refused", "partitions": 2}],
-        "sources": [{"name": "drops", "type": "directory", "topic": "prices", "path": str(incoming),
-                     "format": "json", "interval_s": 0.2}, *refusing],
-    })
-    service = ServiceProcess(path)
-
-    def failed() -> dict[str, str]:
-        return {s["name"]: s["last_error"] for s in service.status()["sources"] if s["state"] == "failed"}
-
-    service.wait_until(lambda: end_offsets(service)["prices"] == 21 and failed().keys() == REFUSED_LINES.keys(),
-                       "the file, and every refusing source failed", deadline_s=240)
-    errors = failed()
-    assert service.terminate() == 0
-    for name, (line, reason) in REFUSED_LINES.items():
-        assert f"{name}/{name}.json: {reason}" in errors[name], errors[name]
-        assert repr(line) in errors[name], errors[name]
-    with Store.open(tmp_path / "data") as store:
-        named = store.read("prices", 1)["value"].to_pylist()
-        assert store.end_offset("refused", 0) + store.end_offset("refused", 1) == 0
-    assert sorted(value for value in named if value != b"x") == sorted(f"v{i}".encode() for i in range(20))
-
-
 LONG_LINE = "k\t" + "x" * (8 * 1024 * 1024)
 """Longer than the direct path's bound for a topic of max.message.bytes=200: max(8 MiB, 6 * 200) with its line end."""
 TOPIC_REFUSALS = {
@@ -164,38 +121,61 @@ TOPIC_REFUSALS = {
 it is parsed: the JSON line is not JSON either), in the direct path's words."""
 
 
-def test_messages_the_topic_refuses_on_spark_name_their_file_and_line(tmp_path: Path) -> None:
-    """A message over max.message.bytes, or keyless for a compact topic, failed the query in the sink (the
-    store's error, without the file it came from), and a line of any length was read and parsed; now each fails
-    the query before the sink, naming the file, why in the direct directory source's words, and the line."""
+def test_lines_on_spark_keep_their_partition_and_are_refused_as_without(tmp_path: Path) -> None:
+    """docs/service.md: a directory source's JSON line keeps the partition it names, the others go where the
+    partitioner sends them, whichever engine reads the folder; a line the direct path refuses (malformed, or a
+    message the topic refuses: over max.message.bytes, keyless for a compact topic, or too long to read) fails the
+    query before the sink, naming the file, why in the direct path's words and the line, before any line of its
+    batch is appended. Before, such lines became tombstones, or failed in the sink without the file, and a line of
+    any length was read and parsed. One service start for every case: each starts Spark."""
     from storage import Store
 
-    sources = []
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    lines = [f'{{"key": "k{i}", "value": "v{i}", "partition": 1}}' for i in range(20)]
+    lines.append('{"key": "free", "value": "x"}')
+    (incoming / "001.json").write_text("\n".join(lines) + "\n")
+    refusing = []
+    for name, (line, _) in REFUSED_LINES.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / f"{name}.json").write_text(f'{{"key": "fine", "value": "y"}}\n{line}\n')
+        refusing.append({"name": name, "type": "directory", "topic": "refused", "path": str(tmp_path / name),
+                         "format": "json", "interval_s": 0.2})
     for name, (line_format, line, _) in TOPIC_REFUSALS.items():
         (tmp_path / name).mkdir()
         fine = '{"key": "fine", "value": "y"}' if line_format == "json" else "fine\ty"
         (tmp_path / name / f"{name}.{line_format}").write_text(f"{fine}\n{line}\n")
-        sources.append({"name": name, "type": "directory", "topic": "small", "path": str(tmp_path / name),
-                        "format": line_format, "null_marker": "-", "interval_s": 0.2})
+        refusing.append({"name": name, "type": "directory", "topic": "small", "path": str(tmp_path / name),
+                         "format": line_format, "null_marker": "-", "interval_s": 0.2})
     path = write_config(tmp_path / "ledgerview.toml", {
         "store": {"data": str(tmp_path / "data")}, "service": {"flush_interval_s": 0.2}, "http": {"port": 0},
         "spark": {"enabled": True, "master": "local[1]"},
     }, {
-        "topics": [{"name": "small", "partitions": 1,
+        "topics": [{"name": "prices", "partitions": 2}, {"name": "refused", "partitions": 2},
+                   {"name": "small", "partitions": 1,
                     "config": {"max.message.bytes": "200", "cleanup.policy": "compact"}}],
-        "sources": sources,
+        "sources": [{"name": "drops", "type": "directory", "topic": "prices", "path": str(incoming),
+                     "format": "json", "interval_s": 0.2}, *refusing],
     })
     service = ServiceProcess(path)
 
     def failed() -> dict[str, str]:
         return {s["name"]: s["last_error"] for s in service.status()["sources"] if s["state"] == "failed"}
 
-    service.wait_until(lambda: failed().keys() == TOPIC_REFUSALS.keys(), "every source failed", deadline_s=240)
+    every = REFUSED_LINES.keys() | TOPIC_REFUSALS.keys()
+    service.wait_until(lambda: end_offsets(service)["prices"] == 21 and failed().keys() == every,
+                       "the file, and every refusing source failed", deadline_s=240)
     errors = failed()
     assert service.terminate() == 0
+    for name, (line, reason) in REFUSED_LINES.items():
+        assert f"{name}/{name}.json: {reason}" in errors[name], errors[name]
+        assert repr(line) in errors[name], errors[name]
     for name, (line_format, line, reason) in TOPIC_REFUSALS.items():
         assert f"{name}/{name}.{line_format}: {reason}" in errors[name], errors[name]
         shown = line if len(line) <= 80 else line[:80] + "..."
         assert f": '{shown}'" in errors[name], errors[name]
     with Store.open(tmp_path / "data") as store:
+        named = store.read("prices", 1)["value"].to_pylist()
+        assert store.end_offset("refused", 0) + store.end_offset("refused", 1) == 0
         assert store.end_offset("small", 0) == 0
+    assert sorted(value for value in named if value != b"x") == sorted(f"v{i}".encode() for i in range(20))
