@@ -1,15 +1,18 @@
 """The HTTP status server's connections, in process with real sockets: a client holding a connection open without
 sending delays no other client (before, the server read one request at a time, so one such client after another
 kept everyone out), and Kafka's max.connections and max.connections.per.ip bound the connections it serves at
-once, a connection past either closed as it arrives."""
+once, a connection past either closed as it arrives; refused connections are logged at most once an interval,
+with every one of them in some line's count (one line per refusal let a client flood the log)."""
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +20,7 @@ from ledgerview.errors import ServiceConfigError
 from ledgerview.service.config import parse_service_config
 from ledgerview.service.http import StatusServer
 from storage import Store
+from tests.conftest import ManualClock
 
 DEADLINE_S = 30.0
 """How long a test waits for an answer; the server's own request deadline is far longer, so a held connection is
@@ -30,9 +34,9 @@ def data(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-def _server(data: Path, **bounds: int) -> Iterator[StatusServer]:
+def _server(data: Path, **options: Any) -> Iterator[StatusServer]:
     server = StatusServer("127.0.0.1", 0, data, lambda store: {"topics": store.list_topics()},
-                          lambda: {"status": "ok"}, request_timeout_s=600.0, **bounds)
+                          lambda: {"status": "ok"}, request_timeout_s=600.0, **options)
     server.start()
     try:
         yield server
@@ -120,3 +124,48 @@ def test_the_connection_bounds_are_checked_with_the_config(key: str) -> None:
     with pytest.raises(ServiceConfigError, match=rf"\[http\] {key}: 0 is below 1"):
         parse_service_config({"http": {key: 0}}, "ledgerview.toml")
     assert getattr(parse_service_config({"http": {key: 3}}, "ledgerview.toml").http, key) == 3
+
+
+def _refusal_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, object]]:
+    return [dict(record.ledgerview_fields) for record in caplog.records
+            if record.getMessage() == "http.connection_refused"]
+
+
+def _refused(server: StatusServer, times: int, source: str = "127.0.0.1") -> None:
+    for _ in range(times):
+        with _connect(server, source) as refused:
+            assert _closed_by_server(refused)
+
+
+def test_refusals_are_logged_once_then_summed_up_when_the_server_stops(
+        data: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="ledgerview.http")
+    for server in _server(data, max_connections=1):
+        with _connect(server):
+            _refused(server, 40)
+            lines = _refusal_lines(caplog)
+            assert [(line.get("refused"), line.get("top_client")) for line in lines] == [(1, "127.0.0.1")]
+    lines = _refusal_lines(caplog)
+    assert [(line["refused"], line["addresses"], line["top_client_refused"]) for line in lines] == [
+        (1, 1, 1), (39, 1, 39)]
+
+
+def test_refusals_past_the_first_are_logged_once_an_interval_with_their_count_and_addresses(
+        data: Path, caplog: pytest.LogCaptureFixture, clock: ManualClock) -> None:
+    caplog.set_level(logging.INFO, logger="ledgerview.http")
+    for server in _server(data, clock=lambda: clock() / 1000, max_connections=1):
+        with _connect(server):
+            _refused(server, 30)
+            _refused(server, 10, source="127.0.0.2")
+            assert len(_refusal_lines(caplog)) == 1
+            clock.advance(59_999)
+            _refused(server, 1, source="127.0.0.2")
+            assert len(_refusal_lines(caplog)) == 1
+            clock.advance(1)  # the interval has passed: the server writes the line with no further connection
+            deadline = time.monotonic() + DEADLINE_S
+            while len(_refusal_lines(caplog)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+    first, second = _refusal_lines(caplog)  # nothing left to write when the server stopped
+    assert (first["refused"], first["top_client"]) == (1, "127.0.0.1")
+    assert (second["refused"], second["addresses"], second["top_client"], second["top_client_refused"]) == (
+        40, 2, "127.0.0.1", 29)

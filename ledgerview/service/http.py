@@ -12,7 +12,8 @@ With an ssl.SSLContext the server speaks HTTPS. A client has REQUEST_TIMEOUT_S f
 handshake and its whole request (a client sending a byte at a time is dropped then, as one sending nothing), and
 as long again for each write of the response. Each connection has a thread of its own, so a client that holds
 one open delays no other; Kafka's ``max.connections`` and ``max.connections.per.ip`` bound them (a connection past
-either is closed as it arrives). The status itself is built from one Store, one request at a time. With an
+either is closed as it arrives; refusals are logged at most once a minute, however many arrive, by
+ledgerview/service/refusal_log.py). The status itself is built from one Store, one request at a time. With an
 HttpAccess that is enforced, every route but /health needs an identity allowed to see the status
 (ledgerview/service/http_access.py): 401 without one, 403 for one not allowed.
 """
@@ -35,6 +36,7 @@ from urllib.parse import urlsplit
 
 from ledgerview.service.http_access import HttpAccess, Verdict
 from ledgerview.service.logs import log_event
+from ledgerview.service.refusal_log import RefusalLog
 from ledgerview.service.status import prometheus_text
 from storage import Store
 
@@ -58,7 +60,9 @@ class StatusServer:
     def __init__(self, host: str, port: int, data: Path, build_status: StatusBuilder,
                  build_health: HealthBuilder, *, tls: ssl.SSLContext | None = None,
                  access: HttpAccess | None = None, request_timeout_s: float = REQUEST_TIMEOUT_S,
-                 max_connections: int = MAX_CONNECTIONS, max_connections_per_ip: int = MAX_CONNECTIONS) -> None:
+                 max_connections: int = MAX_CONNECTIONS, max_connections_per_ip: int = MAX_CONNECTIONS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock`` (monotonic seconds) says when the next line about refused connections is due."""
         self.data = data
         self.build_status = build_status
         self.build_health = build_health
@@ -67,7 +71,7 @@ class StatusServer:
         """From the connection, for the TLS handshake and the whole request; then again for each write of the
         response."""
         self._server = _Server((host, port), _handler(self), tls, request_timeout_s,
-                               max_connections, max_connections_per_ip)
+                               max_connections, max_connections_per_ip, clock)
         self._thread: threading.Thread | None = None
         self.store: Store | None = None
         self._store_lock = threading.Lock()
@@ -137,7 +141,7 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
                  tls: ssl.SSLContext | None, timeout_s: float, max_connections: int,
-                 max_connections_per_ip: int) -> None:
+                 max_connections_per_ip: int, clock: Callable[[], float]) -> None:
         self.tls = tls
         self.timeout_s = timeout_s
         self.max_connections, self.max_connections_per_ip = max_connections, max_connections_per_ip
@@ -145,23 +149,33 @@ class _Server(ThreadingHTTPServer):
         """Each connection served now, with its client's address."""
         self._per_address: Counter[str] = Counter()
         self._count_lock = threading.Lock()
+        self._refusals = RefusalLog(logger, "http.connection_refused", clock=clock,
+                                    reason="max_connections or max_connections_per_ip reached")
         super().__init__(address, handler)
 
     def verify_request(self, request: Any, client_address: Any) -> bool:
-        """Take the connection only below both bounds (refused, it is closed at once, as Kafka closes one)."""
+        """Take the connection only below both bounds (refused, it is closed at once, as Kafka closes one, and
+        counted for the refusal log)."""
         address = str(client_address[0])
         with self._count_lock:
             if len(self._open) >= self.max_connections or self._per_address[address] >= self.max_connections_per_ip:
-                log_event(logger, logging.INFO, "http.connection_refused", client=address,
-                          reason="max_connections or max_connections_per_ip reached")
+                self._refusals.refused(address)
                 return False
             self._open[request] = address
             self._per_address[address] += 1
             return True
 
+    def service_actions(self) -> None:
+        """Between connections (serve_forever calls it at least every poll interval): the refusal line that is due,
+        so the last refusals of a burst are logged when its interval passes even if no connection follows."""
+        super().service_actions()
+        self._refusals.write_due()
+
     def server_close(self) -> None:
-        """Stop listening and end the connections still open (their threads then close them)."""
+        """Stop listening, log the refusals not logged yet, and end the connections still open (their threads then
+        close them)."""
         super().server_close()
+        self._refusals.close()
         with self._count_lock:
             open_now = list(self._open)
         for request in open_now:
