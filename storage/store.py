@@ -295,6 +295,24 @@ class Store:
             self._logs[key] = log
         return log
 
+    def known_damaged_partitions(self, topic: str) -> frozenset[int]:
+        """The partitions of ``topic`` whose log this store tried to open and could not because its data failed a
+        check (CorruptDataError), and whose folder has not changed since: no file but an index added, removed or
+        rewritten (each compared by name, inode, size, modification and change time, as the retried open does).
+
+        It opens and reads nothing: one listing of each such partition's folder, nothing for the others. So it knows
+        no more than that. A partition no read, append or describe of this store has touched since it was opened
+        is not known damaged, however damaged its files; a damaged partition whose folder changed (repaired,
+        restored, or written by another process) is not known damaged until the next open attempt says so again;
+        and a partition whose log is open here is never in it, even if a later read meets a damaged batch, ledger
+        or cursor record. The store-wide checkpoint files, which the retried open also compares, are left out
+        here: every flush of any partition rewrites them, and they would clear the answer for every damaged
+        partition each time; a repair by the checkpoints alone shows at the next open attempt."""
+        failed = [(key[1], state) for key, (state, _) in dict(self._failed_opens).items() if key[0] == topic]
+        return frozenset(partition for partition, state in failed
+                         if (topic, partition) not in self._logs
+                         and state[0] == self._open_state(partition_folder(self.root, topic, partition))[0])
+
     def _open_state(self, folder: Path) -> tuple[object, ...]:
         """What opening a partition reads: its files but the indexes and the store's checkpoints, each by inode,
         size, modification and change time (a file restored with its old modification time, by ``cp -p`` or

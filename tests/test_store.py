@@ -609,3 +609,29 @@ def test_a_partition_that_did_not_open_fails_alike_until_its_files_change(data_d
         damaged.write_bytes(intact)  # restored in place by cp -p: same file, size and modification time
         os.utime(damaged, ns=(modified, modified))
         assert store.partition_log("t", 0).end_offset == 50
+
+
+def test_known_damaged_partitions_are_those_that_failed_to_open_while_their_folder_is_unchanged(
+        data_dir: Path) -> None:
+    """It opens nothing, so a damaged partition is known only after an open failed; a flush of another partition,
+    which rewrites the shared checkpoints, does not clear it; a repair of its folder does, before any open."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t", partitions=2)
+        for partition in (0, 1):
+            store.append("t", [(b"k", b"v")] * 3, partition=partition)
+    [damaged] = (data_dir / "t-1").glob("*.log")
+    intact = damaged.read_bytes()
+    flipped = bytearray(intact)
+    flipped[len(flipped) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(flipped))
+    with Store.open(data_dir) as store:
+        assert store.known_damaged_partitions("t") == frozenset()
+        with pytest.raises(CorruptSegmentError):
+            store.read("t", 1)
+        assert store.known_damaged_partitions("t") == {1}
+        store.append("t", [(b"k", b"w")], partition=0)
+        store.flush("t")
+        assert store.known_damaged_partitions("t") == {1}
+        damaged.write_bytes(intact)
+        assert store.known_damaged_partitions("t") == frozenset()
+        assert len(store.read("t", 1)) == 3

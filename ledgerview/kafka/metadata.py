@@ -2,6 +2,17 @@
 
 One broker, node 0, leads every partition with leader epoch 0 forever (clients then never validate positions with
 OffsetForLeaderEpoch), is every group's coordinator, and lists each topic under its raw and its compacted name.
+
+A partition the store knows to be damaged (its log failed to open on a check and its folder has not changed since:
+``Store.known_damaged_partitions``, which opens nothing) is listed, under both names, with KAFKA_STORAGE_ERROR and
+node 0 in its offline replicas, so admin tools show it offline; node 0 stays its leader, replica and in-sync replica.
+Kafka, whose controller moves leadership off a replica on a failed log dir, answers a partition whose only replica is
+there LEADER_NOT_AVAILABLE with no leader (KRaftMetadataCache.getPartitionMetadata), the replica kept in its replicas
+and ISR and listed offline. Here there is no other broker to lead it, and a repaired partition opens again at the next
+request that touches it, with no restart: keeping the leader lets clients keep asking (kafka-python and librdkafka
+keep routing to it: tests/test_kafka_damaged_partition.py) and get the partition's own KAFKA_STORAGE_ERROR from
+Fetch, ListOffsets and Produce, as they did, and the error says why it is offline, which LEADER_NOT_AVAILABLE would
+not.
 """
 
 from __future__ import annotations
@@ -37,7 +48,8 @@ def handle_metadata(broker: Broker, request: Any, version: int) -> Any:
     listed_all = request.topics is None or (version == 0 and not request.topics)
     if listed_all:
         views, damaged = all_topic_views(broker.store, broker.options.compacted_suffix)
-        topics = [_topic_metadata(view) for view in views if broker.allowed_topic(Operation.DESCRIBE, view.name)]
+        topics = [_topic_metadata(broker, view) for view in views
+                  if broker.allowed_topic(Operation.DESCRIBE, view.name)]
         topics += [_topic_error(name, ErrorCode.KAFKA_STORAGE_ERROR) for name in damaged
                    if broker.allowed_topic(Operation.DESCRIBE, name)]
     else:
@@ -52,7 +64,7 @@ def _requested_topic(broker: Broker, name: str) -> Any:
     if not broker.allowed_topic(Operation.DESCRIBE, name):
         return _topic_error(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     try:
-        return _topic_metadata(resolve_topic(broker.store, name, broker.options.compacted_suffix))
+        return _topic_metadata(broker, resolve_topic(broker.store, name, broker.options.compacted_suffix))
     except InvalidTopicNameError:
         return _topic_error(name, ErrorCode.INVALID_TOPIC_EXCEPTION)
     except UnknownTopicError:
@@ -61,13 +73,19 @@ def _requested_topic(broker: Broker, name: str) -> Any:
         return _topic_error(name, unreadable(name, None, error))
 
 
-def _topic_metadata(view: TopicView) -> Any:
-    partition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
-    partitions = [partition(error_code=0, partition_index=index, leader_id=NODE_ID, leader_epoch=0,
-                            replica_nodes=[NODE_ID], isr_nodes=[NODE_ID], offline_replicas=[])
-                  for index in range(view.partitions)]
+def _topic_metadata(broker: Broker, view: TopicView) -> Any:
+    damaged = broker.store.known_damaged_partitions(view.topic)
+    partitions = [_partition_metadata(index, index in damaged) for index in range(view.partitions)]
     return MetadataResponse.MetadataResponseTopic(error_code=0, name=view.name, is_internal=False,
                                                   partitions=partitions)
+
+
+def _partition_metadata(index: int, damaged: bool) -> Any:
+    """Node 0 leads it; a damaged one is offline on node 0, and says why (the module's docstring)."""
+    partition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
+    error = ErrorCode.KAFKA_STORAGE_ERROR if damaged else ErrorCode.NONE
+    return partition(error_code=error.value, partition_index=index, leader_id=NODE_ID, leader_epoch=0,
+                     replica_nodes=[NODE_ID], isr_nodes=[NODE_ID], offline_replicas=[NODE_ID] if damaged else [])
 
 
 def _topic_error(name: str, error: ErrorCode) -> Any:
