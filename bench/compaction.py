@@ -171,17 +171,23 @@ def mmap_scan(target: Path, output: Path) -> Outcome:
     segments = sorted(path for path in _partition_folder(target).iterdir()
                       if (parsed := parse_segment_file(path.name)) and parsed[1:] == (LOG_SUFFIX, None))
     for path in segments:
-        with open(path, "rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            if size == 0:
-                continue
-            with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                data = np.frombuffer(mapped, dtype=np.uint8)
-                words = size // 8
-                total += int(data[: words * 8].view(np.uint64).sum(dtype=np.uint64))  # wraps mod 2**64
-                total += int(data[words * 8 :].sum(dtype=np.uint64))
-                del data
+        total += sum_mapped(path)
     return Outcome(None, notes=f"{len(segments)} segment files, checksum {total % 1000:03d}")
+
+
+def sum_mapped(path: Path) -> int:
+    """Memory-map a file and sum it as 64-bit words (wrapping), which touches every byte once."""
+    with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size == 0:
+            return 0
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            data = np.frombuffer(mapped, dtype=np.uint8)
+            words = size // 8
+            total = int(data[: words * 8].view(np.uint64).sum(dtype=np.uint64))  # wraps mod 2**64
+            total += int(data[words * 8 :].sum(dtype=np.uint64))
+            del data
+    return total
 
 
 def _open_ledger(target: Path) -> LedgerReads:
@@ -327,15 +333,24 @@ def polars_job(target: Path, output: Path) -> Outcome:
 
 
 def pyarrow_job(target: Path, output: Path) -> Outcome:
-    """group_by(key) max(offset) over the memory-mapped file, then, batch by batch, take those rows (offset = row
-    number, so the take is the join; a batch at a time, as one take over 30M rows would pass the 2 GiB a binary
-    column holds), drop tombstones, write."""
+    """group_by(key) max(offset) over the memory-mapped file, then its rows taken and written
+    (``pyarrow_write_latest``)."""
+    reader = pa.ipc.open_file(pa.memory_map(str(target)))
+    pyarrow_write_latest(reader, pyarrow_latest_offsets(reader), output)
+    return Outcome(None)
+
+
+def pyarrow_latest_offsets(reader: pa.ipc.RecordBatchFileReader) -> np.ndarray:
+    """Each key's latest offset, sorted: Arrow's hash aggregation over the whole file's keys and offsets."""
+    latest = reader.read_all().select(["key", "offset"]).group_by("key").aggregate([("offset", "max")])
+    return np.sort(latest.column("offset_max").to_numpy())
+
+
+def pyarrow_write_latest(reader: pa.ipc.RecordBatchFileReader, offsets: np.ndarray, output: Path) -> None:
+    """Batch by batch, take the rows at ``offsets`` (offset = row number, so the take is the join; a batch at a
+    time, as one take over 30M rows would pass the 2 GiB a binary column holds), drop tombstones, write, fsync."""
     import pyarrow.compute as pc
 
-    reader = pa.ipc.open_file(pa.memory_map(str(target)))
-    latest = reader.read_all().select(["key", "offset"]).group_by("key").aggregate([("offset", "max")])
-    offsets = np.sort(latest.column("offset_max").to_numpy())
-    del latest
     with pa.OSFile(str(output), "wb") as sink, pa.ipc.new_file(sink, reader.schema) as writer:
         start = 0
         for index in range(reader.num_record_batches):
@@ -345,7 +360,6 @@ def pyarrow_job(target: Path, output: Path) -> Outcome:
             writer.write_batch(kept.filter(pc.is_valid(kept.column("value"))))
             start += batch.num_rows
     _fsync_output(output)
-    return Outcome(None)
 
 
 SPARK_QUERY = """
