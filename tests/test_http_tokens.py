@@ -1,12 +1,14 @@
 """The HTTP server's bearer tokens over time, in process with real requests: the token file is read again when it
 changes, so a revoked token stops working and a new one works without a restart; a file changed into one that
-does not parse lets no token in until it is mended; and a token file that holds no token keeps every route but
-/health closed (it opened them all)."""
+does not parse lets no token in until it is mended; a token file that holds no token keeps every route but
+/health closed (it opened them all); and a token that names no one is answered only after Kafka's
+connection.failed.authentication.delay.ms (it was answered at once, so tokens could be tried at full speed)."""
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ledgerview.service.config import HttpSection
+from ledgerview.service.config import HttpSection, parse_service_config
 from ledgerview.service.http import StatusServer
 from ledgerview.service.http_access import token_digest
 from storage import Store
@@ -24,20 +26,26 @@ OLD, NEW = "old-5b0c7e2d9a4f8e1b3c6d", "new-8f2a4c6e0b1d3f5a7c9e"
 
 @pytest.fixture
 def tokens(tmp_path: Path) -> Path:
+    _write(tmp_path / "http-tokens", f"{token_digest(OLD)} User:ops\n")
     return tmp_path / "http-tokens"
 
 
 @pytest.fixture
 def server(tmp_path: Path, tokens: Path) -> Iterator[StatusServer]:
+    yield from _server(tmp_path, HttpSection(port=0, tokens_file=str(tokens),
+                                             broker_properties={"super.users": "User:ops"}))
+
+
+def _server(tmp_path: Path, section: HttpSection) -> Iterator[StatusServer]:
     with Store.open(tmp_path / "data"):
         pass
-    _write(tokens, f"{token_digest(OLD)} User:ops\n")
-    section = HttpSection(port=0, tokens_file=str(tokens), broker_properties={"super.users": "User:ops"})
     status = StatusServer(section.host, section.port, tmp_path / "data", lambda store: {}, lambda: {"status": "ok"},
                           access=section.access(tmp_path / "data"))
     status.start()
-    yield status
-    status.stop()
+    try:
+        yield status
+    finally:
+        status.stop()
 
 
 def _write(path: Path, text: str) -> None:
@@ -87,3 +95,14 @@ def test_a_token_file_without_tokens_at_start_keeps_the_status_closed(tmp_path: 
     tokens.write_text("# no one yet\n")
     section = HttpSection(port=0, tokens_file=str(tokens))
     assert section.access(tmp_path).enforced
+
+
+def test_a_token_that_names_no_one_is_answered_after_the_failed_authentication_delay(
+        tmp_path: Path, tokens: Path) -> None:
+    config = parse_service_config({"http": {"port": 0, "tokens_file": str(tokens), "super.users": "User:ops",
+                                            "connection.failed.authentication.delay.ms": 1000}}, "ledgerview.toml")
+    for server in _server(tmp_path, config.http):
+        asked = time.monotonic()
+        assert _status_code(server, NEW) == 401
+        assert time.monotonic() - asked >= 1.0  # the delay is a lower bound; how much later is not the point
+        assert (_status_code(server, OLD), _status_code(server, None)) == (200, 401)  # neither waits for it

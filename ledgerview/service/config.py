@@ -46,7 +46,7 @@ class ServiceSection:
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
-HTTP_PROPERTIES = (*TLS_KEYS, "super.users")
+HTTP_PROPERTIES = (*TLS_KEYS, "super.users", "connection.failed.authentication.delay.ms")
 """The Kafka broker properties [http] takes (docs/security.md)."""
 
 
@@ -68,10 +68,12 @@ class HttpSection:
     max_connections_per_ip: int = MAX_CONNECTIONS
     """Kafka's max.connections.per.ip: the same, for connections from one client address."""
     broker_properties: dict[str, Any] = field(default_factory=dict)
-    """Every dotted key of the section: ``ssl.*`` (TLS, client certificates) and ``super.users``."""
+    """Every dotted key of the section: ``ssl.*`` (TLS, client certificates), ``super.users`` and
+    ``connection.failed.authentication.delay.ms``."""
 
     def security(self) -> SecurityOptions:
-        """TLS settings and super users; raises BrokerConfigError, SecurityConfigError or InsecureHttpError."""
+        """TLS settings, super users and the failed-authentication delay; raises BrokerConfigError,
+        SecurityConfigError or InsecureHttpError."""
         security = security_options(self.broker_properties, "[http]", HTTP_PROPERTIES)
         check_security((), security, insecure=True)
         if security.ssl_client_auth != "none" and not security.keystore_given:

@@ -252,15 +252,22 @@ def _handler(server: StatusServer) -> type[BaseHTTPRequestHandler]:
 
         def _answer(self, *, with_body: bool) -> None:
             self.request.settimeout(server.request_timeout_s)  # the response's own budget (each write is bounded)
+            authorization = self.headers.get("Authorization")
             try:
                 certificate = self.request.getpeercert() if isinstance(self.request, ssl.SSLSocket) else None
-                principal = None if server.access is None else server.access.principal(
-                    self.headers.get("Authorization"), certificate)
+                principal = None if server.access is None else server.access.principal(authorization, certificate)
                 code, content_type, body = server.respond(_route(self.path), principal, self.client_address[0])
             except Exception as error:  # a broken status must not take the server down
                 log_event(logger, logging.ERROR, "http.failed", path=self.path, error=f"{type(error).__name__}: "
                           f"{error}")
                 code, content_type, body = 500, "application/json", json.dumps({"error": str(error)}).encode()
+            if server.access is not None:
+                # Credentials that name no one are answered after connection.failed.authentication.delay.ms, as
+                # the Kafka endpoint answers a failed login, so a client cannot try tokens at full speed (one try
+                # per connection: the server closes each after its answer). The sleep holds this connection's
+                # thread only, and no lock: each connection has a thread of its own, at most max_connections of
+                # them, and a client could hold one as long by sending its request slowly.
+                time.sleep(server.access.failed_authentication_delay_s(authorization, code))
             self.send_response(code)
             if code == Verdict.UNAUTHENTICATED:
                 self.send_header("WWW-Authenticate", 'Bearer realm="ledgerview"')

@@ -130,12 +130,16 @@ class HttpAccess:
     client_certificates: bool
     """ssl.client.auth is required or requested: a verified certificate names a principal."""
     authorizer: Authorizer
+    connection_failed_authentication_delay_ms: int = SecurityOptions.connection_failed_authentication_delay_ms
+    """Kafka's connection.failed.authentication.delay.ms, the Kafka endpoint's name and default: how long a request
+    whose credentials name no one waits for its 401, which slows token guessing."""
 
     @classmethod
     def of(cls, data: Path, security: SecurityOptions, tokens_file: str) -> HttpAccess:
         tokens = TokenFile(Path(tokens_file)) if tokens_file else None
         return cls(tokens, security.ssl_client_auth != "none",
-                   Authorizer(data, SecurityOptions(super_users=security.super_users)))
+                   Authorizer(data, SecurityOptions(super_users=security.super_users)),
+                   security.connection_failed_authentication_delay_ms)
 
     @property
     def enforced(self) -> bool:
@@ -152,6 +156,14 @@ class HttpAccess:
         digest = token_digest(token.strip())
         return next((principal for known, principal in self.tokens.principals().items()
                      if hmac.compare_digest(known, digest)), None)
+
+    def failed_authentication_delay_s(self, authorization: str | None, status: int) -> float:
+        """How long a request with this Authorization header waits for its answer of HTTP ``status``: the delay
+        when it presented credentials and they named no one (401); none when it presented none, or got any other
+        answer."""
+        if authorization is None or status != Verdict.UNAUTHENTICATED:
+            return 0.0
+        return self.connection_failed_authentication_delay_ms / 1000
 
     def verdict(self, principal: str | None, host: str) -> Verdict:
         if not self.enforced:
