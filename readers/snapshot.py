@@ -57,6 +57,12 @@ def fold_tail(batches: Iterable[pa.RecordBatch], keys: frozenset[bytes] | None =
     return latest
 
 
+def live_rows(tail: pa.Table | None) -> Iterator[pa.RecordBatch]:
+    """The rows a folded tail (``fold_tail``) gives a snapshot: its keys' last messages but the tombstones."""
+    if tail is not None:
+        yield from tail.filter(pc.is_valid(tail["value"])).to_batches()
+
+
 def snapshot_batches(store: ReadableStore, topic: str, partition: int, end_offset: int, *,
                      keys: frozenset[bytes] | None = None, ledger_offsets: tuple[int, int | None] = (0, None),
                      pinned: tuple[int, int] | None = None, with_tail: bool = True) -> Iterator[pa.RecordBatch]:
@@ -83,9 +89,8 @@ def snapshot_batches(store: ReadableStore, topic: str, partition: int, end_offse
         tail = fold_tail(store.read_batches(topic, partition, tail_start, end) if tail_start < end else (), keys)
         if ledger is not None:
             yield from _ledger_rows(ledger, partition, tail, keys, ledger_offsets, horizon)
-        if tail is not None and with_tail:
-            live = tail.filter(pc.is_valid(tail["value"]))
-            yield from live.to_batches()
+        if with_tail:
+            yield from live_rows(tail)
     finally:
         if ledger is not None:
             ledger.close()

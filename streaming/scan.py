@@ -31,11 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
 from readers.partition_read import PartitionRead
-from readers.snapshot import LedgerRemovedError, fold_tail, snapshot_batches
+from readers.snapshot import LedgerRemovedError, fold_tail, live_rows, snapshot_batches
 from storage.compacted import CompactionCursor
 from storage.readable import ReadableStore
 from storage.schema import with_partition_column
@@ -228,10 +227,9 @@ class TopicScan(DataSourceReader):
         if piece.pinned is None:
             # No ledger at planning: the table is the raw log's up to the planned end, even when a compaction has
             # published one since (its ledger would answer as of its horizon, not as planned).
-            tail = fold_tail(store.read_batches(self.options.topic, piece.partition, None, piece.end_offset),
-                             self.filters.keys)
-            if tail is not None:
-                yield from tail.filter(pc.is_valid(tail["value"])).to_batches()
+            # From the log start the read finds, not one asked for first as snapshot_batches does for its tail.
+            yield from live_rows(fold_tail(store.read_batches(self.options.topic, piece.partition, None,
+                                                              piece.end_offset), self.filters.keys))
             return
         yield from snapshot_batches(store, self.options.topic, piece.partition, piece.end_offset,
                                     keys=self.filters.keys, ledger_offsets=(low, max(low, high)),
