@@ -3,11 +3,14 @@ changes nothing): against a real endpoint on 127.0.0.1, a frame declaring more t
 negative size) closes its connection before any body is sent; a Fetch asking 2^31-1 bytes gets at most
 fetch.max.bytes; compression bombs of every codec are refused with MESSAGE_TOO_LARGE without being inflated and
 store nothing; idle connections and half-sent frames are closed after connections.max.idle.ms; and after each,
-the endpoint still answers another client."""
+the endpoint still answers another client. Connections past max.connections are closed as they arrive and logged
+at most once a minute, every refused connection in some line's count (one line each let a client flood the log)."""
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -29,6 +32,7 @@ from ledgerview.kafka.compression import DecompressedTooLargeError, decompress
 from ledgerview.kafka.protocol import ErrorCode
 from ledgerview.service.config import KafkaSection, parse_service_config
 from storage import Store
+from tests.conftest import ManualClock
 from tests.kafka_support import (
     RawClient,
     established_connections_to,
@@ -301,3 +305,59 @@ def test_connections_beyond_the_limit_are_closed_as_they_arrive(tmp_path: Path, 
             assert _api_versions(first) == ErrorCode.NONE  # the ones taken were never disturbed
         finally:
             first.close()
+
+
+REFUSAL_COUNT = re.compile(r"\): (\d+); addresses: \d+")
+
+
+def _refusal_counts(caplog: pytest.LogCaptureFixture) -> list[int | None]:
+    """How many refused connections each of the endpoint's lines about them counts (None: a line with no count)."""
+    counts: list[int | None] = []
+    for record in caplog.records:
+        message = record.getMessage()
+        if record.name == "ledgerview.kafka.server" and "max.connections" in message:
+            match = REFUSAL_COUNT.search(message)
+            counts.append(int(match[1]) if match else None)
+    return counts
+
+
+def _refused(bootstrap: str, times: int) -> None:
+    host, port = bootstrap.rsplit(":", 1)
+    for _ in range(times):
+        with socket.create_connection((host, int(port)), timeout=30) as refused:
+            assert _closed_by_endpoint(refused)
+
+
+def test_refused_connections_are_logged_once_then_summed_up_when_the_endpoint_stops(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="ledgerview.kafka")
+    with _endpoint(tmp_path, max_connections=1) as (_, bootstrap):
+        held = RawClient(bootstrap)
+        try:
+            assert _api_versions(held) == ErrorCode.NONE
+            _refused(bootstrap, 500)
+            assert _refusal_counts(caplog) == [1]  # the first at once, the rest within the minute counted
+        finally:
+            held.close()
+    assert _refusal_counts(caplog) == [1, 499]
+
+
+def test_refusals_past_the_first_are_logged_when_their_minute_passes_with_no_further_connection(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, clock: ManualClock) -> None:
+    caplog.set_level(logging.INFO, logger="ledgerview.kafka")
+    options = EndpointOptions(port=0, max_connections_per_ip=1)
+    with KafkaEndpoint(tmp_path / "data", options=options, clock=lambda: clock() / 1000) as endpoint:
+        bootstrap = f"127.0.0.1:{endpoint.port}"
+        held = RawClient(bootstrap)
+        try:
+            assert _api_versions(held) == ErrorCode.NONE
+            _refused(bootstrap, 30)
+            clock.advance(59_999)
+            _refused(bootstrap, 1)
+            assert _refusal_counts(caplog) == [1]
+            clock.advance(1)
+            wait_for(lambda: len(_refusal_counts(caplog)) == 2, "the line due to be written by the endpoint itself")
+            assert _refusal_counts(caplog) == [1, 30]
+        finally:
+            held.close()
+    assert _refusal_counts(caplog) == [1, 30]  # nothing was left to write when the endpoint stopped

@@ -1,21 +1,23 @@
 """The Kafka-protocol endpoint: an asyncio server on its own thread, framing requests and dispatching them.
 
-Per connection (ledgerview/kafka/connection.py: bytes received straight into each frame's buffer), requests are
-read (4-byte size, then the frame) and answered one after another, so responses leave in
-request order as the protocol requires; a long-polling Fetch holds its connection, as Kafka's does. A size above
-socket.request.max.bytes (or negative) closes the connection before its body is read. A connection is closed when
-idle for connections.max.idle.ms, when its frame is still incomplete that long after its size came or its
-frame's bytes stop arriving for frame.stall.timeout.ms, or when it reads none of its pending responses (past
-WRITE_BUFFER_BYTES_MAX, or the piece of a streamed Fetch the kernel did not take) for connections.max.idle.ms. A
-connection that arrives while max.connections are open, or max.connections.per.ip from its address, is closed at
-once. A request body is read only once the bytes of requests read and not answered yet, across all connections,
-leave room for it under queued.max.request.bytes (ledgerview/kafka/request_queue.py), or once all that pool holds
-is response pieces stalled on clients that do not read them: until then that socket is read no further than its
-staging buffer. Large frames' buffers are reused from a free list that lives in that pool's free room
-(frame_buffers.py). A Fetch response is written piece by piece, each batch encoded when its turn comes and counted
-in that same pool until sent (response_sender.py); the fetch cache holds only room that pool leaves free
-(batch_cache.py). Freed large buffers go back to the system (large_buffers.py), and segment pages fetches read are
-dropped from the process as they are encoded (mapped_pages.py).
+Per connection (ledgerview/kafka/connection.py: bytes received straight into each frame's buffer), requests are read
+(4-byte size, then the frame) and answered one after another, so responses leave in request order as the protocol
+requires; a long-polling Fetch holds its connection, as Kafka's does. A size above socket.request.max.bytes (or
+negative) closes the connection before its body is read. A connection is closed when idle for
+connections.max.idle.ms, when its frame is still incomplete that long after its size came or its frame's bytes stop
+arriving for frame.stall.timeout.ms, or when it reads none of its pending responses (past WRITE_BUFFER_BYTES_MAX, or
+the piece of a streamed Fetch the kernel did not take) for connections.max.idle.ms. A connection that arrives while
+max.connections are open, or max.connections.per.ip from its address, is closed at once; refusals are logged at most
+once a minute however many arrive (ledgerview/connection_refusals.py, as the HTTP server's refusals are), the line
+that has come due written by the loop within REFUSAL_LINE_CHECK_S and the count still unwritten when the endpoint
+stops. A request body is read only once the bytes of requests read and not answered yet, across all connections,
+leave room for it under queued.max.request.bytes (ledgerview/kafka/request_queue.py), or once all that pool holds is
+response pieces stalled on clients that do not read them: until then that socket is read no further than its staging
+buffer. Large frames' buffers are reused from a free list that lives in that pool's free room (frame_buffers.py). A
+Fetch response is written piece by piece, each batch encoded when its turn comes and counted in that same pool until
+sent (response_sender.py); the fetch cache holds only room that pool leaves free (batch_cache.py). Freed large
+buffers go back to the system (large_buffers.py), and segment pages fetches read are dropped from the process as
+they are encoded (mapped_pages.py).
 Connections run concurrently on one event loop, which owns the store: no locks. The loop also runs Kafka's log
 flusher: every log.flush.scheduler.interval.ms (by default Kafka's, in effect never) it calls Store.flush_due, so
 that a partition that goes quiet after a produce is still fsynced, and its recovery point moved, once its topic's
@@ -44,12 +46,14 @@ import socket
 import struct
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from ledgerview.connection_refusals import RefusalLog, RefusalSummary
 from ledgerview.kafka.acl_admin import handle_create_acls, handle_delete_acls, handle_describe_acls
 from ledgerview.kafka.advertised import WILDCARD_HOSTS, canonical_host_name
 from ledgerview.kafka.authentication import (
@@ -133,6 +137,9 @@ HANDLERS: dict[ApiKey, Handler] = {
 FRAME_CHUNK_BYTES = 1024 * 1024
 """A frame's body must progress this much (or end) within frame.stall.timeout.ms."""
 GROUP_TIMER_SECONDS = 0.25
+REFUSAL_LINE_CHECK_S = 0.5
+"""How often the loop writes the line about refused connections once it is due, so the last refusals of a burst are
+logged when their interval passes even if no connection follows."""
 
 
 class EndpointStartError(LedgerviewError):
@@ -243,12 +250,24 @@ async def drain(connection: KafkaConnection, options: EndpointOptions) -> None:
 CLOSE_WAIT_S = 1.0
 """How long a closing connection waits for its transport to finish closing (a TLS close needs the peer)."""
 
+
+def _log_refusals(summary: RefusalSummary) -> None:
+    """One line for the connections refused (max.connections, max.connections.per.ip) since the line before."""
+    untallied = summary.refused_from_addresses_not_tallied
+    log.info("Kafka connections refused since the last such line (max.connections or max.connections.per.ip "
+             "reached): %d; addresses: %d%s; most from %s: %d; logged at most every %g s", summary.refused,
+             summary.addresses, f" (and {untallied} refusals from addresses not tallied)" if untallied else "",
+             summary.top_client, summary.top_client_refused, summary.interval_s)
+
+
 class KafkaEndpoint:
     """Serves the data folder at ``store_path`` to Kafka clients until ``stop``; ``start`` returns once it
     listens (``port`` then holds the real port when 0 was asked for)."""
 
     def __init__(self, store_path: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 9092,
-                 compacted_suffix: str = ".compacted", *, options: EndpointOptions | None = None) -> None:
+                 compacted_suffix: str = ".compacted", *, options: EndpointOptions | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock`` (monotonic seconds) says when the next line about refused connections is due."""
         self.store_path = store_path
         self.options = options or EndpointOptions(host=host, port=port, compacted_suffix=compacted_suffix)
         self.port = self.options.port
@@ -261,6 +280,8 @@ class KafkaEndpoint:
         self._failure: BaseException | None = None
         self._open: Counter[str] = Counter()
         """Open connections per client address (touched only on the event loop)."""
+        self._refusals = RefusalLog(_log_refusals, clock=clock)
+        """Connections refused by max.connections or max.connections.per.ip, logged at most once a minute."""
         self._handlers: set[asyncio.Task[None]] = set()
         """The task serving each open connection, ended and awaited when the endpoint stops."""
         limit = self.options.queued_max_request_bytes
@@ -327,6 +348,7 @@ class KafkaEndpoint:
         self.port = broker.port = self.ports[0]
         timer = asyncio.create_task(self._group_timer(broker))
         retention = asyncio.create_task(self._offsets_retention(broker))
+        refusal_lines = asyncio.create_task(self._refusal_lines())
         flusher = self._log_flusher(store)
         self._started.set()
         try:
@@ -334,12 +356,14 @@ class KafkaEndpoint:
         finally:
             timer.cancel()
             retention.cancel()
+            refusal_lines.cancel()
             for handler in self._handlers:
                 handler.cancel()
             # Each handler closes its connection and waits for the close, so no transport outlives the loop.
             await asyncio.gather(*self._handlers, return_exceptions=True)
             flusher.cancel()
             await self._close(servers, store, broker)
+            self._refusals.close()  # no connection arrives any more: the count not logged yet
 
     def _log_flusher(self, store: Store) -> asyncio.Task[None]:
         """Store.flush_due every log.flush.scheduler.interval.ms (Kafka's default, Long.MAX_VALUE, in effect
@@ -387,6 +411,11 @@ class KafkaEndpoint:
             await asyncio.sleep(GROUP_TIMER_SECONDS)
             broker.coordinator.expire()
 
+    async def _refusal_lines(self) -> None:
+        while True:
+            await asyncio.sleep(REFUSAL_LINE_CHECK_S)
+            self._refusals.write_due()
+
     async def _offsets_retention(self, broker: Broker) -> None:
         """Expire old offsets of empty groups now and every offsets.retention.check.interval.ms."""
         while True:
@@ -402,8 +431,7 @@ class KafkaEndpoint:
         address = str((connection.get_extra_info("peername") or ("?",))[0])
         if (sum(self._open.values()) >= self.options.max_connections
                 or self._open[address] >= self.options.max_connections_per_ip):
-            log.info("refusing a Kafka connection from %s: max.connections or max.connections.per.ip reached",
-                     address)
+            self._refusals.refused(address)
             connection.close()
             return
         self._open[address] += 1

@@ -13,7 +13,7 @@ handshake and its whole request (a client sending a byte at a time is dropped th
 as long again for each write of the response. Each connection has a thread of its own, so a client that holds
 one open delays no other; Kafka's ``max.connections`` and ``max.connections.per.ip`` bound them (a connection past
 either is closed as it arrives; refusals are logged at most once a minute, however many arrive, by
-ledgerview/service/refusal_log.py). The status itself is built from one Store, one request at a time. With an
+ledgerview/connection_refusals.py). The status itself is built from one Store, one request at a time. With an
 HttpAccess that is enforced, every route but /health needs an identity allowed to see the status
 (ledgerview/service/http_access.py): 401 without one, 403 for one not allowed.
 """
@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ledgerview.connection_refusals import RefusalLog, RefusalSummary
 from ledgerview.service.http_access import HttpAccess, Verdict
 from ledgerview.service.logs import log_event
-from ledgerview.service.refusal_log import RefusalLog
 from ledgerview.service.status import prometheus_text
 from storage import Store
 
@@ -132,6 +132,16 @@ def _refusal(verdict: Verdict, principal: str | None) -> str:
             "--cluster)")
 
 
+def _log_refusals(summary: RefusalSummary) -> None:
+    """One ``http.connection_refused`` line for the connections refused since the line before."""
+    fields: dict[str, object] = {"refused": summary.refused, "addresses": summary.addresses,
+                                 "top_client": summary.top_client, "top_client_refused": summary.top_client_refused}
+    if summary.refused_from_addresses_not_tallied:
+        fields["refused_from_addresses_not_tallied"] = summary.refused_from_addresses_not_tallied
+    log_event(logger, logging.INFO, "http.connection_refused", **fields,
+              reason="max_connections or max_connections_per_ip reached", logged_at_most_every_s=summary.interval_s)
+
+
 class _Server(ThreadingHTTPServer):
     """An HTTP server with a thread per connection, at most ``max_connections`` of them and
     ``max_connections_per_ip`` from one address, whose connections time out, and are TLS when given a context."""
@@ -149,8 +159,7 @@ class _Server(ThreadingHTTPServer):
         """Each connection served now, with its client's address."""
         self._per_address: Counter[str] = Counter()
         self._count_lock = threading.Lock()
-        self._refusals = RefusalLog(logger, "http.connection_refused", clock=clock,
-                                    reason="max_connections or max_connections_per_ip reached")
+        self._refusals = RefusalLog(_log_refusals, clock=clock)
         super().__init__(address, handler)
 
     def verify_request(self, request: Any, client_address: Any) -> bool:
