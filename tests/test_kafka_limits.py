@@ -265,8 +265,9 @@ def test_the_endpoint_process_takes_the_limits_as_options(tmp_path: Path) -> Non
     command = [sys.executable, "-m", "ledgerview.kafka", str(tmp_path / "data"), "--port", "0"]
     refused = subprocess.run([*command, "--fetch-max-bytes", "0"], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "fetch_max_bytes is 0" in refused.stderr
-    with subprocess.Popen([*command, "--connections-max-idle-ms", "200", "--socket-request-max-bytes", "4096"],
-                          stdout=subprocess.PIPE, text=True) as process:
+    with (tmp_path / "stderr").open("w") as stderr, subprocess.Popen(
+            [*command, "--connections-max-idle-ms", "200", "--socket-request-max-bytes", "4096"],
+            stdout=subprocess.PIPE, stderr=stderr, text=True) as process:
         try:
             assert process.stdout is not None
             bootstrap = process.stdout.readline().removeprefix("listening on ").strip()
@@ -279,6 +280,9 @@ def test_the_endpoint_process_takes_the_limits_as_options(tmp_path: Path) -> Non
         finally:
             process.terminate()
             process.wait(timeout=60)
+    # the process logs at INFO by default, as a broker does: an operator sees why a connection was closed
+    log = (tmp_path / "stderr").read_text()
+    assert "INFO ledgerview.kafka.server: closing a Kafka connection: " in log and "socket.request.max.bytes" in log
 
 
 def _api_versions(client: RawClient) -> int:

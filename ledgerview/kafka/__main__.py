@@ -1,17 +1,19 @@
 """``python -m ledgerview.kafka DATA [--config server.properties] [--insecure] [--host H] [--port P]
 [--advertised-listeners PROTOCOL://HOST:PORT] [--compacted-suffix S]
-[--socket-request-max-bytes N] [--fetch-max-bytes N] [--connections-max-idle-ms N] ...``
+[--socket-request-max-bytes N] [--fetch-max-bytes N] [--connections-max-idle-ms N] [--log-level L] ...``
 (one option per integer setting: max.connections, queued.max.request.bytes, offsets.retention.minutes,
 frame.stall.timeout.ms, ...): run
 the Kafka endpoint alone in this process until SIGTERM or SIGINT. ``--config`` reads Kafka broker properties
 (listeners, ssl.*, sasl.*, authorizer.class.name, super.users, ...; docs/security.md); its values win over the
 options. Prints ``listening on HOST:PORT`` (then `` (SSL)`` and so on, for a listener not PLAINTEXT) for each
 listener once clients may connect (with port 0 that names the
-port picked), so tests and benchmarks can start it as a real process."""
+port picked), so tests and benchmarks can start it as a real process. Logs go to stderr as text lines, at INFO
+and above by default (as a Kafka broker's do): refused and closed connections, failed logins, damaged partitions."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
@@ -38,10 +40,14 @@ def main(argv: list[str] | None = None) -> None:
                              "PLAINTEXT://broker.example.com:9092 (default: the listener's host, or this machine's "
                              "canonical host name when it binds every interface)")
     parser.add_argument("--compacted-suffix", default=EndpointOptions.compacted_suffix)
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="the least severe log lines written to stderr (default %(default)s)")
     for name in SETTINGS:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(EndpointOptions, name),
                             metavar="N", help=f"{name.replace('_', '.')} (default %(default)s)")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
 
     def on_signal(number: int, frame: FrameType | None) -> None:
