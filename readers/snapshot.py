@@ -9,7 +9,8 @@ Reading a snapshot up to ``end_offset``, in this order:
    is then taken at its horizon instead (never older than planned, never a mix).
 2. Fold the raw tail, offsets from ``max(horizon + 1, log start)`` up to that end, into each key's last message:
    a group-by per group of ``FOLD_ROWS`` messages merged with what earlier groups left, so memory grows with the
-   tail's distinct keys, not its length. Keyless messages are not rows of a table and are left out.
+   tail's distinct keys, not its length. Keyless messages are not rows of a table and are left out. If
+   retention or delete-records moves the log start meanwhile, the tail is folded again from the new start.
 3. Serve the ledger's rows whose key the tail does not hold (one vectorised membership test per ledger batch; with
    keys pushed down, key-index lookups instead of a scan), then the tail's last messages that are not tombstones.
 
@@ -27,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage.batch_groups import grouped
-from storage.errors import LedgerviewError
+from storage.errors import LedgerviewError, OffsetOutOfRangeError, SegmentDeletedError
 from storage.ledger import LedgerReads
 from storage.readable import ReadableStore
 from storage.schema import with_partition_column
@@ -84,9 +85,7 @@ def snapshot_batches(store: ReadableStore, topic: str, partition: int, end_offse
         if ledger is None:
             raise LedgerRemovedError(topic, partition, pinned[0])
     try:
-        end = max(end_offset, horizon + 1)
-        tail_start = max(horizon + 1, store.start_offset(topic, partition))
-        tail = fold_tail(store.read_batches(topic, partition, tail_start, end) if tail_start < end else (), keys)
+        tail = _folded_raw_tail(store, topic, partition, horizon + 1, max(end_offset, horizon + 1), keys)
         if ledger is not None:
             yield from _ledger_rows(ledger, partition, tail, keys, ledger_offsets, horizon)
         if with_tail:
@@ -94,6 +93,23 @@ def snapshot_batches(store: ReadableStore, topic: str, partition: int, end_offse
     finally:
         if ledger is not None:
             ledger.close()
+
+
+def _folded_raw_tail(store: ReadableStore, topic: str, partition: int, low: int, end: int,
+                     keys: frozenset[bytes] | None) -> pa.Table | None:
+    """``fold_tail`` of the raw messages from ``max(low, log start)`` up to ``end``, folded again from the new log
+    start when retention or delete-records moved it between reading it and reading the messages (those below it
+    are gone: a read starting now would not see them either). The same error while the log start stays put is a
+    real one, and raised."""
+    while True:
+        start = max(low, store.start_offset(topic, partition))
+        if start >= end:
+            return None
+        try:
+            return fold_tail(store.read_batches(topic, partition, start, end), keys)
+        except (OffsetOutOfRangeError, SegmentDeletedError):
+            if store.start_offset(topic, partition) <= start:
+                raise
 
 
 class LedgerRemovedError(LedgerviewError):
