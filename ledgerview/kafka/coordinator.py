@@ -90,9 +90,12 @@ class GroupCoordinator:
         group = self.groups.setdefault(group_id, Group(group_id))
         if group.members and request.protocol_type != group.protocol_type:
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-        names = {name for name, _ in request.protocols}
+        # Kafka's supportsProtocols: one of the member's protocols must be every other member's too, so the group
+        # always has a protocol all its members support (_complete_join picks it).
         others = [m for m in group.members.values() if m.member_id != request.member_id]
-        if not names or any(not names & {name for name, _ in m.request.protocols} for m in others):
+        shared = {name for name, _ in request.protocols}.intersection(
+            *({name for name, _ in m.request.protocols} for m in others))
+        if not shared:
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         if request.member_id:
             member = group.members.get(request.member_id)

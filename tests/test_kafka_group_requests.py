@@ -1,0 +1,91 @@
+"""Group requests a well-behaved client does not send, or sends at the wrong time, against the real endpoint as raw
+frames (kafka-python's protocol classes): the coordinator answers each with Kafka's error and stays sound for the
+group's other members."""
+
+from __future__ import annotations
+
+import select
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
+from kafka.protocol.consumer import (
+    JoinGroupRequest,
+    JoinGroupResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+from ledgerview.kafka.protocol import ErrorCode
+from tests.kafka_support import RawClient, Running, kafka, wait_for
+
+__all__ = ["kafka"]
+
+JOIN_VERSION = 2
+"""Before KIP-394: a join without a member id enters the group at once."""
+
+
+@pytest.fixture
+def clients(kafka: Running) -> Iterator[list[RawClient]]:
+    """Four raw connections to the endpoint, closed after the test."""
+    opened = [RawClient(kafka.bootstrap) for _ in range(4)]
+    yield opened
+    for client in opened:
+        client.close()
+
+
+def join_request(group: str, protocols: list[str], *, member_id: str = "", session_timeout_ms: int = 10_000,
+                 rebalance_timeout_ms: int = 60_000) -> JoinGroupRequest:
+    return JoinGroupRequest(group_id=group, session_timeout_ms=session_timeout_ms,
+                            rebalance_timeout_ms=rebalance_timeout_ms, member_id=member_id, protocol_type="consumer",
+                            protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name=name, metadata=b"m")
+                                       for name in protocols])
+
+
+def send(client: RawClient, request: Any, version: int) -> None:
+    """Send a request without waiting for its response (``receive`` reads it)."""
+    client.correlation_id += 1
+    request.with_header(correlation_id=client.correlation_id, client_id="test")
+    client.send_frame(bytes(request.encode(version=version, header=True, framed=True)))
+
+
+def receive(client: RawClient, response_class: Any, version: int) -> Any:
+    return response_class.decode(client.read_frame(), version=version, header=True)
+
+
+def answered(client: RawClient) -> bool:
+    """Whether a response waits to be read on the connection."""
+    return bool(select.select([client.socket], [], [], 0)[0])
+
+
+def describe(client: RawClient, group: str) -> Any:
+    return client.request(DescribeGroupsRequest(groups=[group]), DescribeGroupsResponse, 0).groups[0]
+
+
+def sync(client: RawClient, group: str, generation: int, member_id: str,
+         assignments: dict[str, bytes] | None = None) -> Any:
+    wanted = [SyncGroupRequest.SyncGroupRequestAssignment(member_id=member, assignment=assignment)
+              for member, assignment in (assignments or {}).items()]
+    return client.request(SyncGroupRequest(group_id=group, generation_id=generation, member_id=member_id,
+                                           assignments=wanted), SyncGroupResponse, 1)
+
+
+def test_a_member_sharing_no_protocol_with_every_member_is_refused(kafka: Running, clients: list[RawClient]) -> None:
+    """Each protocol the third member offers is another member's, but none is both's: it gets
+    INCONSISTENT_GROUP_PROTOCOL at once, as in Kafka. It was let in, and the barrier's close found no protocol for
+    the group and raised: the connection whose rejoin closed it was dropped and the other joins never answered (and a
+    barrier closed by its deadline ended the timer that expires every group's members)."""
+    first, second, third, observer = clients
+    leader = first.request(join_request("g", ["x", "y"]), JoinGroupResponse, JOIN_VERSION)
+    assert (leader.error_code, leader.generation_id) == (ErrorCode.NONE, 1)
+    send(second, join_request("g", ["y", "z"]), JOIN_VERSION)  # a rebalance, waiting for the first to rejoin
+    send(third, join_request("g", ["x", "z"]), JOIN_VERSION)
+    wait_for(lambda: answered(third) or len(describe(observer, "g").members) == 3, "the third join to be handled")
+    rejoined = first.request(join_request("g", ["x", "y"], member_id=leader.member_id), JoinGroupResponse,
+                             JOIN_VERSION)
+    assert (rejoined.error_code, rejoined.generation_id, rejoined.protocol_name) == (ErrorCode.NONE, 2, "y")
+    assert len(rejoined.members) == 2
+    assert receive(third, JoinGroupResponse, JOIN_VERSION).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    follower = receive(second, JoinGroupResponse, JOIN_VERSION)
+    assert (follower.error_code, follower.generation_id, follower.leader) == (ErrorCode.NONE, 2, leader.member_id)
