@@ -150,7 +150,7 @@ def test_coordinator_expires_a_member_whose_session_times_out() -> None:
         await coordinator.sync("g", 1, member.member_id, {})
         clock.now = 3.5
         coordinator.expire()
-        assert coordinator.groups["g"].state is GroupState.EMPTY
+        assert "g" not in coordinator.groups  # no member left: nothing of the group is kept
         assert coordinator.heartbeat("g", 1, member.member_id) is ErrorCode.UNKNOWN_MEMBER_ID
 
     asyncio.run(scenario())
@@ -171,3 +171,23 @@ def test_a_commits_metadata_is_kept_and_an_oversized_one_refused(kafka: Running)
         assert consumer.committed(target, metadata=True).metadata == "checkpoint after batch 7"
     finally:
         consumer.close()
+
+
+def test_requests_naming_groups_without_members_keep_nothing() -> None:
+    """A heartbeat, sync, leave or commit check naming any group id, and a join with a member id, made the
+    coordinator keep a group for that id, and a group whose members had all gone was kept too: a client sending
+    requests for ever new group ids grew the endpoint's memory without bound."""
+    async def scenario() -> None:
+        coordinator = GroupCoordinator(Clock())
+        for index in range(100):
+            group_id = f"g{index}"
+            assert coordinator.heartbeat(group_id, 1, "m") is ErrorCode.UNKNOWN_MEMBER_ID
+            assert await coordinator.sync(group_id, 1, "m", {}) == (ErrorCode.UNKNOWN_MEMBER_ID, b"")
+            assert coordinator.leave(group_id, ["m"]) == [ErrorCode.UNKNOWN_MEMBER_ID]
+            assert coordinator.check_commit(group_id, 1, "m") is not ErrorCode.NONE
+            assert (await coordinator.join(group_id, _join("m"))).error is ErrorCode.UNKNOWN_MEMBER_ID
+            member = await coordinator.join(group_id, _join())
+            assert coordinator.leave(group_id, [member.member_id]) == [ErrorCode.NONE]
+        assert coordinator.groups == {}
+
+    asyncio.run(scenario())

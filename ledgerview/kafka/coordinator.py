@@ -2,7 +2,8 @@
 
 A group moves through Kafka's states (GroupMetadata.scala):
 
-1. EMPTY: no members. A JoinGroup moves it to PREPARING_REBALANCE.
+1. EMPTY: no members. Such a group is not kept (its committed offsets are on disk), so requests naming group ids
+   nobody joined cost no memory; a JoinGroup without a member id creates it, in PREPARING_REBALANCE.
 2. PREPARING_REBALANCE: the barrier. Every known member must send JoinGroup again (members learn of the
    rebalance from Heartbeat's REBALANCE_IN_PROGRESS); the barrier closes when all have, or at the rebalance
    deadline (the largest rebalance timeout of the members), dropping those that did not. Closing bumps the
@@ -87,7 +88,7 @@ class GroupCoordinator:
 
     # ---------------------------------------------------------------------------------------------- requests
     async def join(self, group_id: str, request: JoinRequest) -> JoinResult:
-        group = self.groups.setdefault(group_id, Group(group_id))
+        group = self.groups.get(group_id) or Group(group_id)  # kept in self.groups once it has a member
         if group.members and request.protocol_type != group.protocol_type:
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         # Kafka's supportsProtocols: one of the member's protocols must be every other member's too, so the group
@@ -108,6 +109,7 @@ class GroupCoordinator:
         else:
             member_id = f"member-{uuid.uuid4()}"
             member = group.members[member_id] = Member(member_id, request, self.clock())
+            self.groups[group_id] = group
         group.protocol_type = request.protocol_type
         member.last_seen = self.clock()
         if member.joining is not None and not member.joining.done():
@@ -122,9 +124,10 @@ class GroupCoordinator:
 
     async def sync(self, group_id: str, generation: int, member_id: str,
                    assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes]:
-        group, member, error = self._member(group_id, member_id)
-        if member is None:
-            return error, b""
+        known = self._member(group_id, member_id)
+        if known is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID, b""
+        group, member = known
         if generation != group.generation:
             return ErrorCode.ILLEGAL_GENERATION, b""
         if group.state is GroupState.PREPARING_REBALANCE:
@@ -144,9 +147,10 @@ class GroupCoordinator:
         return await member.syncing
 
     def heartbeat(self, group_id: str, generation: int, member_id: str) -> ErrorCode:
-        group, member, error = self._member(group_id, member_id)
-        if member is None:
-            return error
+        known = self._member(group_id, member_id)
+        if known is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        group, _ = known
         if group.state is GroupState.PREPARING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
         if generation != group.generation:
@@ -156,11 +160,11 @@ class GroupCoordinator:
     def leave(self, group_id: str, member_ids: list[str]) -> list[ErrorCode]:
         errors = []
         for member_id in member_ids:
-            group, member, error = self._member(group_id, member_id)
-            if member is None:
-                errors.append(error)
+            known = self._member(group_id, member_id)
+            if known is None:
+                errors.append(ErrorCode.UNKNOWN_MEMBER_ID)
                 continue
-            self._remove(group, member)
+            self._remove(*known)
             errors.append(ErrorCode.NONE)
         return errors
 
@@ -169,10 +173,10 @@ class GroupCoordinator:
         commit outside any generation (-1, no member id) as assign-only consumers make."""
         if generation < 0 and not member_id:
             return ErrorCode.NONE
-        group, member, error = self._member(group_id, member_id)
-        if member is None:
-            return error
-        if generation != group.generation:
+        known = self._member(group_id, member_id)
+        if known is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation != known[0].generation:
             return ErrorCode.ILLEGAL_GENERATION
         return ErrorCode.NONE
 
@@ -190,12 +194,15 @@ class GroupCoordinator:
                 self._complete_join(group)
 
     # ------------------------------------------------------------------------------------------- transitions
-    def _member(self, group_id: str, member_id: str) -> tuple[Group, Member | None, ErrorCode]:
-        group = self.groups.setdefault(group_id, Group(group_id))
-        member = group.members.get(member_id)
-        if member is not None:
-            member.last_seen = self.clock()
-        return group, member, ErrorCode.UNKNOWN_MEMBER_ID
+    def _member(self, group_id: str, member_id: str) -> tuple[Group, Member] | None:
+        """The group and its member ``member_id``, whose session this request restarts; None when the group has no
+        such member. A group id no member is in creates nothing."""
+        group = self.groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None:
+            return None
+        member.last_seen = self.clock()
+        return group, member
 
     def _rejoins_unchanged(self, group: Group, member: Member, request: JoinRequest) -> bool:
         """Kafka's rule: a member that joins again with the same protocols while the group is stable (and it is
@@ -234,8 +241,7 @@ class GroupCoordinator:
         if member.syncing is not None and not member.syncing.done():
             member.syncing.set_result((ErrorCode.UNKNOWN_MEMBER_ID, b""))
         if not group.members:
-            group.state, group.leader, group.protocol = GroupState.EMPTY, None, None
-            group.generation += 1
+            self._forget(group)
         elif group.state is not GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(group)
         elif all(m.joining is not None for m in group.members.values()):
@@ -246,7 +252,7 @@ class GroupCoordinator:
             del group.members[member.member_id]  # did not rejoin before the deadline
         group.generation += 1
         if not group.members:
-            group.state, group.leader, group.protocol = GroupState.EMPTY, None, None
+            self._forget(group)
             return
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
@@ -260,3 +266,9 @@ class GroupCoordinator:
             if not member.joining.done():
                 member.joining.set_result(self._current_generation(group, member))
             member.joining = None
+
+    def _forget(self, group: Group) -> None:
+        """The group has no member left: nothing of it stays in memory (Kafka keeps an empty group only for its
+        committed offsets, which here are subscription cursor records on disk: group_offsets.py)."""
+        group.state, group.leader, group.protocol = GroupState.EMPTY, None, None
+        self.groups.pop(group.group_id, None)
