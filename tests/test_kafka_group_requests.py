@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import select
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +18,11 @@ from kafka.protocol.consumer import (
     SyncGroupResponse,
 )
 
+from ledgerview.kafka import EndpointOptions, KafkaEndpoint
+from ledgerview.kafka.broker_config import BrokerConfigError, endpoint_options
 from ledgerview.kafka.protocol import ErrorCode
+from ledgerview.service.config import parse_service_config
+from storage import Store
 from tests.kafka_support import RawClient, Running, kafka, wait_for
 
 __all__ = ["kafka"]
@@ -89,3 +94,40 @@ def test_a_member_sharing_no_protocol_with_every_member_is_refused(kafka: Runnin
     assert receive(third, JoinGroupResponse, JOIN_VERSION).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     follower = receive(second, JoinGroupResponse, JOIN_VERSION)
     assert (follower.error_code, follower.generation_id, follower.leader) == (ErrorCode.NONE, 2, leader.member_id)
+
+
+def test_a_session_timeout_outside_the_group_bounds_is_refused(clients: list[RawClient]) -> None:
+    """Kafka's group.min.session.timeout.ms and group.max.session.timeout.ms, 6 s and 30 min by default. Any positive
+    session timeout was taken, so a member that asked 2**31 - 1 ms and went silent kept its partitions from the rest
+    of its group for 24 days."""
+    client = clients[0]
+    for timeout in (5999, 1_800_001, 2**31 - 1, 0):
+        refused = client.request(join_request(f"g{timeout}", ["range"], session_timeout_ms=timeout),
+                                 JoinGroupResponse, JOIN_VERSION)
+        assert refused.error_code == ErrorCode.INVALID_SESSION_TIMEOUT
+    for timeout in (6000, 1_800_000):
+        joined = client.request(join_request(f"g{timeout}", ["range"], session_timeout_ms=timeout),
+                                JoinGroupResponse, JOIN_VERSION)
+        assert (joined.error_code, joined.generation_id) == (ErrorCode.NONE, 1)
+
+
+def test_the_session_bounds_are_broker_properties(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    Store.open(data).close()
+    options = endpoint_options({"group.min.session.timeout.ms": "100", "group.max.session.timeout.ms": "1000"},
+                               "server.properties", EndpointOptions(port=0))
+    with KafkaEndpoint(data, options=options) as endpoint:
+        client = RawClient(f"127.0.0.1:{endpoint.port}")
+        try:
+            codes = [client.request(join_request(f"g{timeout}", ["range"], session_timeout_ms=timeout),
+                                    JoinGroupResponse, JOIN_VERSION).error_code for timeout in (99, 100, 1000, 1001)]
+        finally:
+            client.close()
+    assert codes == [ErrorCode.INVALID_SESSION_TIMEOUT, ErrorCode.NONE, ErrorCode.NONE,
+                     ErrorCode.INVALID_SESSION_TIMEOUT]
+    service = parse_service_config({"kafka": {"group": {"max": {"session": {"timeout": {"ms": 60000}}}}}}, "s.toml")
+    assert service.kafka.endpoint_options().group_max_session_timeout_ms == 60000
+    with pytest.raises(BrokerConfigError, match=r"group.max.session.timeout.ms: 0 is below 1"):
+        endpoint_options({"group.max.session.timeout.ms": "0"}, "server.properties", EndpointOptions())
+    with pytest.raises(ValueError, match="no session timeout would be accepted"):
+        EndpointOptions(group_min_session_timeout_ms=2000, group_max_session_timeout_ms=1000)

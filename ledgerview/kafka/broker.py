@@ -30,6 +30,10 @@ SETTINGS = (*LIMITS, "queued_max_request_bytes", "offsets_retention_minutes", "o
 """Every integer setting of EndpointOptions, named as its broker property (Kafka's, but frame.stall.timeout.ms)
 with dots made underscores; each at least 1, or -1 (no bound) for those in UNBOUNDED_AT_MINUS_ONE."""
 UNBOUNDED_AT_MINUS_ONE = ("queued_max_request_bytes",)
+GROUP_SETTINGS = ("group_min_session_timeout_ms", "group_max_session_timeout_ms")
+"""The group coordinator's integer settings of EndpointOptions, named as Kafka's broker properties with dots made
+underscores, each at least 1: broker properties (a --config file, dotted keys of the service's [kafka] section), not
+command-line options."""
 
 
 @dataclass(frozen=True)
@@ -95,13 +99,23 @@ class EndpointOptions:
     ``flush.ms`` (appended to since a flush that long ago; Store.flush_due, on the event loop), so that a partition
     that goes quiet after a produce is fsynced all the same. Kafka's default, Long.MAX_VALUE: in effect never, so
     a topic that sets flush.ms wants this set too (docs/kafka.md, Flushing)."""
+    group_min_session_timeout_ms: int = 6000
+    """Kafka's ``group.min.session.timeout.ms``: a JoinGroup asking a shorter session timeout is refused with
+    INVALID_SESSION_TIMEOUT."""
+    group_max_session_timeout_ms: int = 1800000
+    """Kafka's ``group.max.session.timeout.ms``: a JoinGroup asking a longer one is refused the same way, so a member
+    that stops sending requests leaves its group within this long."""
 
     def __post_init__(self) -> None:
-        for name in SETTINGS:
+        for name in (*SETTINGS, *GROUP_SETTINGS):
             value, unbounded = getattr(self, name), name in UNBOUNDED_AT_MINUS_ONE
             if value < 1 and not (unbounded and value == -1):
                 raise ValueError(f"EndpointOptions.{name} is {value}; it must be at least 1"
                                  + (", or -1 for no bound" if unbounded else ""))
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ValueError(f"EndpointOptions.group_min_session_timeout_ms ({self.group_min_session_timeout_ms}) is "
+                             f"above group_max_session_timeout_ms ({self.group_max_session_timeout_ms}): no session "
+                             "timeout would be accepted")
         check_security(self.bound_listeners, self.security, insecure=self.insecure)
         check_advertised(self.bound_listeners, self.advertised_listeners, self.advertised_host)
 

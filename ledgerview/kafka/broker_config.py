@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledgerview.kafka.broker import SETTINGS, UNBOUNDED_AT_MINUS_ONE, EndpointOptions
+from ledgerview.kafka.broker import GROUP_SETTINGS, SETTINGS, UNBOUNDED_AT_MINUS_ONE, EndpointOptions
 from ledgerview.kafka.sasl_mechanisms import MECHANISMS
 from ledgerview.kafka.security_options import (
     AUTHORIZERS,
@@ -147,6 +147,8 @@ _ENDPOINT_KEYS = (
               "clients are told to connect to for the listener of that protocol (not 0.0.0.0)"),
     *(ConfigKey(name.replace("_", "."), _int_at_least(1, or_minus_one=name in UNBOUNDED_AT_MINUS_ONE),
                 f"EndpointOptions.{name} (docs/kafka.md)") for name in SETTINGS),
+    *(ConfigKey(name.replace("_", "."), _int_at_least(1), f"EndpointOptions.{name} (docs/kafka.md)")
+      for name in GROUP_SETTINGS),
 )
 _STORE_TYPES = (ConfigKey("ssl.keystore.type", _pem_only, "PEM only"),
                 ConfigKey("ssl.truststore.type", _pem_only, "PEM only"))

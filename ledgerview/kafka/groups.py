@@ -41,7 +41,8 @@ async def handle_join_group(broker: Broker, request: Any, version: int) -> Any:
     if not may_read(broker, request.group_id):
         return response(ErrorCode.GROUP_AUTHORIZATION_FAILED, generation_id=-1, protocol_name="", leader="",
                         member_id=request.member_id, members=[])
-    if request.session_timeout_ms <= 0:
+    options = broker.options
+    if not options.group_min_session_timeout_ms <= request.session_timeout_ms <= options.group_max_session_timeout_ms:
         return response(ErrorCode.INVALID_SESSION_TIMEOUT, generation_id=-1, protocol_name="", leader="",
                         member_id=request.member_id, members=[])
     rebalance_timeout_ms = request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
