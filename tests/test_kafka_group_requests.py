@@ -14,6 +14,10 @@ from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 from kafka.protocol.consumer import (
     JoinGroupRequest,
     JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -23,6 +27,8 @@ from ledgerview.kafka.broker_config import BrokerConfigError, endpoint_options
 from ledgerview.kafka.protocol import ErrorCode
 from ledgerview.service.config import parse_service_config
 from storage import Store
+from storage.cursors import read_subscription_cursor
+from storage.files import partition_folder
 from tests.kafka_support import RawClient, Running, kafka, wait_for
 
 __all__ = ["kafka"]
@@ -131,3 +137,39 @@ def test_the_session_bounds_are_broker_properties(tmp_path: Path) -> None:
         endpoint_options({"group.max.session.timeout.ms": "0"}, "server.properties", EndpointOptions())
     with pytest.raises(ValueError, match="no session timeout would be accepted"):
         EndpointOptions(group_min_session_timeout_ms=2000, group_max_session_timeout_ms=1000)
+
+
+def commit(client: RawClient, offset: int, generation: int, member_id: str) -> int:
+    """The error code of committing ``offset`` on t-0 for group g."""
+    partition = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+        partition_index=0, committed_offset=offset, committed_metadata="")
+    topic = OffsetCommitRequest.OffsetCommitRequestTopic(name="t", partitions=[partition])
+    request = OffsetCommitRequest(group_id="g", generation_id_or_member_epoch=generation, member_id=member_id,
+                                  retention_time_ms=-1, topics=[topic])
+    return int(client.request(request, OffsetCommitResponse, 2).topics[0].partitions[0].error_code)
+
+
+def committed(kafka: Running) -> int | None:
+    cursor = read_subscription_cursor(partition_folder(kafka.store.root, "t", 0), "g", 0)
+    return None if cursor is None else cursor.acked_offset
+
+
+def test_a_commit_outside_the_generation_is_refused_while_the_group_has_members(
+        kafka: Running, clients: list[RawClient]) -> None:
+    """As Kafka: a commit without member id and generation (an assign-only consumer's, an admin tool's alter) is
+    taken only while the group has no member, and a member's only once its rebalance is complete. Both were stored:
+    anyone could overwrite the positions of a group at work, and a member could commit between its JoinGroup and its
+    SyncGroup, for partitions the new assignment may give another."""
+    kafka.store.create_topic("t", partitions=1)
+    member, stranger = clients[:2]
+    joined = member.request(join_request("g", ["range"]), JoinGroupResponse, JOIN_VERSION)
+    assert commit(member, 5, joined.generation_id, joined.member_id) == ErrorCode.REBALANCE_IN_PROGRESS
+    assert sync(member, "g", joined.generation_id, joined.member_id).error_code == ErrorCode.NONE
+    assert commit(member, 5, joined.generation_id, joined.member_id) == ErrorCode.NONE
+    assert commit(stranger, 99, -1, "") == ErrorCode.UNKNOWN_MEMBER_ID
+    assert commit(stranger, 99, joined.generation_id + 1, joined.member_id) == ErrorCode.ILLEGAL_GENERATION
+    assert committed(kafka) == 5
+    left = member.request(LeaveGroupRequest(group_id="g", member_id=joined.member_id), LeaveGroupResponse, 0)
+    assert left.error_code == ErrorCode.NONE
+    assert commit(stranger, 99, -1, "") == ErrorCode.NONE  # no member now: the positions are the operator's
+    assert committed(kafka) == 99

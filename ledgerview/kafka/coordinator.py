@@ -169,15 +169,19 @@ class GroupCoordinator:
         return errors
 
     def check_commit(self, group_id: str, generation: int, member_id: str) -> ErrorCode:
-        """Whether an offset commit may be stored: from a current member of the current generation, or a
-        commit outside any generation (-1, no member id) as assign-only consumers make."""
-        if generation < 0 and not member_id:
-            return ErrorCode.NONE
-        known = self._member(group_id, member_id)
-        if known is None:
+        """Whether an offset commit may be stored, by Kafka's rules (ClassicGroup.validateOffsetCommit): one outside
+        any generation (-1: an assign-only consumer, an admin tool) only while the group has no member, so that it
+        cannot overwrite what the members commit; else one from a member of the current generation, once the
+        rebalance that made the generation is complete (its SyncGroup answered)."""
+        group = self.groups.get(group_id)
+        if group is None:  # no member
+            return ErrorCode.NONE if generation < 0 else ErrorCode.ILLEGAL_GENERATION
+        if self._member(group_id, member_id) is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if generation != known[0].generation:
+        if generation != group.generation:
             return ErrorCode.ILLEGAL_GENERATION
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
     # ------------------------------------------------------------------------------------------------ timers
