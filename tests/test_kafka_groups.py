@@ -191,3 +191,38 @@ def test_requests_naming_groups_without_members_keep_nothing() -> None:
         assert coordinator.groups == {}
 
     asyncio.run(scenario())
+
+
+async def _settle() -> None:
+    """Let every task that can run, run."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def _two_members(coordinator: GroupCoordinator, rebalance_timeout_ms: int = 10_000) -> tuple[str, str]:
+    """The leader and the follower of group g at generation 2, both joined, neither synced."""
+    first = await coordinator.join("g", _join(rebalance_timeout_ms=rebalance_timeout_ms))
+    second = asyncio.ensure_future(coordinator.join("g", _join(rebalance_timeout_ms=rebalance_timeout_ms)))
+    await asyncio.sleep(0)
+    leader, follower = await asyncio.gather(
+        coordinator.join("g", _join(first.member_id, rebalance_timeout_ms=rebalance_timeout_ms)), second)
+    assert (leader.generation, follower.generation, leader.leader) == (2, 2, leader.member_id)
+    return leader.member_id, follower.member_id
+
+
+def test_a_followers_second_sync_answers_its_first() -> None:
+    """A follower's SyncGroup waiting for the leader's, and then another from the same member (a client that gave up
+    and retried on a new connection): the first was never answered, and its connection's handler, which reads no
+    request while it waits, was held with its buffers for as long as the endpoint ran."""
+    async def scenario() -> None:
+        coordinator = GroupCoordinator(Clock())
+        leader, follower = await _two_members(coordinator)
+        waiting = asyncio.ensure_future(coordinator.sync("g", 2, follower, {}))
+        await _settle()
+        retried = asyncio.ensure_future(coordinator.sync("g", 2, follower, {}))
+        await _settle()
+        assert waiting.done() and waiting.result() == (ErrorCode.REBALANCE_IN_PROGRESS, b"")
+        assert await coordinator.sync("g", 2, leader, {leader: b"a", follower: b"b"}) == (ErrorCode.NONE, b"a")
+        assert await retried == (ErrorCode.NONE, b"b")
+
+    asyncio.run(scenario())

@@ -143,6 +143,11 @@ class GroupCoordinator:
                     each.syncing.set_result((ErrorCode.NONE, each.assignment))
                 each.syncing = None
             return ErrorCode.NONE, member.assignment
+        if member.syncing is not None and not member.syncing.done():
+            # A second SyncGroup while the first waits (a client that gave up on it and retried on a new
+            # connection): the first is answered, or its connection, which reads no request while it waits, would
+            # be held for ever.
+            member.syncing.set_result((ErrorCode.REBALANCE_IN_PROGRESS, b""))
         member.syncing = asyncio.get_running_loop().create_future()
         return await member.syncing
 
