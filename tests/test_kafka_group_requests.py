@@ -173,3 +173,15 @@ def test_a_commit_outside_the_generation_is_refused_while_the_group_has_members(
     assert left.error_code == ErrorCode.NONE
     assert commit(stranger, 99, -1, "") == ErrorCode.NONE  # no member now: the positions are the operator's
     assert committed(kafka) == 99
+
+
+def test_describe_groups_names_the_rebalance_state(clients: list[RawClient]) -> None:
+    """A group whose members have joined and wait for the leader's SyncGroup is CompletingRebalance, as Kafka says;
+    it was described as PreparingRebalance, which sends an operator to look for a member that has not rejoined."""
+    first, second, _, observer = clients
+    leader = first.request(join_request("g", ["range"]), JoinGroupResponse, JOIN_VERSION)
+    assert describe(observer, "g").group_state == "CompletingRebalance"
+    assert sync(first, "g", 1, leader.member_id, {leader.member_id: b"a"}).error_code == ErrorCode.NONE
+    assert describe(observer, "g").group_state == "Stable"
+    send(second, join_request("g", ["range"]), JOIN_VERSION)
+    wait_for(lambda: describe(observer, "g").group_state == "PreparingRebalance", "the rebalance to start")

@@ -17,7 +17,7 @@ from kafka.protocol.consumer import OffsetDeleteResponse
 
 from ledgerview.kafka.authorizer import CLUSTER_NAME, Operation, ResourceType
 from ledgerview.kafka.broker import Broker
-from ledgerview.kafka.coordinator import Group, GroupState
+from ledgerview.kafka.coordinator import Group
 from ledgerview.kafka.groups import valid_group_id
 from ledgerview.kafka.offsets import resolve_partition
 from ledgerview.kafka.protocol import ErrorCode
@@ -65,8 +65,7 @@ def _live(group: Group) -> Any:
                                member_metadata=dict(member.request.protocols).get(group.protocol or "", b""),
                                member_assignment=member.assignment)
                for member in group.members.values()]
-    state = {GroupState.STABLE: "Stable", GroupState.EMPTY: "Empty"}.get(group.state, "PreparingRebalance")
-    return DescribedGroup(error_code=0, group_id=group.group_id, group_state=state,
+    return DescribedGroup(error_code=0, group_id=group.group_id, group_state=group.state.value,
                           protocol_type=group.protocol_type or CONSUMER_PROTOCOL, protocol_data=group.protocol or "",
                           members=members)
 
