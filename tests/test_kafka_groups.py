@@ -226,3 +226,28 @@ def test_a_followers_second_sync_answers_its_first() -> None:
         assert await retried == (ErrorCode.NONE, b"b")
 
     asyncio.run(scenario())
+
+
+def test_members_that_do_not_sync_within_the_rebalance_timeout_are_dropped() -> None:
+    """As Kafka's pending-sync expiry: a leader that keeps heartbeating but never sends its SyncGroup is dropped once
+    the rebalance timeout has passed since the join was answered, and the group rebalances without it. Its
+    heartbeats kept the group completing the rebalance for ever, every follower's SyncGroup waiting."""
+    async def scenario() -> None:
+        clock = Clock()
+        coordinator = GroupCoordinator(clock)
+        leader, follower = await _two_members(coordinator, rebalance_timeout_ms=5000)
+        waiting = asyncio.ensure_future(coordinator.sync("g", 2, follower, {}))
+        for now in (2.0, 4.0, 6.0):  # heartbeats within the 3 s sessions
+            clock.now = now
+            assert coordinator.heartbeat("g", 2, leader) is ErrorCode.NONE
+            assert coordinator.heartbeat("g", 2, follower) is ErrorCode.NONE
+            coordinator.expire()
+            await _settle()
+            assert waiting.done() is (now > 5)
+        assert waiting.result() == (ErrorCode.REBALANCE_IN_PROGRESS, b"")
+        assert coordinator.heartbeat("g", 2, leader) is ErrorCode.UNKNOWN_MEMBER_ID
+        assert coordinator.heartbeat("g", 2, follower) is ErrorCode.REBALANCE_IN_PROGRESS
+        alone = await coordinator.join("g", _join(follower, rebalance_timeout_ms=5000))
+        assert (alone.error, alone.generation, alone.leader) == (ErrorCode.NONE, 3, follower)
+
+    asyncio.run(scenario())

@@ -10,6 +10,8 @@ A group moves through Kafka's states (GroupMetadata.scala):
    generation, picks the protocol every member supports and a leader (the previous one if it rejoined), and
    answers every pending JoinGroup; only the leader gets the member list. Then COMPLETING_REBALANCE.
 3. COMPLETING_REBALANCE: followers' SyncGroup waits for the leader's, which carries every assignment. Then STABLE.
+   A member that sends no SyncGroup within the rebalance timeout of the join's answer (a leader that heartbeats
+   and never assigns would hold the group here for ever) is dropped, as Kafka drops its pending-sync members.
 4. STABLE: heartbeats keep members alive; a join, a leave or a member whose session times out (no request
    within session.timeout.ms) starts a new rebalance.
 
@@ -79,6 +81,10 @@ class Group:
     protocol_type: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
     rebalance_deadline: float = 0.0
+    unsynced: set[str] = field(default_factory=set)
+    """Kafka's pending-sync members: those the last rebalance answered that have sent no SyncGroup since; the ones
+    still here at sync_deadline are dropped."""
+    sync_deadline: float = 0.0
 
 
 class GroupCoordinator:
@@ -132,6 +138,7 @@ class GroupCoordinator:
             return ErrorCode.ILLEGAL_GENERATION, b""
         if group.state is GroupState.PREPARING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS, b""
+        group.unsynced.discard(member_id)
         if group.state is GroupState.STABLE:
             return ErrorCode.NONE, member.assignment
         if member_id == group.leader:
@@ -201,6 +208,12 @@ class GroupCoordinator:
                     self._remove(group, member)
             if group.state is GroupState.PREPARING_REBALANCE and now >= group.rebalance_deadline:
                 self._complete_join(group)
+            if group.unsynced and now >= group.sync_deadline:
+                log.info("group %s: dropping members that sent no SyncGroup within the rebalance timeout: %s",
+                         group.group_id, ", ".join(sorted(group.unsynced)))
+                for member in [group.members[member_id] for member_id in group.unsynced]:
+                    if member.member_id in group.members:
+                        self._remove(group, member)
 
     # ------------------------------------------------------------------------------------------- transitions
     def _member(self, group_id: str, member_id: str) -> tuple[Group, Member] | None:
@@ -235,6 +248,7 @@ class GroupCoordinator:
     def _prepare_rebalance(self, group: Group) -> None:
         log.debug("group %s: rebalance from %s (generation %d)", group.group_id, group.state.value, group.generation)
         group.state = GroupState.PREPARING_REBALANCE
+        group.unsynced.clear()
         timeout_ms = max((m.request.rebalance_timeout_ms for m in group.members.values()), default=0)
         group.rebalance_deadline = self.clock() + timeout_ms / 1000
         for member in group.members.values():
@@ -245,6 +259,7 @@ class GroupCoordinator:
     def _remove(self, group: Group, member: Member) -> None:
         log.debug("group %s: member %s leaves or expires", group.group_id, member.member_id)
         del group.members[member.member_id]
+        group.unsynced.discard(member.member_id)
         if member.joining is not None and not member.joining.done():
             member.joining.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID))
         if member.syncing is not None and not member.syncing.done():
@@ -269,6 +284,9 @@ class GroupCoordinator:
         supported = [{name for name, _ in m.request.protocols} for m in group.members.values()]
         group.protocol = next(name for name, _ in leader.request.protocols if all(name in s for s in supported))
         group.state = GroupState.COMPLETING_REBALANCE
+        group.unsynced = set(group.members)
+        timeout_ms = max(m.request.rebalance_timeout_ms for m in group.members.values())
+        group.sync_deadline = self.clock() + timeout_ms / 1000
         for member in group.members.values():
             assert member.joining is not None
             member.last_seen = self.clock()  # the session restarts when the join is answered
