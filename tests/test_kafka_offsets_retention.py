@@ -4,6 +4,7 @@ groups with members keep theirs."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from ledgerview.kafka import KafkaEndpoint
 from ledgerview.kafka.broker import EndpointOptions
 from ledgerview.kafka.coordinator import Group, GroupCoordinator, JoinRequest, Member
 from ledgerview.kafka.offsets_retention import expire_group_offsets
+from ledgerview.kafka.protocol import ErrorCode
 from storage import Store
 from storage.cursors import SubscriptionCursor, read_subscription_cursor, write_subscription_cursor
 from tests.kafka_support import wait_for
@@ -65,3 +67,29 @@ def test_the_endpoint_expires_offsets_on_its_schedule(tmp_path: Path) -> None:
             assert consumer.committed(TopicPartition("t", 0)) == 3
         finally:
             consumer.close()
+
+
+def test_a_group_that_emptied_lately_keeps_its_offsets_however_old_its_commits(tmp_path: Path) -> None:
+    """As Kafka since KIP-211: an empty group's offsets expire offsets.retention.minutes after its last member left,
+    not after its last commit. A consumer of a quiet topic (librdkafka commits only offsets that moved) whose last
+    commit was a month old lost its positions at the first check after it stopped, a restart's few seconds were
+    enough, and it started over from auto.offset.reset."""
+    now_s = [0.0]
+    coordinator = GroupCoordinator(lambda: now_s[0])
+
+    async def member_comes_and_goes() -> None:
+        joined = await coordinator.join("quiet", JoinRequest("", 45000, 300000, "consumer", [("range", b"")]))
+        assert coordinator.leave("quiet", [joined.member_id]) == [ErrorCode.NONE]
+
+    with Store.open(tmp_path / "data") as store:
+        store.create_topic("t", partitions=1)
+        _commit(store, "quiet", 0, NOW_MS - 4 * WEEK_MS)
+        _commit(store, "gone", 0, NOW_MS - 4 * WEEK_MS)  # no member while this endpoint ran: its commit counts
+        asyncio.run(member_comes_and_goes())
+        now_s[0] = WEEK_MS / 1000 - 1
+        assert expire_group_offsets(store, coordinator, retention_minutes=10080, now_ms=NOW_MS) == 1
+        assert (_committed(store, "quiet", 0), _committed(store, "gone", 0)) == (5, None)
+        now_s[0] = WEEK_MS / 1000 + 1
+        assert expire_group_offsets(store, coordinator, retention_minutes=10080, now_ms=NOW_MS) == 1
+        assert _committed(store, "quiet", 0) is None
+        assert coordinator.emptied == {}

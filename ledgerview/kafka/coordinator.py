@@ -91,6 +91,9 @@ class GroupCoordinator:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.groups: dict[str, Group] = {}
+        self.emptied: dict[str, float] = {}
+        """When each group lost its last member (clock seconds): as Kafka (KIP-211), offsets.retention.minutes counts
+        an empty group's offsets from then, not from each commit (offsets_retention.py, which prunes this)."""
 
     # ---------------------------------------------------------------------------------------------- requests
     async def join(self, group_id: str, request: JoinRequest) -> JoinResult:
@@ -295,7 +298,8 @@ class GroupCoordinator:
             member.joining = None
 
     def _forget(self, group: Group) -> None:
-        """The group has no member left: nothing of it stays in memory (Kafka keeps an empty group only for its
-        committed offsets, which here are subscription cursor records on disk: group_offsets.py)."""
+        """The group has no member left: nothing of it stays in memory but when that was (Kafka keeps an empty group
+        only for its committed offsets, which here are subscription cursor records on disk: group_offsets.py)."""
         group.state, group.leader, group.protocol = GroupState.EMPTY, None, None
         self.groups.pop(group.group_id, None)
+        self.emptied[group.group_id] = self.clock()
