@@ -5,6 +5,7 @@ group's other members."""
 from __future__ import annotations
 
 import select
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ from kafka.protocol.consumer import (
     LeaveGroupResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -28,7 +31,7 @@ from ledgerview.kafka.protocol import ErrorCode
 from ledgerview.service.config import parse_service_config
 from storage import Store
 from storage.cursors import read_subscription_cursor
-from storage.files import partition_folder
+from storage.files import partition_folder, subscription_file
 from tests.kafka_support import RawClient, Running, kafka, wait_for
 
 __all__ = ["kafka"]
@@ -185,3 +188,22 @@ def test_describe_groups_names_the_rebalance_state(clients: list[RawClient]) -> 
     assert describe(observer, "g").group_state == "Stable"
     send(second, join_request("g", ["range"]), JOIN_VERSION)
     wait_for(lambda: describe(observer, "g").group_state == "PreparingRebalance", "the rebalance to start")
+
+
+def test_a_commit_that_cannot_be_written_is_a_storage_error(kafka: Running, clients: list[RawClient]) -> None:
+    """A group's record that cannot be written or read (a full disk, a damaged data folder, a partition folder gone
+    after its topic was looked up because another process deleted the topic): the OSError closed the client's
+    connection, and a consumer committing every few seconds reconnected and failed again. It is KAFKA_STORAGE_ERROR
+    for that partition, as a produce that cannot be written is, and the connection serves on."""
+    kafka.store.create_topic("t", partitions=1)
+    client = clients[0]
+    record = subscription_file(partition_folder(kafka.store.root, "t", 0), "g")
+    record.mkdir(parents=True)  # a directory where the record belongs: neither written nor read
+    assert commit(client, 5, -1, "") == ErrorCode.KAFKA_STORAGE_ERROR
+    fetch = OffsetFetchRequest(group_id="g", topics=[OffsetFetchRequest.OffsetFetchRequestTopic(name="t",
+                                                                                            partition_indexes=[0])])
+    fetched = client.request(fetch, OffsetFetchResponse, 1).topics[0].partitions[0]
+    assert (fetched.committed_offset, fetched.error_code) == (-1, ErrorCode.KAFKA_STORAGE_ERROR)
+    shutil.rmtree(partition_folder(kafka.store.root, "t", 0))
+    assert commit(client, 5, -1, "") == ErrorCode.KAFKA_STORAGE_ERROR
+    assert describe(client, "g").error_code == ErrorCode.NONE

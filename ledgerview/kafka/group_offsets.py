@@ -8,11 +8,13 @@ position back, and so does this; a negative offset is not stored. The commit's m
 offset and handed back by OffsetFetch; one longer than Kafka's offset.metadata.max.bytes (4096) is refused with
 OFFSET_METADATA_TOO_LARGE, as Kafka does. A commit or fetch of offsets needs only the partition's folder, not its
 log, so a partition whose log does not open (a damaged segment) keeps its group's positions, as Kafka keeps them
-in __consumer_offsets; a damaged cursor record is that partition's KAFKA_STORAGE_ERROR (topics.unreadable).
+in __consumer_offsets; a damaged cursor record is that partition's KAFKA_STORAGE_ERROR (topics.unreadable), and so
+is one that cannot be written or read (a full disk, a folder gone), logged as a produce that cannot be written is.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +27,14 @@ from ledgerview.kafka.offsets import resolve_partition
 from ledgerview.kafka.protocol import ErrorCode
 from ledgerview.kafka.topics import TopicView, all_topic_views, unreadable
 from storage.cursors import SubscriptionCursor, read_subscription_cursor, write_subscription_cursor
-from storage.errors import CorruptDataError
+from storage.errors import CorruptDataError, LedgerviewError
 from storage.files import partition_folder
 
 CommittedTopic = OffsetCommitResponse.OffsetCommitResponseTopic
 CommittedPartition = CommittedTopic.OffsetCommitResponsePartition
 FetchedTopic = OffsetFetchResponse.OffsetFetchResponseTopic
 FetchedPartition = FetchedTopic.OffsetFetchResponsePartition
+log = logging.getLogger(__name__)
 NO_OFFSET = -1
 OFFSET_METADATA_MAX_BYTES = 4096
 """Kafka's offset.metadata.max.bytes default: the longest metadata a commit may carry."""
@@ -67,7 +70,11 @@ def _commit(broker: Broker, group_id: str, name: str, partition: int, offset: in
         return ErrorCode.OFFSET_METADATA_TOO_LARGE
     if offset >= 0:
         cursor = SubscriptionCursor(group_id, partition, offset, view.compacted, None, broker.store.clock(), metadata)
-        write_subscription_cursor(_folder(broker, view, partition), cursor)
+        try:
+            write_subscription_cursor(_folder(broker, view, partition), cursor)
+        except (LedgerviewError, OSError):  # a full disk, the folder gone (the topic deleted meanwhile), ...
+            log.exception("committing the offset of group %s on %s-%d failed", group_id, view.topic, partition)
+            return ErrorCode.KAFKA_STORAGE_ERROR
     return ErrorCode.NONE
 
 
@@ -104,6 +111,10 @@ def _committed(broker: Broker, group_id: str, name: str, partition: int) -> Any:
     except CorruptDataError as error:
         return FetchedPartition(partition_index=partition, committed_offset=NO_OFFSET, committed_leader_epoch=-1,
                                 metadata="", error_code=unreadable(name, partition, error).value)
+    except OSError:
+        log.exception("reading the offset of group %s on %s-%d failed", group_id, view.topic, partition)
+        return FetchedPartition(partition_index=partition, committed_offset=NO_OFFSET, committed_leader_epoch=-1,
+                                metadata="", error_code=ErrorCode.KAFKA_STORAGE_ERROR.value)
     offset = NO_OFFSET if cursor is None else cursor.acked_offset
     return FetchedPartition(partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
                             metadata="" if cursor is None else cursor.metadata, error_code=0)
