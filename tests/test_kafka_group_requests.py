@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 from kafka.protocol.consumer import (
+    HeartbeatRequest,
+    HeartbeatResponse,
     JoinGroupRequest,
     JoinGroupResponse,
     LeaveGroupRequest,
@@ -207,3 +209,16 @@ def test_a_commit_that_cannot_be_written_is_a_storage_error(kafka: Running, clie
     shutil.rmtree(partition_folder(kafka.store.root, "t", 0))
     assert commit(client, 5, -1, "") == ErrorCode.KAFKA_STORAGE_ERROR
     assert describe(client, "g").error_code == ErrorCode.NONE
+
+
+def test_an_invalid_group_id_is_refused_by_every_group_request(clients: list[RawClient]) -> None:
+    """As JoinGroup and OffsetCommit already did, and Kafka does: SyncGroup, Heartbeat and LeaveGroup naming a group
+    id no group can have answer INVALID_GROUP_ID; they answered UNKNOWN_MEMBER_ID, as for a member gone."""
+    client = clients[0]
+    for group_id in ("", "bad/name", "x" * 300):
+        heartbeat = client.request(HeartbeatRequest(group_id=group_id, generation_id=1, member_id="m"),
+                                   HeartbeatResponse, 0)
+        synced = client.request(SyncGroupRequest(group_id=group_id, generation_id=1, member_id="m", assignments=[]),
+                                SyncGroupResponse, 0)
+        left = client.request(LeaveGroupRequest(group_id=group_id, member_id="m"), LeaveGroupResponse, 0)
+        assert [heartbeat.error_code, synced.error_code, left.error_code] == [ErrorCode.INVALID_GROUP_ID] * 3

@@ -31,6 +31,14 @@ def may_read(broker: Broker, group_id: str) -> bool:
     return broker.allowed(Operation.READ, ResourceType.GROUP, group_id)
 
 
+def refused(broker: Broker, group_id: str) -> ErrorCode | None:
+    """INVALID_GROUP_ID or GROUP_AUTHORIZATION_FAILED when a SyncGroup, Heartbeat or LeaveGroup may not name
+    ``group_id``, as a JoinGroup may not; else None."""
+    if not valid_group_id(group_id):
+        return ErrorCode.INVALID_GROUP_ID
+    return None if may_read(broker, group_id) else ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
 async def handle_join_group(broker: Broker, request: Any, version: int) -> Any:
     def response(error: ErrorCode, **fields: Any) -> Any:
         return JoinGroupResponse(version=version, throttle_time_ms=0, error_code=error.value, **fields)
@@ -57,9 +65,8 @@ async def handle_join_group(broker: Broker, request: Any, version: int) -> Any:
 
 
 async def handle_sync_group(broker: Broker, request: Any, version: int) -> Any:
-    if not may_read(broker, request.group_id):
-        return SyncGroupResponse(version=version, throttle_time_ms=0,
-                                 error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED.value, assignment=b"")
+    if (error := refused(broker, request.group_id)) is not None:
+        return SyncGroupResponse(version=version, throttle_time_ms=0, error_code=error.value, assignment=b"")
     assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
     error, assignment = await broker.coordinator.sync(request.group_id, request.generation_id, request.member_id,
                                                       assignments)
@@ -67,18 +74,16 @@ async def handle_sync_group(broker: Broker, request: Any, version: int) -> Any:
 
 
 def handle_heartbeat(broker: Broker, request: Any, version: int) -> Any:
-    if not may_read(broker, request.group_id):
-        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
-    else:
+    error = refused(broker, request.group_id)
+    if error is None:
         error = broker.coordinator.heartbeat(request.group_id, request.generation_id, request.member_id)
     return HeartbeatResponse(version=version, throttle_time_ms=0, error_code=error.value)
 
 
 def handle_leave_group(broker: Broker, request: Any, version: int) -> Any:
     member_ids = [request.member_id] if version < 3 else [m.member_id for m in request.members]
-    if not may_read(broker, request.group_id):
-        return LeaveGroupResponse(version=version, throttle_time_ms=0,
-                                  error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED.value, members=[])
+    if (error := refused(broker, request.group_id)) is not None:
+        return LeaveGroupResponse(version=version, throttle_time_ms=0, error_code=error.value, members=[])
     errors = broker.coordinator.leave(request.group_id, member_ids)
     member = LeaveGroupResponse.MemberResponse
     members = [member(member_id=member_id, group_instance_id=None, error_code=error.value)
