@@ -283,3 +283,29 @@ def test_describe_and_compaction_status_answer_for_a_topic_with_a_damaged_partit
     assert f"t-1: CorruptSegmentError: Corrupt batch in {segment}" in described.err
     status = run_main(capsys, data_dir, "compaction-status", "t", "--json")
     assert status.code == 0 and [row["state"] for row in status.json_lines()] == ["NOT_RUN", "NOT_RUN"]
+
+
+@pytest.mark.parametrize("output", [[], ["--json"]])
+def test_describe_names_a_damaged_partition_of_any_topic_and_describes_a_store_without_topics(
+        capsys: pytest.CaptureFixture[str], data_dir: Path, output: list[str]) -> None:
+    """The damaged partitions were named (and the exit status was 1) only for the last topic described, and a
+    store without topics failed with UnboundLocalError."""
+    create(capsys, data_dir, "gone")
+    assert run_main(capsys, data_dir, "topics", "delete", "gone").code == 0
+    empty = run_main(capsys, data_dir, "topics", "describe", *output)
+    assert (empty.code, empty.out, empty.err) == (0, "", "")
+    create(capsys, data_dir, "a")
+    create(capsys, data_dir, "b")
+    with Store.open(data_dir) as store:
+        for topic in ("a", "b"):
+            store.append(topic, [(b"k%d" % i, b"v" * 50) for i in range(10)], partition=0)
+    [segment] = (data_dir / "a-0").glob("*.log")
+    flipped = bytearray(segment.read_bytes())
+    flipped[len(flipped) // 2] ^= 0xFF
+    segment.write_bytes(bytes(flipped))
+    described = run_main(capsys, data_dir, "topics", "describe", *output)
+    assert described.code == 1
+    assert f"ledgerview: error: a-0: CorruptSegmentError: Corrupt batch in {segment}" in described.err
+    shown = [row["topic"] for row in described.json_lines()] if output else re.findall(r"^Topic: (\w+)\t",
+                                                                                        described.out, re.MULTILINE)
+    assert shown == ["a", "b"] and "b-0" not in described.err

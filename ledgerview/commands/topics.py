@@ -100,15 +100,15 @@ def run_describe(args: argparse.Namespace) -> int:
             if args.json:
                 print_json({"topic": topic, "partitions": [dataclasses.asdict(p) for p in description.partitions],
                             "config": config})
-                continue
-            settings = ",".join(f"{key}={value}" for key, value in sorted(config.items()))
-            print(f"Topic: {topic}\tPartitionCount: {len(description.partitions)}\tConfigs: {settings}")
-            print_table(["partition", "start_offset", "end_offset", "size_bytes", "segments"],
-                        [(p.partition, p.start_offset, p.end_offset, p.size_bytes, p.segments)
-                         for p in description.partitions])
-        for partition in (p for p in description.partitions if p.error is not None):
-            print(f"ledgerview: error: {topic}-{partition.partition}: {partition.error}", file=sys.stderr)
-            damaged = True
+            else:
+                settings = ",".join(f"{key}={value}" for key, value in sorted(config.items()))
+                print(f"Topic: {topic}\tPartitionCount: {len(description.partitions)}\tConfigs: {settings}")
+                print_table(["partition", "start_offset", "end_offset", "size_bytes", "segments"],
+                            [(p.partition, p.start_offset, p.end_offset, p.size_bytes, p.segments)
+                             for p in description.partitions])
+            for partition in (p for p in description.partitions if p.error is not None):
+                print(f"ledgerview: error: {topic}-{partition.partition}: {partition.error}", file=sys.stderr)
+                damaged = True
     return ExitCode.CHECK_FAILED if damaged else 0
 
 
