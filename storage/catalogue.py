@@ -1,12 +1,18 @@
 """The topic catalogue: which topics a data folder holds, their metadata and their partition folders.
 
 A topic exists while its metadata file ``__topics/<topic>/topic.json`` does (storage/topics.py): creating writes
-it last, after the partition folders; deleting removes it first, then the folders, then the partitions' checkpoint
-entries. A crash in between leaves folders without a topic, which ``remove_leftovers`` removes at the next open.
+it last, after the partition folders; deleting renames it first (to ``topic.json.deleting``, which says the folders
+are to go), then removes the folders, then the partitions' checkpoint entries, then that marker. A crash in between
+leaves folders without a topic, which ``remove_leftovers`` removes at the next open: those of a deletion (its marker
+is there) and those of a creation (they hold no data yet). A folder without a topic that holds data and no marker
+(its metadata file was lost, or someone put it there) is kept, and named in a warning: never deleted unasked.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import shutil
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -14,18 +20,20 @@ from typing import Any
 
 from storage.checkpoints import update_checkpoint
 from storage.config import CONFIG_KEYS, InvalidConfigError, TopicConfig, UnknownConfigError
-from storage.errors import LedgerviewError, TopicExistsError, UnknownTopicError
-from storage.fileio import remove_stray_temporary_files
+from storage.errors import LedgerviewError, OrphanPartitionFolderError, TopicExistsError, UnknownTopicError
+from storage.fileio import fsync_folder, remove_stray_temporary_files
 from storage.files import (
     CLEANER_OFFSET_CHECKPOINT,
     DELETED_FOLDER_SUFFIX,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
+    TOPIC_DELETION_MARKER,
     TOPIC_METADATA,
     TOPICS_FOLDER,
     folder_to_delete,
     parse_partition_folder,
     partition_folder,
+    partitions_on_disk,
     topic_metadata_file,
     topic_sinks_folder,
     validate_topic_name,
@@ -35,6 +43,7 @@ from storage.partition_log import Clock
 from storage.topics import TopicMetadata
 
 CONFIG_KEY_NAMES = frozenset(key.name for key in CONFIG_KEYS)
+logger = logging.getLogger(__name__)
 
 
 class TopicCatalogue:
@@ -62,8 +71,12 @@ class TopicCatalogue:
         with self._store_lock:
             if topic_metadata_file(self.root, topic).exists():
                 raise TopicExistsError(topic)
-            for partition in range(partitions):
-                folder = partition_folder(self.root, topic, partition)
+            folders = [partition_folder(self.root, topic, partition) for partition in range(partitions)]
+            if not self._being_deleted(topic):
+                for folder in folders:
+                    if folder.is_dir() and _holds_data(folder):
+                        raise OrphanPartitionFolderError(topic, str(folder), str(_topic_folder(self.root, topic)))
+            for folder in folders:
                 if folder.exists():
                     shutil.rmtree(folder)  # left by a creation or deletion that crashed half-way
                 folder.mkdir()
@@ -71,6 +84,7 @@ class TopicCatalogue:
             # and the checkpoint entries such a deletion left: the new log starts at 0 with nothing fsynced (a
             # recovery point inherited from the old one would take a batch still being written for damage)
             self._forget_checkpoints(topic, range(partitions))
+            (_topic_folder(self.root, topic) / TOPIC_DELETION_MARKER).unlink(missing_ok=True)
             metadata.write(topic_metadata_file(self.root, topic))
 
     def names(self) -> list[str]:
@@ -122,8 +136,9 @@ class TopicCatalogue:
         with self._store_lock:
             metadata = self.metadata(topic)
             metadata_file = topic_metadata_file(self.root, topic)
-            metadata_file.unlink()
-            metadata_file.parent.rmdir()
+            marker = metadata_file.with_name(TOPIC_DELETION_MARKER)
+            os.replace(metadata_file, marker)  # the topic is gone; its folders go next, after a crash too
+            fsync_folder(marker.parent)
             self._topics.pop(topic, None)
             folders = [partition_folder(self.root, topic, partition) for partition in range(metadata.partitions)]
             for folder in [*folders, topic_sinks_folder(self.root, topic)]:
@@ -132,6 +147,8 @@ class TopicCatalogue:
                     folder.rename(doomed)
                     shutil.rmtree(doomed)
             self._forget_checkpoints(topic, range(metadata.partitions))
+            marker.unlink()
+            marker.parent.rmdir()
 
     def _forget_checkpoints(self, topic: str, partitions: range) -> None:
         """Remove the partitions' entries from the store's checkpoints; the caller holds the store lock."""
@@ -155,7 +172,10 @@ class TopicCatalogue:
                     remove_stray_temporary_files(topic_folder)
 
     def _remove_deleted_folders(self) -> None:
-        """Finish deletions and creations a crash interrupted: folders renamed for deletion, or without topic."""
+        """Finish deletions and creations a crash interrupted: folders renamed for deletion, and folders without
+        a topic that a deletion left (its marker says so) or a creation left (they hold no data). A folder without
+        a topic that holds data and no deletion marker is kept, with a warning: its topic's metadata file went
+        missing (or it is no partition folder at all), and removing it would lose the only copy of its messages."""
         topics = set(self.names())
         for entry in self.root.iterdir():
             if not entry.is_dir() or entry.name == TOPICS_FOLDER:
@@ -163,5 +183,41 @@ class TopicCatalogue:
             parsed = parse_partition_folder(entry.name)
             if entry.name.endswith(DELETED_FOLDER_SUFFIX) or (parsed is not None and parsed[0] not in topics):
                 with self._store_lock:
-                    if parsed is None or parsed[0] not in set(self.names()):
+                    if parsed is None:
                         shutil.rmtree(entry, ignore_errors=True)
+                    elif parsed[0] not in set(self.names()):
+                        if self._being_deleted(parsed[0]) or not _holds_data(entry):
+                            shutil.rmtree(entry, ignore_errors=True)
+                        else:
+                            logger.warning(_ORPHAN_WARNING, entry, _topic_folder(self.root, parsed[0]))
+        for marker in (self.root / TOPICS_FOLDER).glob(f"*/{TOPIC_DELETION_MARKER}"):
+            topic = marker.parent.name
+            with self._store_lock:
+                if topic not in set(self.names()) and not partitions_on_disk(self.root, topic):
+                    marker.unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):  # a write's temporary file, removed at the next open
+                        marker.parent.rmdir()
+
+    def _being_deleted(self, topic: str) -> bool:
+        """Whether a deletion of ``topic`` began (and did not finish): its metadata file was renamed to the marker."""
+        return (_topic_folder(self.root, topic) / TOPIC_DELETION_MARKER).exists()
+
+
+_ORPHAN_WARNING = ("%s holds data, but no topic of that name exists (%s has no topic.json) and no deletion of one "
+                   "began: left as it is. Restore that topic.json to serve the topic again, or move the folder out "
+                   "of the data folder.")
+
+
+def _topic_folder(root: Path, topic: str) -> Path:
+    """``__topics/<topic>`` for a name read from a folder's (not checked as a topic name: it names no new file)."""
+    return root / TOPICS_FOLDER / topic
+
+
+def _holds_data(folder: Path) -> bool:
+    """Whether any file under ``folder`` has bytes: a creation that crashed left its partition folders empty (or
+    with the empty files of a first open), a deletion or a lost metadata file leaves messages."""
+    for path in folder.rglob("*"):
+        with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+            if path.is_file() and path.stat().st_size > 0:
+                return True
+    return False

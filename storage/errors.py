@@ -55,6 +55,18 @@ class TopicExistsError(LedgerviewError):
         super().__init__(f"Topic {topic!r} already exists; delete it first or choose another name.")
 
 
+class OrphanPartitionFolderError(TopicExistsError):
+    """A topic would be created over a partition folder that holds data but belongs to no topic (its metadata file
+    went missing): creating it would delete those messages."""
+
+    def __init__(self, topic: str, folder: str, topic_folder: str) -> None:
+        self.topic = topic
+        LedgerviewError.__init__(
+            self, f"Cannot create topic {topic!r}: {folder} holds data but no topic (no topic.json in "
+                  f"{topic_folder}), and creating the topic would delete it. Restore that topic.json to serve the "
+                  "topic again, or move the folder out of the data folder first. Nothing was created.")
+
+
 class UnknownTopicError(LedgerviewError):
     def __init__(self, topic: str, known: list[str]) -> None:
         self.topic = topic

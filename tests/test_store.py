@@ -577,6 +577,48 @@ def test_a_topic_created_again_after_a_crashed_delete_starts_with_no_recovery_po
             assert len(reader.read("t", 0)) == 1
 
 
+def test_a_partition_folder_whose_topic_json_was_lost_is_kept_and_named_not_deleted(
+        data_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Every writer's open (any command, 'topics list' too) removed each partition folder without a topic, to
+    finish a crashed deletion: one whose topic.json was lost went with every message in it, and so did a folder of
+    the operator's named like one (backup-2026). Now only a deletion's folders (its marker is there) and a
+    creation's (nothing written yet) go; the rest is kept and named, and creating its topic over it is refused."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t")
+        store.append("t", changelog(10), partition=0)
+    metadata = data_dir / "__topics" / "t" / "topic.json"
+    saved = metadata.read_bytes()
+    metadata.unlink()
+    (data_dir / "backup-2026").mkdir()
+    (data_dir / "backup-2026" / "notes.txt").write_text("mine")
+    (data_dir / "half-0").mkdir()  # a creation that crashed before writing its topic.json
+    with caplog.at_level(logging.WARNING, logger="storage.catalogue"), Store.open(data_dir) as store:
+        assert store.list_topics() == []
+        with pytest.raises(TopicExistsError, match=r"t-0 holds data but no topic .* Nothing was created"):
+            store.create_topic("t")
+    folders = sorted(path.name for path in data_dir.iterdir() if path.is_dir() and not path.name.startswith("__"))
+    assert folders == ["backup-2026", "t-0"]
+    assert f"{data_dir / 't-0'} holds data, but no topic of that name exists" in caplog.text
+    metadata.write_bytes(saved)
+    with Store.open(data_dir) as store:
+        assert store.read("t", 0)["value"].to_pylist() == changelog(10)["value"].to_pylist()
+
+
+def test_a_deletion_that_crashed_after_its_first_step_is_finished_by_the_next_open(data_dir: Path) -> None:
+    with Store.open(data_dir) as store:
+        store.create_topic("t", partitions=2)
+        store.append("t", changelog(10), partition=0)
+    topic_folder = data_dir / "__topics" / "t"
+    (topic_folder / "topic.json").rename(topic_folder / "topic.json.deleting")  # the deletion's first step
+    with Store.open(data_dir) as store:
+        assert store.list_topics() == []
+        assert not any(path.exists() for path in (data_dir / "t-0", data_dir / "t-1", topic_folder))
+        store.create_topic("t")
+        assert store.read("t", 0).num_rows == 0
+        store.delete_topic("t")
+        assert not topic_folder.exists() and not (data_dir / "t-0").exists()
+
+
 def test_a_partition_that_did_not_open_fails_alike_until_its_files_change(data_dir: Path) -> None:
     """A damaged partition is opened again only once its files change: a client retrying it (a Kafka consumer
     every 100 ms) walked its segments and rewrote its index files on every request. Each failure is a fresh error,
