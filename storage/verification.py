@@ -90,7 +90,11 @@ def _partitions_of(store: Store, topic: str) -> tuple[list[int], str | None]:
 
 def verify_topics(store: Store, topics: list[str], advance: Advance) -> Report:
     report = Report()
-    recovery_points = read_checkpoint(store.root / RECOVERY_POINT_CHECKPOINT)
+    try:
+        recovery_points = read_checkpoint(store.root / RECOVERY_POINT_CHECKPOINT)
+    except CorruptDataError as error:  # a finding like any other: every topic is still checked
+        report.problems.append(str(error))
+        recovery_points = {}
     for topic in topics:
         partitions, damaged_record = _partitions_of(store, topic)
         if damaged_record is not None:
