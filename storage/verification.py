@@ -30,6 +30,7 @@ from storage.files import (
     LOG_SUFFIX,
     RECOVERY_POINT_CHECKPOINT,
     SUBSCRIPTIONS_FOLDER,
+    SWAP_SUFFIX,
     key_index_folder,
     ledger_file,
     parse_segment_file,
@@ -211,19 +212,28 @@ def _verify_remote_key_index(tier: RemoteTier, key: str, size: int, report: Repo
 
 
 def _segment_names(folder: Path) -> list[tuple[str, int]]:
+    return [(name, base) for name, base, temp in _segment_logs(folder) if temp is None]
+
+
+def _segment_logs(folder: Path) -> list[tuple[str, int, str | None]]:
+    """(name, base offset, temporary suffix) of the folder's segment logs, in offset order."""
     parsed = [(name, result) for name in _names(folder) if (result := parse_segment_file(name))]
-    return sorted(((name, base) for name, (base, suffix, temp) in parsed if suffix == LOG_SUFFIX and temp is None),
+    return sorted(((name, base, temp) for name, (base, suffix, temp) in parsed if suffix == LOG_SUFFIX),
                   key=lambda item: item[1])
 
 
 def _verify_segments(folder: Path, report: Report, advance: Advance, *, recorded_end: int) -> None:
     """A partition no one has appended to yet has no segment file (its first open creates it): that is sound,
-    unless the recovery-point checkpoint says it once held messages."""
-    segments = _segment_names(folder)
+    unless the recovery-point checkpoint says it once held messages. Each segment starts where the one before it
+    ends (a cleaner's output keeps the offset range of what it replaces), so a gap between two is a segment lost;
+    not judged while a cleaner's swap is under way (a ``.swap`` log), as the listing may lack what it replaces."""
+    logs = _segment_logs(folder)
+    segments = [(name, base) for name, base, temp in logs if temp is None]
+    swapping = any(temp == SWAP_SUFFIX for _, _, temp in logs)
     if not segments and recorded_end > 0:
         report.problems.append(f"{folder}: no segment files, though the recovery-point checkpoint records "
                                f"messages up to offset {recorded_end}")
-    next_offset = None
+    next_offset: int | None = None
     for index, (name, base_offset) in enumerate(segments):
         path = folder / name
         is_last = index == len(segments) - 1
@@ -231,13 +241,21 @@ def _verify_segments(folder: Path, report: Report, advance: Advance, *, recorded
         if next_offset is not None and base_offset < next_offset:
             report.problems.append(f"{path}: starts at offset {base_offset}, below the previous segment's end "
                                    f"{next_offset}")
+        elif next_offset is not None and base_offset > next_offset and not swapping:
+            report.problems.append(f"{path}: starts at offset {base_offset}, but the segment before it ends at "
+                                   f"{next_offset}: offsets {next_offset} to {base_offset - 1} are in no segment (a "
+                                   "segment file lost or emptied)")
         scanned = _check_batches(path, report, first_allowed=base_offset,
                                  torn_tail_from=recorded_end if is_last else None)
-        next_offset = scanned[-1].header.next_offset if scanned else max(next_offset or 0, base_offset)
+        size_bytes = path.stat().st_size
+        if (scanned[-1].header.end_position if scanned else 0) < size_bytes:
+            next_offset = None  # it ends in bytes that do not parse (named above): where is not known
+        else:
+            next_offset = scanned[-1].header.next_offset if scanned else max(next_offset or 0, base_offset)
         headers = [batch.header for batch in scanned]
         _check_offset_index(path.with_suffix(".index"), base_offset, headers, report)
         _check_time_index(path.with_suffix(".timeindex"), base_offset, headers, report, sealed=not is_last)
-        advance(path.stat().st_size)
+        advance(size_bytes)
 
 
 def _check_batches(path: Path, report: Report, *, first_allowed: int, torn_tail_from: int | None) -> (

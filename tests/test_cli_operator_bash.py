@@ -32,3 +32,28 @@ def test_verify_names_a_garbage_checkpoint_and_still_checks_every_topic(data_dir
     assert any("recovery-point-offset-checkpoint is malformed" in problem for problem in problems), problems
     assert any(problem.startswith(f"{damaged}: ") for problem in problems), problems
 
+
+@pytest.mark.parametrize("loss", ["removed", "emptied"])
+def test_verify_finds_the_offsets_of_a_segment_lost_between_two_others(data_dir: Path, loss: str,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A segment file gone from the middle of a partition (removed by hand, a restore that missed it) or emptied:
+    verify said the store was sound, while reads skip its offsets without a word."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config={"segment.bytes": "1024"})
+        for _ in range(4):
+            store.append("t", [(b"k%d" % i, b"v" * 50) for i in range(10)], partition=0)
+    logs = sorted((data_dir / "t-0").glob("*.log"))
+    assert len(logs) >= 3
+    if loss == "removed":
+        for suffix in (".log", ".index", ".timeindex"):
+            logs[1].with_suffix(suffix).unlink()
+    else:
+        logs[1].write_bytes(b"")
+    base = int(logs[1].stem)
+    verified = run_main(capsys, data_dir, "verify")
+    assert verified.code == 1
+    assert (f"PROBLEM {logs[2]}: starts at offset {int(logs[2].stem)}, but the segment before it ends at "
+            f"{base}: offsets {base} to {int(logs[2].stem) - 1} are in no "
+            "segment") in verified.out
+    assert "NOT SOUND" in verified.err
+

@@ -19,10 +19,11 @@ from ledgerview.progress import ByteProgress
 from storage import Store
 from storage.verification import files_to_check, verify_topics
 
-DESCRIPTION = """Check every batch's CRC-32C, the order of offsets, every offset and time index entry, each
-compaction cursor with its ledger and key index, and the subscription cursors. Nothing is changed, unless
---repair: then each damaged compacted view is rebuilt from the raw log (a fresh ledger and key index, published
-as a compaction publishes) where retention has kept the raw messages it needs, and the store is checked again.
+DESCRIPTION = """Check every batch's CRC-32C, the order of offsets (each segment starting where the one before it
+ends), every offset and time index entry, each compaction cursor with its ledger and key index, and the
+subscription cursors. Nothing is changed, unless --repair: then each damaged compacted view is rebuilt from the
+raw log (a fresh ledger and key index, published as a compaction publishes) where retention has kept the raw
+messages it needs, and the store is checked again.
 
 Exit status 0: sound (warnings are repairs the store makes by itself on the next open; with --repair, sound after
 the repairs); 1: problems found, each printed as one line naming the file.
