@@ -57,3 +57,19 @@ def test_verify_finds_the_offsets_of_a_segment_lost_between_two_others(data_dir:
             "segment") in verified.out
     assert "NOT SOUND" in verified.err
 
+
+def test_clean_names_a_topic_whose_record_is_damaged_and_still_cleans_the_others(
+        data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One topic.json of garbage stopped 'clean' (every compact topic) before it cleaned any topic."""
+    config = {"cleanup.policy": "compact", "segment.bytes": "1024", "min.cleanable.dirty.ratio": "0.01"}
+    with Store.open(data_dir) as store:
+        for topic in ("a", "b"):
+            store.create_topic(topic, config=config)
+            for round_number in range(8):
+                store.append(topic, [(f"u{i}", f"r{round_number}") for i in range(6)])
+    (data_dir / "__topics" / "a" / "topic.json").write_text("{not json")
+    cleaned = run_main(capsys, data_dir, "clean", "--json")
+    assert cleaned.code == 1
+    assert [row["topic"] for row in cleaned.json_lines()] == ["b"]
+    assert f"ledgerview: error: a was not cleaned: Topic metadata {data_dir / '__topics' / 'a' / 'topic.json'} is " \
+           "unreadable" in cleaned.err

@@ -17,13 +17,16 @@ from ledgerview.commands.common import (
 from ledgerview.errors import UsageError
 from ledgerview.exit_codes import ExitCode
 from ledgerview.progress import progress
+from storage import Store
 from storage.cleaner import CleanerStats
+from storage.errors import CorruptDataError
 
 DESCRIPTION = """Clean compacted topics in place now, as Kafka's log cleaner does: in every partition whose dirty
 ratio is above min.cleanable.dirty.ratio (or whose oldest dirty message passed max.compaction.lag.ms), rewrite
 the sealed segments keeping only the latest message of each key; tombstones go after delete.retention.ms.
 Offsets never change. Only topics whose cleanup.policy includes compact are cleaned. A partition whose pass
-fails is named on stderr and the command exits 5; the other partitions are still cleaned.
+fails is named on stderr and the command exits 5; the other partitions are still cleaned. A topic whose metadata
+record cannot be read is named on stderr and the command exits 1 (unless 5); the other topics are still cleaned.
 
 examples:
   ledgerview clean users
@@ -40,6 +43,7 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     stats: list[CleanerStats] = []
+    damaged: dict[str, CorruptDataError] = {}
     with open_existing_store(args) as store:
         for topic in args.topics:
             require_topic(store, topic)
@@ -48,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(f"Topic {topic!r} has cleanup.policy={','.join(sorted(policy.cleanup_policy))}; "
                                  "cleaning keeps the latest value per key of compact topics: set "
                                  "cleanup.policy=compact or compact,delete first.")
-        topics = args.topics or [t for t in store.list_topics() if store.topic_metadata(t).config.is_compact]
+        topics = args.topics or [t for t in store.list_topics() if _is_compact(store, t, damaged)]
         for topic in progress(topics, unit="topic", description="cleaning"):
             stats += store.clean(topic)
         uncleanable = store.cleaner.uncleanable()
@@ -61,8 +65,20 @@ def run(args: argparse.Namespace) -> int:
                     [(s.topic, s.partition, s.first_dirty_offset, s.end_offset, f"{s.dirty_ratio:.3f}",
                       s.messages_read, s.messages_written, s.tombstones_removed, s.bytes_read, s.bytes_written)
                      for s in stats])
+    for topic, record_error in damaged.items():
+        say(f"ledgerview: error: {topic} was not cleaned: {record_error}")
     for (topic, partition), error in sorted(uncleanable.items()):
         say(f"ledgerview: error: {topic}-{partition} could not be cleaned: {error}")
     say(f"Cleaned {len(stats)} partition(s) of {len(topics)} topic(s); "
         f"{sum(s.messages_read - s.messages_written for s in stats)} messages removed.")
-    return ExitCode.FAILED if uncleanable else ExitCode.OK
+    return ExitCode.FAILED if uncleanable else ExitCode.CHECK_FAILED if damaged else ExitCode.OK
+
+
+def _is_compact(store: Store, topic: str, damaged: dict[str, CorruptDataError]) -> bool:
+    """Whether the topic's cleanup.policy includes compact; a topic whose metadata record cannot be read goes
+    into ``damaged`` (it is named, and the others are still cleaned)."""
+    try:
+        return store.topic_metadata(topic).config.is_compact
+    except CorruptDataError as error:
+        damaged[topic] = error
+        return False
