@@ -33,7 +33,10 @@ def _member(running: Running, group: str) -> KafkaConsumer:
 
 
 def _poll_into(consumer: KafkaConsumer, seen: dict[tuple[int, int], bytes]) -> None:
-    for partition, records in consumer.poll(timeout_ms=100).items():
+    # Long enough for a rebalance to finish inside one poll: kafka-python 3.0.12 never applies the assignment a
+    # leader got when its poll timed out while it rejoined (its need_rejoin is False once it has assigned, so the
+    # finished join is not awaited again), and that member then sends no heartbeat until its session expires.
+    for partition, records in consumer.poll(timeout_ms=1000).items():
         for record in records:
             seen[(partition.partition, record.offset)] = record.value
 
