@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from compactor import Compactor
+from readers import Consumer
 from storage import Store
 
 pytestmark = pytest.mark.slow  # each test runs processes in a mount namespace of their own
@@ -85,3 +86,20 @@ def test_consume_serves_a_read_only_folder(data: Path) -> None:
     consume = run_read_only(data, sys.executable, "-m", "ledgerview", "--data", str(data), "consume", "t",
                             "--from-beginning", "--until-end")
     assert consume.returncode == 0, consume.stderr
+
+
+@pytest.mark.parametrize(("command", "shown"), [
+    (["topics", "list"], "t\n"),
+    (["topics", "describe"], "Topic: t\t"),
+    (["groups", "list"], "g\n"),
+    (["groups", "describe", "g"], "  t          0"),
+    (["compaction-status", "t"], "SUCCESS"),
+])
+def test_the_commands_that_only_read_serve_a_read_only_folder(data: Path, command: list[str], shown: str) -> None:
+    """They opened the folder as a writer would, so on a read-only one each failed with 'Read-only file system:
+    .../.store.lock' (exit status 5), as consume and verify no longer did."""
+    with Store.open(data) as store, Consumer(store, "t", "g", initial_position="earliest") as consumer:
+        consumer.acknowledge_cumulative(0, 9)
+    result = run_read_only(data, sys.executable, "-m", "ledgerview", "--data", str(data), *command)
+    assert result.returncode == 0 and "WRITABLE" not in result.stdout, result.stdout + result.stderr
+    assert shown in result.stdout, result.stdout

@@ -13,6 +13,7 @@ from ledgerview.commands.common import (
     add_command,
     check_remote_uri,
     open_existing_store,
+    open_store_for_reading,
     print_json,
     print_table,
     require_topic,
@@ -128,7 +129,7 @@ def utc_time(epoch_ms: int | None) -> str | None:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    with open_existing_store(args) as store:
+    with open_store_for_reading(args) as store:
         require_topic(store, args.topic)
         compactor = Compactor(store)
         statuses = compactor.status(args.topic)

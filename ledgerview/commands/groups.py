@@ -12,6 +12,7 @@ from ledgerview.commands.common import (
     add_command,
     iso_time_ms,
     open_existing_store,
+    open_store_for_reading,
     print_json,
     print_table,
     require_topic,
@@ -60,7 +61,7 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    with open_existing_store(args) as store:
+    with open_store_for_reading(args) as store:
         names = list_groups(store)
     if args.json:
         print_json(names)
@@ -73,7 +74,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_describe(args: argparse.Namespace) -> int:
     """Every position, then a line for each partition whose data cannot be read (exit status 1), as kafka-consumer-
     groups describes a group with a partition offline."""
-    with open_existing_store(args) as store:
+    with open_store_for_reading(args) as store:
         positions = describe_group(store, args.group)
     if args.json:
         for position in positions:

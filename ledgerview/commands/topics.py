@@ -11,6 +11,7 @@ from ledgerview.commands.common import (
     add_command,
     open_existing_store,
     open_store,
+    open_store_for_reading,
     parse_pairs,
     print_json,
     print_table,
@@ -76,7 +77,7 @@ def run_create(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    with open_existing_store(args) as store:
+    with open_store_for_reading(args) as store:
         names = store.list_topics()
     if args.json:
         print_json(names)
@@ -88,7 +89,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_describe(args: argparse.Namespace) -> int:
     damaged = False
-    with open_existing_store(args) as store:
+    with open_store_for_reading(args) as store:
         for topic in args.topics or store.list_topics():
             try:
                 description = store.describe_topic(topic)
