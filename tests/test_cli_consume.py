@@ -56,3 +56,17 @@ def test_a_negative_offset_is_refused_in_the_commands_terms(data_dir: Path, caps
         store.create_topic("t")
     refused = run_main(capsys, data_dir, "consume", "t", "--partition", "0", "--offset", "-1", "--until-end")
     assert (refused.code, refused.err.strip()) == (2, "ledgerview: error: --offset must be >= 0, got -1.")
+
+
+@pytest.mark.parametrize("option", ["--max-messages", "--timeout-ms", "--offset"])
+def test_a_count_past_64_bits_is_refused_in_the_commands_terms(data_dir: Path, option: str,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """--max-messages 99999999999999999999 ended in an OverflowError traceback from pyarrow's slice."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t")
+        store.append("t", [(b"k", b"v")], partition=0)
+    start = [] if option == "--offset" else ["--from-beginning"]
+    refused = run_main(capsys, data_dir, "consume", "t", "--partition", "0", *start, option, "99999999999999999999",
+                       "--until-end")
+    assert (refused.code, refused.err.strip()) == (2, f"ledgerview: error: {option} must be at most "
+                                                      "9223372036854775807 (a 64-bit count), got 99999999999999999999.")

@@ -39,6 +39,7 @@ examples:
   ledgerview consume prices --partition 0 --offset 1000 --max-messages 10 --print-offset
 """
 POLL_INTERVAL_S = 0.2
+LONG_MAX = 2**63 - 1
 
 
 def register(subparsers: Subparsers) -> None:
@@ -70,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
                           ("--offset", args.offset)):
         if value is not None and value < 0:
             raise UsageError(f"{option} must be >= 0, got {value}.")
+        if value is not None and value > LONG_MAX:
+            raise UsageError(f"{option} must be at most {LONG_MAX} (a 64-bit count), got {value}.")
     text_format = TextFormat(args.separator.encode(), args.null_marker.encode(), args.print_partition,
                              args.print_offset, args.print_timestamp, not args.no_key)
     out = sys.stdout.buffer
