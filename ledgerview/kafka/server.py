@@ -137,6 +137,8 @@ HANDLERS: dict[ApiKey, Handler] = {
 FRAME_CHUNK_BYTES = 1024 * 1024
 """A frame's body must progress this much (or end) within frame.stall.timeout.ms."""
 GROUP_TIMER_SECONDS = 0.25
+GROUP_TIMER_ERROR_LOG_S = 60.0
+"""How often the group timer logs an expiry pass that keeps failing the same way."""
 REFUSAL_LINE_CHECK_S = 0.5
 """How often the loop writes the line about refused connections once it is due, so the last refusals of a burst are
 logged when their interval passes even if no connection follows."""
@@ -407,9 +409,19 @@ class KafkaEndpoint:
             store.close()
 
     async def _group_timer(self, broker: Broker) -> None:
+        """The coordinator's expiry every GROUP_TIMER_SECONDS. A failing pass is logged and the next one runs, since
+        a timer that ended would expire no member of any group again; the same error is logged once per
+        GROUP_TIMER_ERROR_LOG_S, not four times a second."""
+        last_error, last_logged = "", 0.0
         while True:
             await asyncio.sleep(GROUP_TIMER_SECONDS)
-            broker.coordinator.expire()
+            try:
+                broker.coordinator.expire()
+            except Exception as error:  # any bug in a pass must not end the timer
+                now, text = time.monotonic(), f"{type(error).__name__}: {error}"
+                if text != last_error or now - last_logged >= GROUP_TIMER_ERROR_LOG_S:
+                    log.exception("expiring group members and rebalances failed; the group timer goes on")
+                    last_error, last_logged = text, now
 
     async def _refusal_lines(self) -> None:
         while True:
