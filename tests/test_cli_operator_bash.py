@@ -3,6 +3,8 @@ data found, mended: each case fails on the code before its fix."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,38 @@ def test_clean_names_a_topic_whose_record_is_damaged_and_still_cleans_the_others
     assert [row["topic"] for row in cleaned.json_lines()] == ["b"]
     assert f"ledgerview: error: a was not cleaned: Topic metadata {data_dir / '__topics' / 'a' / 'topic.json'} is " \
            "unreadable" in cleaned.err
+
+
+SWEEP = """
+import contextlib, io, sys
+from pathlib import Path
+from ledgerview.cli import main
+source, target = Path(sys.argv[1]), Path(sys.argv[2])
+data = source.read_bytes()
+refused = 0
+for position in range(48, len(data)):  # every byte after the header
+    flipped = bytearray(data)
+    flipped[position] ^= 0xFF
+    target.write_bytes(bytes(flipped))
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main(["dump-log", str(target), "--print-data-log"]) == 0, position
+    refused += "| payload does not decode: " in out.getvalue()
+print("swept", len(data) - 48, "refused", refused)
+"""
+
+
+@pytest.mark.slow
+def test_dump_log_prints_the_messages_of_a_damaged_batch_without_reading_outside_it(data_dir: Path,
+                                                                                   tmp_path: Path) -> None:
+    """dump-log --print-data-log decoded a batch whose CRC fails as if it were sound: a flipped byte among the
+    payload's offsets had Arrow read outside the file, and the process died of a segmentation fault (status -11).
+    Every byte of a batch is flipped in turn, in one process of its own."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t")
+        store.append("t", [(b"k", b"%d" % number) for number in range(1, 11)], partition=0)
+    [segment] = (data_dir / "t-0").glob("*.log")
+    swept = subprocess.run([sys.executable, "-c", SWEEP, str(segment), str(tmp_path / "flipped.log")],
+                           capture_output=True, text=True, timeout=300)
+    assert swept.returncode == 0, swept.stderr[-2000:]
+    words = swept.stdout.split()
+    assert words[:3] == ["swept", str(segment.stat().st_size - 48), "refused"] and int(words[3]) > 0, swept.stdout

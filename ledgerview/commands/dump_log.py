@@ -7,6 +7,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
+
 from ledgerview.commands.common import Subparsers, add_command
 from ledgerview.errors import UsageError
 from ledgerview.progress import ByteProgress
@@ -102,7 +104,7 @@ def _dump_batches(path: Path, *, print_data: bool) -> None:
         out.write(f"{_batch_line(header)}{_dictionaries(file, header)} crc: {header.crc:#010x} "
                   f"isValid: {str(scanned.crc_valid).lower()}\n")
         if print_data:
-            out.write(_messages(file, header))
+            out.write(_messages(file, header, trusted=scanned.crc_valid))
     if file.tail is not None:
         out.write(f"Unreadable bytes at position {file.tail.position} ({file.tail.remaining_bytes} bytes to the "
                   f"end): {file.tail.reason}\n")
@@ -134,12 +136,19 @@ def _dictionaries(file: BatchFile, header: BatchHeader) -> str:
     return f" dictionaries: {','.join(columns)}" if columns else ""
 
 
-def _messages(file: BatchFile, header: BatchHeader) -> str:
-    """One line per message of the batch: a display, so one Python step per message is fine."""
+def _messages(file: BatchFile, header: BatchHeader, *, trusted: bool) -> str:
+    """One line per message of the batch: a display, so one Python step per message is fine. A batch whose CRC
+    fails is checked whole first (``trusted`` False): Arrow takes a payload's offsets and lengths as they are, and
+    damaged ones would have it read outside the file (the process died of a segmentation fault)."""
     try:
-        rows = file.decode(header).to_pylist()
+        batch = file.decode(header)
+        if not trusted:
+            batch.validate(full=True)
+        rows = batch.to_pylist()
     except BatchFormatError as error:
         return f"| payload does not decode: {error.reason}\n"
+    except pa.ArrowException as error:
+        return f"| payload does not decode: {error}\n"
     lines = []
     for row in rows:
         key, value = row["key"], row["value"]
