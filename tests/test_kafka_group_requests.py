@@ -4,6 +4,7 @@ group's other members."""
 
 from __future__ import annotations
 
+import asyncio
 import select
 import shutil
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from kafka.protocol.consumer import (
 
 from ledgerview.kafka import EndpointOptions, KafkaEndpoint
 from ledgerview.kafka.broker_config import BrokerConfigError, endpoint_options
+from ledgerview.kafka.coordinator import GroupCoordinator, JoinRequest
 from ledgerview.kafka.protocol import ErrorCode
 from ledgerview.service.config import parse_service_config
 from storage import Store
@@ -222,3 +224,87 @@ def test_an_invalid_group_id_is_refused_by_every_group_request(clients: list[Raw
                                 SyncGroupResponse, 0)
         left = client.request(LeaveGroupRequest(group_id=group_id, member_id="m"), LeaveGroupResponse, 0)
         assert [heartbeat.error_code, synced.error_code, left.error_code] == [ErrorCode.INVALID_GROUP_ID] * 3
+
+
+def test_a_join_without_member_id_is_answered_member_id_required(clients: list[RawClient]) -> None:
+    """KIP-394, from JoinGroup version 4: a join without a member id is answered MEMBER_ID_REQUIRED with a member id
+    and makes no member (the group stays empty, no rebalance starts); the join with that id enters the group. It
+    entered at once and waited at the barrier, so anonymous joins held members and connections as long as the
+    rebalance timeout they asked. A member id nobody was given stays UNKNOWN_MEMBER_ID, and a pending id's
+    LeaveGroup drops it."""
+    client, observer = clients[0], clients[1]
+    for version in (4, 5):
+        required = client.request(join_request(f"v{version}", ["range"]), JoinGroupResponse, version)
+        assert (required.error_code, required.generation_id) == (ErrorCode.MEMBER_ID_REQUIRED, -1)
+        assert required.member_id and describe(observer, f"v{version}").members == []
+        joined = client.request(join_request(f"v{version}", ["range"], member_id=required.member_id),
+                                JoinGroupResponse, version)
+        assert (joined.error_code, joined.generation_id, joined.member_id, joined.leader) == (
+            ErrorCode.NONE, 1, required.member_id, required.member_id)
+    unknown = client.request(join_request("v5", ["range"], member_id="member-made-up"), JoinGroupResponse, 5)
+    assert unknown.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    left = client.request(join_request("gone", ["range"]), JoinGroupResponse, 5)
+    leave = client.request(LeaveGroupRequest(group_id="gone", member_id=left.member_id), LeaveGroupResponse, 0)
+    assert leave.error_code == ErrorCode.NONE
+    again = client.request(join_request("gone", ["range"], member_id=left.member_id), JoinGroupResponse, 5)
+    assert again.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_a_pending_member_id_is_dropped_after_its_session_timeout() -> None:
+    """The state machine alone, on its own clock: a member id given with MEMBER_ID_REQUIRED is kept for the session
+    timeout of the join that got it, and a join with it after that is UNKNOWN_MEMBER_ID."""
+    async def scenario() -> None:
+        now = [0.0]
+        coordinator = GroupCoordinator(lambda: now[0])
+
+        def request(member_id: str = "") -> JoinRequest:
+            return JoinRequest(member_id, 6000, 60_000, "consumer", [("range", b"m")], require_member_id=True)
+
+        late = await coordinator.join("g", request())
+        on_time = await coordinator.join("g", request())
+        assert late.error is on_time.error is ErrorCode.MEMBER_ID_REQUIRED and "g" not in coordinator.groups
+        now[0] = 6.0
+        coordinator.expire()
+        assert (await coordinator.join("g", request(on_time.member_id))).error is ErrorCode.NONE
+        now[0] = 6.5
+        coordinator.expire()
+        assert (await coordinator.join("g", request(late.member_id))).error is ErrorCode.UNKNOWN_MEMBER_ID
+        assert coordinator.pending == {}
+
+    asyncio.run(scenario())
+
+
+def test_group_max_size_refuses_a_join_past_it(tmp_path: Path) -> None:
+    """Kafka's group.max.size (a broker property; Int.MaxValue by default): with 2, a third member is refused
+    GROUP_MAX_SIZE_REACHED, whether it asks for a member id or joins with one it was given while the group had room
+    (and that id is then dropped). Any number of members could join."""
+    data = tmp_path / "data"
+    Store.open(data).close()
+    options = endpoint_options({"group.max.size": "2"}, "server.properties", EndpointOptions(port=0))
+    with KafkaEndpoint(data, options=options) as endpoint:
+        first, second, third = (RawClient(f"127.0.0.1:{endpoint.port}") for _ in range(3))
+        try:
+            leader = first.request(join_request("g", ["range"], member_id=first.request(
+                join_request("g", ["range"]), JoinGroupResponse, 5).member_id), JoinGroupResponse, 5)
+            assert sync(first, "g", 1, leader.member_id).error_code == ErrorCode.NONE
+            second_id, third_id = (client.request(join_request("g", ["range"]), JoinGroupResponse, 5).member_id
+                                   for client in (second, third))
+            send(second, join_request("g", ["range"], member_id=second_id), 5)
+            wait_for(lambda: describe(first, "g").group_state == "PreparingRebalance", "the second member's join")
+            rejoined = first.request(join_request("g", ["range"], member_id=leader.member_id), JoinGroupResponse, 5)
+            assert (rejoined.error_code, rejoined.generation_id, len(rejoined.members)) == (ErrorCode.NONE, 2, 2)
+            assert receive(second, JoinGroupResponse, 5).generation_id == 2
+            refused = third.request(join_request("g", ["range"], member_id=third_id), JoinGroupResponse, 5)
+            assert (refused.error_code, refused.member_id) == (ErrorCode.GROUP_MAX_SIZE_REACHED, "")
+            codes = [third.request(join_request("g", ["range"], member_id=member_id), JoinGroupResponse,
+                                   version).error_code for member_id, version in (("", 5), ("", 2), (third_id, 5))]
+            assert codes == [ErrorCode.GROUP_MAX_SIZE_REACHED] * 3
+            assert len(describe(first, "g").members) == 2
+        finally:
+            for client in (first, second, third):
+                client.close()
+    service = parse_service_config({"kafka": {"group": {"max": {"size": 5}}}}, "s.toml")
+    assert service.kafka.endpoint_options().group_max_size == 5
+    assert EndpointOptions().group_max_size == 2**31 - 1
+    with pytest.raises(BrokerConfigError, match=r"group.max.size: 0 is below 1"):
+        endpoint_options({"group.max.size": "0"}, "server.properties", EndpointOptions())

@@ -30,7 +30,7 @@ SETTINGS = (*LIMITS, "queued_max_request_bytes", "offsets_retention_minutes", "o
 """Every integer setting of EndpointOptions, named as its broker property (Kafka's, but frame.stall.timeout.ms)
 with dots made underscores; each at least 1, or -1 (no bound) for those in UNBOUNDED_AT_MINUS_ONE."""
 UNBOUNDED_AT_MINUS_ONE = ("queued_max_request_bytes",)
-GROUP_SETTINGS = ("group_min_session_timeout_ms", "group_max_session_timeout_ms")
+GROUP_SETTINGS = ("group_min_session_timeout_ms", "group_max_session_timeout_ms", "group_max_size")
 """The group coordinator's integer settings of EndpointOptions, named as Kafka's broker properties with dots made
 underscores, each at least 1: broker properties (a --config file, dotted keys of the service's [kafka] section), not
 command-line options."""
@@ -105,6 +105,11 @@ class EndpointOptions:
     group_max_session_timeout_ms: int = 1800000
     """Kafka's ``group.max.session.timeout.ms``: a JoinGroup asking a longer one is refused the same way, so a member
     that stops sending requests leaves its group within this long."""
+    group_max_size: int = 2**31 - 1
+    """Kafka's ``group.max.size``: a JoinGroup that would make a group's members more than this is refused with
+    GROUP_MAX_SIZE_REACHED. Kafka's default, Int.MaxValue, is kept: a member costs the endpoint a few hundred bytes
+    and only a client that joined again with the member id MEMBER_ID_REQUIRED gave it becomes one (KIP-394; a
+    pending member is dropped after its session timeout, at most group.max.session.timeout.ms)."""
 
     def __post_init__(self) -> None:
         for name in (*SETTINGS, *GROUP_SETTINGS):

@@ -3,7 +3,10 @@
 A group moves through Kafka's states (GroupMetadata.scala):
 
 1. EMPTY: no members. Such a group is not kept (its committed offsets are on disk), so requests naming group ids
-   nobody joined cost no memory; a JoinGroup without a member id creates it, in PREPARING_REBALANCE.
+   nobody joined cost no memory; a JoinGroup without a member id creates it, in PREPARING_REBALANCE. From JoinGroup
+   version 4 (KIP-394) a join without a member id is answered MEMBER_ID_REQUIRED with a new member id and makes no
+   member: the id is only pending (GroupCoordinator.pending) until a join with it, and dropped after the session
+   timeout the join asked, so anonymous joins cannot hold members nor connections at the barrier.
 2. PREPARING_REBALANCE: the barrier. Every known member must send JoinGroup again (members learn of the
    rebalance from Heartbeat's REBALANCE_IN_PROGRESS); the barrier closes when all have, or at the rebalance
    deadline (the largest rebalance timeout of the members), dropping those that did not. Closing bumps the
@@ -59,6 +62,8 @@ class JoinRequest:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     """(assignor name, member metadata), in the member's order of preference."""
+    require_member_id: bool = False
+    """KIP-394 (JoinGroup version 4 and up): a join without a member id is answered MEMBER_ID_REQUIRED with one."""
 
 
 @dataclass
@@ -94,10 +99,22 @@ class GroupCoordinator:
         self.emptied: dict[str, float] = {}
         """When each group lost its last member (clock seconds): as Kafka (KIP-211), offsets.retention.minutes counts
         an empty group's offsets from then, not from each commit (offsets_retention.py, which prunes this)."""
+        self.pending: dict[tuple[str, str], float] = {}
+        """Kafka's pending members: (group id, member id) answered MEMBER_ID_REQUIRED, each with when it is dropped
+        (clock seconds) unless a JoinGroup with that id comes first. Kept apart from the groups, which exist only
+        while they have members."""
 
     # ---------------------------------------------------------------------------------------------- requests
-    async def join(self, group_id: str, request: JoinRequest) -> JoinResult:
+    async def join(self, group_id: str, request: JoinRequest, *, max_size: int = 2**31 - 1) -> JoinResult:
+        """Kafka's handleJoinGroup for dynamic members; ``max_size`` is group.max.size."""
         group = self.groups.get(group_id) or Group(group_id)  # kept in self.groups once it has a member
+        if not self._accepts(group, request.member_id, max_size):
+            # As Kafka: a member of the group refused here (one that had not rejoined a barrier already full) is
+            # removed, and a pending one too.
+            self.pending.pop((group_id, request.member_id), None)
+            if (member := group.members.get(request.member_id)) is not None:
+                self._remove(group, member)
+            return JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED)
         if group.members and request.protocol_type != group.protocol_type:
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         # Kafka's supportsProtocols: one of the member's protocols must be every other member's too, so the group
@@ -107,7 +124,10 @@ class GroupCoordinator:
             *({name for name, _ in m.request.protocols} for m in others))
         if not shared:
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-        if request.member_id:
+        if request.member_id and self.pending.pop((group_id, request.member_id), None) is not None:
+            member = group.members[request.member_id] = Member(request.member_id, request, self.clock())
+            self.groups[group_id] = group
+        elif request.member_id:
             member = group.members.get(request.member_id)
             if member is None:
                 return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=request.member_id)
@@ -115,6 +135,10 @@ class GroupCoordinator:
                 member.last_seen = self.clock()
                 return self._current_generation(group, member)
             member.request = request
+        elif request.require_member_id:
+            member_id = f"member-{uuid.uuid4()}"
+            self.pending[group_id, member_id] = self.clock() + request.session_timeout_ms / 1000
+            return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id)
         else:
             member_id = f"member-{uuid.uuid4()}"
             member = group.members[member_id] = Member(member_id, request, self.clock())
@@ -175,6 +199,9 @@ class GroupCoordinator:
     def leave(self, group_id: str, member_ids: list[str]) -> list[ErrorCode]:
         errors = []
         for member_id in member_ids:
+            if self.pending.pop((group_id, member_id), None) is not None:
+                errors.append(ErrorCode.NONE)
+                continue
             known = self._member(group_id, member_id)
             if known is None:
                 errors.append(ErrorCode.UNKNOWN_MEMBER_ID)
@@ -204,6 +231,9 @@ class GroupCoordinator:
         """Drop members whose session timed out and close barriers whose deadline passed; called every
         fraction of a second by the endpoint."""
         now = self.clock()
+        for key in [key for key, deadline in self.pending.items() if now > deadline]:
+            log.debug("group %s: pending member %s did not join within its session timeout", *key)
+            del self.pending[key]
         for group in list(self.groups.values()):
             for member in list(group.members.values()):
                 waiting = member.joining is not None
@@ -228,6 +258,19 @@ class GroupCoordinator:
             return None
         member.last_seen = self.clock()
         return group, member
+
+    @staticmethod
+    def _accepts(group: Group, member_id: str, max_size: int) -> bool:
+        """Kafka's acceptJoiningMember: whether a join keeps the group within group.max.size. While the barrier is
+        up, the members that rejoined it are counted (those that do not are dropped when it closes) and one of them
+        is always let in again; otherwise the members are, and any of them is let in."""
+        member = group.members.get(member_id)
+        if group.state is GroupState.EMPTY:
+            return True
+        if group.state is GroupState.PREPARING_REBALANCE:
+            waiting = sum(m.joining is not None for m in group.members.values())
+            return (member is not None and member.joining is not None) or waiting < max_size
+        return member is not None or len(group.members) < max_size
 
     def _rejoins_unchanged(self, group: Group, member: Member, request: JoinRequest) -> bool:
         """Kafka's rule: a member that joins again with the same protocols while the group is stable (and it is

@@ -55,8 +55,9 @@ async def handle_join_group(broker: Broker, request: Any, version: int) -> Any:
                         member_id=request.member_id, members=[])
     rebalance_timeout_ms = request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
     join = JoinRequest(request.member_id, request.session_timeout_ms, rebalance_timeout_ms,
-                       request.protocol_type, [(p.name, bytes(p.metadata)) for p in request.protocols])
-    result = await broker.coordinator.join(request.group_id, join)
+                       request.protocol_type, [(p.name, bytes(p.metadata)) for p in request.protocols],
+                       require_member_id=version >= 4)
+    result = await broker.coordinator.join(request.group_id, join, max_size=options.group_max_size)
     member = JoinGroupResponse.JoinGroupResponseMember
     return response(result.error, generation_id=result.generation, protocol_name=result.protocol,
                     leader=result.leader, member_id=result.member_id,
