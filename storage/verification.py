@@ -49,6 +49,9 @@ from storage.segment import SegmentReads
 from storage.store import Store
 
 Advance = Callable[[int], None]
+LISTING_ATTEMPTS = 20
+"""How many times a partition's segments are listed and checked when files go meanwhile: each retention pass or
+swap leaves a consistent listing, so a few attempts always suffice (storage/loader.py reads them alike)."""
 
 
 @dataclass
@@ -223,6 +226,25 @@ def _segment_logs(folder: Path) -> list[tuple[str, int, str | None]]:
 
 
 def _verify_segments(folder: Path, report: Report, advance: Advance, *, recorded_end: int) -> None:
+    """The partition's segments; listed again when one of them goes before it is read (retention, delete-records
+    or a cleaner's swap in another process renamed it), what the changed listing found dropped."""
+    for attempt in range(LISTING_ATTEMPTS):
+        found = Report()
+        try:
+            _verify_listed_segments(folder, found, advance, recorded_end=recorded_end)
+        except FileNotFoundError:
+            if attempt == LISTING_ATTEMPTS - 1:
+                raise
+            continue
+        report.problems += found.problems
+        report.warnings += found.warnings
+        report.segments += found.segments
+        report.batches += found.batches
+        report.bytes_checked += found.bytes_checked
+        return
+
+
+def _verify_listed_segments(folder: Path, report: Report, advance: Advance, *, recorded_end: int) -> None:
     """A partition no one has appended to yet has no segment file (its first open creates it): that is sound,
     unless the recovery-point checkpoint says it once held messages. Each segment starts where the one before it
     ends (a cleaner's output keeps the offset range of what it replaces), so a gap between two is a segment lost;

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from storage import Store
+from storage.verification import verify_topics
 from tests.cli_runner import run_main
 
 
@@ -110,3 +111,28 @@ def test_dump_log_prints_the_messages_of_a_damaged_batch_without_reading_outside
     assert swept.returncode == 0, swept.stderr[-2000:]
     words = swept.stdout.split()
     assert words[:3] == ["swept", str(segment.stat().st_size - 48), "refused"] and int(words[3]) > 0, swept.stdout
+
+
+def test_verify_lists_a_partition_again_when_a_segment_goes_while_it_is_checked(data_dir: Path) -> None:
+    """Retention, delete-records or a cleaner's swap in another process (a running service does them on its own)
+    that removed a segment verify had listed but not read yet made verify fail with 'No such file or directory'
+    (exit status 3, the status of an unknown topic)."""
+    config = {"segment.bytes": "1024", "cleanup.policy": "delete", "file.delete.delay.ms": "0"}
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config=config)
+        for _ in range(6):
+            store.append("t", [(b"k%d" % i, b"v" * 50) for i in range(10)], partition=0)
+    bases = sorted(int(path.stem) for path in (data_dir / "t-0").glob("*.log"))
+    assert len(bases) >= 4
+    deleted = []
+
+    def advance(size_bytes: int) -> None:  # after the first segment, another process deletes the next two
+        if not deleted:
+            with Store.open(data_dir) as other:
+                deleted.append(other.delete_records("t", 0, bases[3]))
+
+    with Store.open(data_dir, read_only=True) as store:
+        report = verify_topics(store, ["t"], advance)
+    assert deleted and len(deleted[0].deleted) == 3
+    assert report.sound, report.problems
+    assert report.segments == len(bases) - 3
