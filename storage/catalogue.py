@@ -20,7 +20,13 @@ from typing import Any
 
 from storage.checkpoints import update_checkpoint
 from storage.config import CONFIG_KEYS, InvalidConfigError, TopicConfig, UnknownConfigError
-from storage.errors import LedgerviewError, OrphanPartitionFolderError, TopicExistsError, UnknownTopicError
+from storage.errors import (
+    CorruptDataError,
+    LedgerviewError,
+    OrphanPartitionFolderError,
+    TopicExistsError,
+    UnknownTopicError,
+)
 from storage.fileio import fsync_folder, remove_stray_temporary_files
 from storage.files import (
     CLEANER_OFFSET_CHECKPOINT,
@@ -132,25 +138,28 @@ class TopicCatalogue:
     def delete(self, topic: str) -> None:
         """Delete the topic: its metadata first (it is gone at once), then its folders and its sinks' records
         (a sink's committed batch id belongs to the log deleted), then its checkpoint entries. Its partition logs
-        must be closed."""
+        must be closed. A topic whose metadata record is damaged is deleted too, with the partition folders it has."""
         with self._store_lock:
-            metadata = self.metadata(topic)
+            try:
+                partitions: Iterable[int] = range(self.metadata(topic).partitions)
+            except CorruptDataError:  # a damaged record says not how many: the folders it has
+                partitions = partitions_on_disk(self.root, topic)
             metadata_file = topic_metadata_file(self.root, topic)
             marker = metadata_file.with_name(TOPIC_DELETION_MARKER)
             os.replace(metadata_file, marker)  # the topic is gone; its folders go next, after a crash too
             fsync_folder(marker.parent)
             self._topics.pop(topic, None)
-            folders = [partition_folder(self.root, topic, partition) for partition in range(metadata.partitions)]
+            folders = [partition_folder(self.root, topic, partition) for partition in partitions]
             for folder in [*folders, topic_sinks_folder(self.root, topic)]:
                 if folder.exists():  # a topic's sinks folder is made by its first sink
                     doomed = folder_to_delete(self.root)
                     folder.rename(doomed)
                     shutil.rmtree(doomed)
-            self._forget_checkpoints(topic, range(metadata.partitions))
+            self._forget_checkpoints(topic, partitions)
             marker.unlink()
             marker.parent.rmdir()
 
-    def _forget_checkpoints(self, topic: str, partitions: range) -> None:
+    def _forget_checkpoints(self, topic: str, partitions: Iterable[int]) -> None:
         """Remove the partitions' entries from the store's checkpoints; the caller holds the store lock."""
         changes: dict[tuple[str, int], int | None] = {(topic, partition): None for partition in partitions}
         for name in (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT):

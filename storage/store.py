@@ -260,12 +260,11 @@ class Store:
 
     def delete_topic(self, topic: str) -> None:
         """Close the topic's open partition logs and delete it: its metadata first (it is gone at once), then its
-        folders."""
+        folders. A topic whose metadata record is damaged is deleted too (with the partition folders it has)."""
         with self._store_lock:
-            metadata = self.topic_metadata(topic)
-            for partition in range(metadata.partitions):
-                if (log := self._logs.pop((topic, partition), None)) is not None:
-                    log.close()
+            self._check_open()
+            for key in [key for key in self._logs if key[0] == topic]:
+                self._logs.pop(key).close()
             self._catalogue.delete(topic)
 
     # ---------------------------------------------------------------------------------------------- partitions

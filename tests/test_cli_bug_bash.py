@@ -309,3 +309,19 @@ def test_describe_names_a_damaged_partition_of_any_topic_and_describes_a_store_w
     shown = [row["topic"] for row in described.json_lines()] if output else re.findall(r"^Topic: (\w+)\t",
                                                                                         described.out, re.MULTILINE)
     assert shown == ["a", "b"] and "b-0" not in described.err
+
+
+def test_a_topic_whose_record_is_damaged_can_be_deleted(capsys: pytest.CaptureFixture[str], data_dir: Path) -> None:
+    """'topics delete' of a topic whose topic.json is garbage failed with the record's error: the operator could
+    neither use the topic nor get rid of it (nor create it again) but by hand."""
+    create(capsys, data_dir, "a", "--partitions", "2")
+    create(capsys, data_dir, "b")
+    with Store.open(data_dir) as store:
+        store.append("a", [(b"k", b"v")], partition=1)
+    (data_dir / "__topics" / "a" / "topic.json").write_text("{not json")
+    deleted = run_main(capsys, data_dir, "topics", "delete", "a")
+    assert (deleted.code, deleted.err) == (0, "Deleted topic a.\n")
+    assert not (data_dir / "a-0").exists() and not (data_dir / "a-1").exists()
+    assert not (data_dir / "__topics" / "a").exists()
+    assert run_main(capsys, data_dir, "topics", "list").out == "b\n"
+    create(capsys, data_dir, "a")
