@@ -66,6 +66,9 @@ class Report:
     damaged_views: dict[tuple[str, int], int] = field(default_factory=dict)
     """(topic, partition) of each compacted view found damaged, with the lowest raw offset a rebuild of it reads
     (the ledger's first offset when its first batch header reads, else 0)."""
+    raw_gaps: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    """(topic, partition) of each raw log with offsets in no segment, with the first such range (first, last): a
+    rebuild of its view would read over them without a word."""
 
     @property
     def sound(self) -> bool:
@@ -107,7 +110,9 @@ def verify_topics(store: Store, topics: list[str], advance: Advance) -> Report:
             folder = partition_folder(store.root, topic, partition)
             report.partitions += 1
             before_raw = len(report.problems)
-            _verify_segments(folder, report, advance, recorded_end=recovery_points.get((topic, partition), 0))
+            gaps = _verify_segments(folder, report, advance, recorded_end=recovery_points.get((topic, partition), 0))
+            if gaps:
+                report.raw_gaps[(topic, partition)] = gaps[0]
             raw_sound = len(report.problems) == before_raw
             try:
                 log: PartitionLog | None = store.partition_log(topic, partition)
@@ -225,13 +230,14 @@ def _segment_logs(folder: Path) -> list[tuple[str, int, str | None]]:
                   key=lambda item: item[1])
 
 
-def _verify_segments(folder: Path, report: Report, advance: Advance, *, recorded_end: int) -> None:
+def _verify_segments(folder: Path, report: Report, advance: Advance, *, recorded_end: int) -> list[tuple[int, int]]:
     """The partition's segments; listed again when one of them goes before it is read (retention, delete-records
-    or a cleaner's swap in another process renamed it), what the changed listing found dropped."""
+    or a cleaner's swap in another process renamed it), what the changed listing found dropped. Returns the ranges
+    of offsets in no segment."""
     for attempt in range(LISTING_ATTEMPTS):
         found = Report()
         try:
-            _verify_listed_segments(folder, found, advance, recorded_end=recorded_end)
+            gaps = _verify_listed_segments(folder, found, advance, recorded_end=recorded_end)
         except FileNotFoundError:
             if attempt == LISTING_ATTEMPTS - 1:
                 raise
@@ -241,10 +247,13 @@ def _verify_segments(folder: Path, report: Report, advance: Advance, *, recorded
         report.segments += found.segments
         report.batches += found.batches
         report.bytes_checked += found.bytes_checked
-        return
+        return gaps
+    raise AssertionError("unreachable")
 
 
-def _verify_listed_segments(folder: Path, report: Report, advance: Advance, *, recorded_end: int) -> None:
+def _verify_listed_segments(folder: Path, report: Report, advance: Advance, *, recorded_end: int) -> (
+    list[tuple[int, int]]
+):
     """A partition no one has appended to yet has no segment file (its first open creates it): that is sound,
     unless the recovery-point checkpoint says it once held messages. Each segment starts where the one before it
     ends (a cleaner's output keeps the offset range of what it replaces), so a gap between two is a segment lost;
@@ -256,6 +265,7 @@ def _verify_listed_segments(folder: Path, report: Report, advance: Advance, *, r
         report.problems.append(f"{folder}: no segment files, though the recovery-point checkpoint records "
                                f"messages up to offset {recorded_end}")
     next_offset: int | None = None
+    gaps = []
     for index, (name, base_offset) in enumerate(segments):
         path = folder / name
         is_last = index == len(segments) - 1
@@ -267,6 +277,7 @@ def _verify_listed_segments(folder: Path, report: Report, advance: Advance, *, r
             report.problems.append(f"{path}: starts at offset {base_offset}, but the segment before it ends at "
                                    f"{next_offset}: offsets {next_offset} to {base_offset - 1} are in no segment (a "
                                    "segment file lost or emptied)")
+            gaps.append((next_offset, base_offset - 1))
         scanned = _check_batches(path, report, first_allowed=base_offset,
                                  torn_tail_from=recorded_end if is_last else None)
         size_bytes = path.stat().st_size
@@ -278,6 +289,7 @@ def _verify_listed_segments(folder: Path, report: Report, advance: Advance, *, r
         _check_offset_index(path.with_suffix(".index"), base_offset, headers, report)
         _check_time_index(path.with_suffix(".timeindex"), base_offset, headers, report, sealed=not is_last)
         advance(size_bytes)
+    return gaps
 
 
 def _check_batches(path: Path, report: Report, *, first_allowed: int, torn_tail_from: int | None) -> (

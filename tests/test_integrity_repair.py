@@ -197,3 +197,25 @@ def test_a_damaged_topic_record_is_named_once_and_every_other_topic_still_verifi
     assert sum(str(record) in problem for problem in problems) == 1
     assert any(str(orders_segment) in problem for problem in problems), problems
     assert "Verified 2 topic(s), 2 partition(s)" in result.err
+
+
+def test_repair_leaves_a_view_whose_raw_log_lost_a_segment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A rebuild reads the raw log over a gap without a word: with a segment lost from its middle, --repair
+    replaced a view whose key index was damaged by one without the keys that only the lost segment held (and the
+    old ledger still did)."""
+    root = tmp_path / "data"
+    with Store.open(root) as store:
+        store.create_topic("t", config={"segment.bytes": "1024"})
+        for start in range(0, len(KEYS), 50):
+            store.append("t", [(key, b"old-" + key) for key in KEYS[start : start + 50]], partition=0)
+        store.append("t", [(key, b"new-" + key) for key in KEYS[1::2]], partition=0)
+        Compactor(store).compact("t")
+    lost = sorted(folder(root).glob("*.log"))[2]
+    for suffix in (".log", ".index", ".timeindex"):
+        lost.with_suffix(suffix).unlink()
+    damage_key_index(root)
+    repaired = run_main(capsys, root, "verify", "--repair")
+    assert repaired.code == 1
+    assert "NOT REPAIRED t-0: its compacted view is damaged, and its raw log lacks offsets 44 to 49" in repaired.out
+    with TableView(root, "t") as view:
+        assert dict(view.items()) == {key: latest(key) for key in KEYS}

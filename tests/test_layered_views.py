@@ -144,7 +144,7 @@ def test_a_damaged_layer_record_is_an_error_that_verify_names_and_repair_mends(s
         compacted_rows(store, "t")
     report = verify_topics(store, ["t"], lambda _: None)
     assert any("00000000000000000002.layers" in problem for problem in report.problems)
-    repaired, not_repaired = repair_views(store, report.damaged_views)
+    repaired, not_repaired = repair_views(store, report.damaged_views, report.raw_gaps)
     assert len(repaired) == 1 and not not_repaired
     assert compacted_rows(store, "t") == expected
     assert verify_topics(store, ["t"], lambda _: None).problems == []

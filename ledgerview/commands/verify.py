@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         repaired: list[str] = []
         not_repaired: list[str] = []
         if args.repair and report.damaged_views:
-            repaired, not_repaired = repair_views(store, report.damaged_views)
+            repaired, not_repaired = repair_views(store, report.damaged_views, report.raw_gaps)
             report = verify_topics(store, topics, lambda _: None)
     if args.json:
         print_json({"sound": report.sound, "problems": report.problems, "warnings": report.warnings,

@@ -3,8 +3,8 @@
 A compacted view (ledger, key index, cursor) holds nothing the raw log did not: while retention has kept every raw
 message from the ledger's first offset on, compacting the raw log from its start (``compact_partition(...,
 rebuild=True)``) writes a fresh ledger and key index and publishes them as any compaction does; readers of the
-damaged ledger finish on it. Where retention removed raw messages the view still needs, nothing is changed and the
-finding says so.
+damaged ledger finish on it. Where retention removed raw messages the view still needs, or a segment went from the
+middle of the raw log (verify names the offsets in no segment), nothing is changed and the finding says so.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from storage import Store
 from storage.errors import LedgerviewError
 
 
-def repair_views(store: Store, damaged: dict[tuple[str, int], int]) -> tuple[list[str], list[str]]:
-    """Rebuild the compacted views ``damaged`` names (from ``Report.damaged_views``); returns (what was repaired,
-    what could not be), one line per partition."""
+def repair_views(store: Store, damaged: dict[tuple[str, int], int],
+                 raw_gaps: dict[tuple[str, int], tuple[int, int]]) -> tuple[list[str], list[str]]:
+    """Rebuild the compacted views ``damaged`` names (from ``Report.damaged_views``), but not those whose raw log
+    lacks offsets (``Report.raw_gaps``): a rebuild reads over the gap and would lose what only the view holds of
+    them. Returns (what was repaired, what could not be), one line per partition."""
     repaired, not_repaired = [], []
     for (topic, partition), needed_from in sorted(damaged.items()):
         name = f"{topic}-{partition}"
@@ -33,6 +35,13 @@ def repair_views(store: Store, damaged: dict[tuple[str, int], int]) -> tuple[lis
                 f"below offset {log.log_start_offset}, and the view may hold messages from offset {needed_from} on. "
                 f"Restore {log.folder / 'compacted'} from a copy, or remove that folder to give the view up and "
                 "serve the raw log alone as the compacted view (the keys only the ledger held are then lost).")
+            continue
+        if (topic, partition) in raw_gaps:
+            first, last = raw_gaps[(topic, partition)]
+            not_repaired.append(
+                f"{name}: its compacted view is damaged, and its raw log lacks offsets {first} to {last} (a segment "
+                "lost): a rebuild would drop what only the view holds of them. Restore the lost segment and run "
+                f"verify --repair again, or restore {log.folder / 'compacted'} from a copy.")
             continue
         try:
             result = compact_partition(log, clock=store.clock, rebuild=True)
