@@ -136,3 +136,23 @@ def test_verify_lists_a_partition_again_when_a_segment_goes_while_it_is_checked(
     assert deleted and len(deleted[0].deleted) == 3
     assert report.sound, report.problems
     assert report.segments == len(bases) - 3
+
+
+def test_dump_log_prints_the_whole_entries_of_an_index_with_a_torn_end(data_dir: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """An index whose size is not a whole number of entries (a torn write) printed only that it was not, hiding
+    every entry before its torn end."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config={"index.interval.bytes": "64"})
+        for _ in range(4):
+            store.append("t", [(b"k%d" % i, b"v" * 20) for i in range(3)], partition=0)
+    index = data_dir / "t-0" / "00000000000000000000.index"
+    whole = run_main(capsys, data_dir, "dump-log", str(index))
+    entries = whole.out.splitlines()[1:]
+    assert len(entries) == 3 and all(line.startswith("offset: ") for line in entries)
+    with index.open("ab") as file:
+        file.write(b"\x01\x02\x03")
+    torn = run_main(capsys, data_dir, "dump-log", str(index))
+    assert torn.code == 0
+    assert torn.out.splitlines()[1:] == [*entries, "Not a whole number of 8-byte entries: 27 bytes, the 3 after the 3 "
+                                                   "whole entries ignored"]

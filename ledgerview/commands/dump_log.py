@@ -175,10 +175,14 @@ def _dump_time_index(path: Path) -> None:
 
 def _dump_index(path: Path, index: OffsetIndex | TimeIndex, entry_bytes: int,
                 line: Callable[[int, int, int], str]) -> None:
-    if not index.load():
-        print(f"Not a whole number of {entry_bytes}-byte entries: {path.stat().st_size} bytes")
-        return
+    """Every whole entry; bytes after the last one (a torn write, damage) are named after them."""
+    data = path.read_bytes()
+    left_over = len(data) % entry_bytes
+    index.load_bytes(data[: len(data) - left_over])
     parsed = parse_segment_name(path.name)
     base_offset = parsed[0] if parsed else 0
     for key, value in zip(index.keys, index.values, strict=True):
         print(line(base_offset, key, value))
+    if left_over:
+        print(f"Not a whole number of {entry_bytes}-byte entries: {len(data)} bytes, the {left_over} after the "
+              f"{len(index.keys)} whole entries ignored")
