@@ -261,15 +261,24 @@ def test_a_pending_member_id_is_dropped_after_its_session_timeout() -> None:
             return JoinRequest(member_id, 6000, 60_000, "consumer", [("range", b"m")], require_member_id=True)
 
         late = await coordinator.join("g", request())
+        now[0] = 1.0
         on_time = await coordinator.join("g", request())
         assert late.error is on_time.error is ErrorCode.MEMBER_ID_REQUIRED and "g" not in coordinator.groups
-        now[0] = 6.0
-        coordinator.expire()
-        assert (await coordinator.join("g", request(on_time.member_id))).error is ErrorCode.NONE
         now[0] = 6.5
         coordinator.expire()
+        joined = await coordinator.join("g", request(on_time.member_id))
+        assert (joined.error, joined.generation) == (ErrorCode.NONE, 1)
         assert (await coordinator.join("g", request(late.member_id))).error is ErrorCode.UNKNOWN_MEMBER_ID
         assert coordinator.pending == {}
+        assert await coordinator.sync("g", 1, joined.member_id, {}) == (ErrorCode.NONE, b"")
+        newcomer = await coordinator.join("g", request())
+        rejoin = asyncio.ensure_future(coordinator.join("g", request(joined.member_id)))  # the leader's: a rebalance
+        await asyncio.sleep(0)
+        assert not rejoin.done()  # the barrier waits for the pending id
+        now[0] = 12.6
+        coordinator.expire()  # which expires: the barrier closes without it
+        assert ((await rejoin).error, (await rejoin).generation, len((await rejoin).members)) == (ErrorCode.NONE, 2, 1)
+        assert newcomer.error is ErrorCode.MEMBER_ID_REQUIRED and coordinator.pending == {}
 
     asyncio.run(scenario())
 
@@ -282,29 +291,48 @@ def test_group_max_size_refuses_a_join_past_it(tmp_path: Path) -> None:
     Store.open(data).close()
     options = endpoint_options({"group.max.size": "2"}, "server.properties", EndpointOptions(port=0))
     with KafkaEndpoint(data, options=options) as endpoint:
-        first, second, third = (RawClient(f"127.0.0.1:{endpoint.port}") for _ in range(3))
+        first, second, third, observer = (RawClient(f"127.0.0.1:{endpoint.port}") for _ in range(4))
         try:
             leader = first.request(join_request("g", ["range"], member_id=first.request(
                 join_request("g", ["range"]), JoinGroupResponse, 5).member_id), JoinGroupResponse, 5)
             assert sync(first, "g", 1, leader.member_id).error_code == ErrorCode.NONE
             second_id, third_id = (client.request(join_request("g", ["range"]), JoinGroupResponse, 5).member_id
                                    for client in (second, third))
+            send(first, join_request("g", ["range"], member_id=leader.member_id), 5)  # the leader's: a rebalance
+            wait_for(lambda: describe(observer, "g").group_state == "PreparingRebalance", "the leader's rejoin")
             send(second, join_request("g", ["range"], member_id=second_id), 5)
-            wait_for(lambda: describe(first, "g").group_state == "PreparingRebalance", "the second member's join")
-            rejoined = first.request(join_request("g", ["range"], member_id=leader.member_id), JoinGroupResponse, 5)
-            assert (rejoined.error_code, rejoined.generation_id, len(rejoined.members)) == (ErrorCode.NONE, 2, 2)
-            assert receive(second, JoinGroupResponse, 5).generation_id == 2
+            wait_for(lambda: len(describe(observer, "g").members) == 2, "the second member's join")
             refused = third.request(join_request("g", ["range"], member_id=third_id), JoinGroupResponse, 5)
             assert (refused.error_code, refused.member_id) == (ErrorCode.GROUP_MAX_SIZE_REACHED, "")
+            rejoined = receive(first, JoinGroupResponse, 5)  # the barrier waited for the third's id, now dropped
+            assert (rejoined.error_code, rejoined.generation_id, len(rejoined.members)) == (ErrorCode.NONE, 2, 2)
+            assert receive(second, JoinGroupResponse, 5).generation_id == 2
             codes = [third.request(join_request("g", ["range"], member_id=member_id), JoinGroupResponse,
                                    version).error_code for member_id, version in (("", 5), ("", 2), (third_id, 5))]
             assert codes == [ErrorCode.GROUP_MAX_SIZE_REACHED] * 3
-            assert len(describe(first, "g").members) == 2
+            assert len(describe(observer, "g").members) == 2
         finally:
-            for client in (first, second, third):
+            for client in (first, second, third, observer):
                 client.close()
     service = parse_service_config({"kafka": {"group": {"max": {"size": 5}}}}, "s.toml")
     assert service.kafka.endpoint_options().group_max_size == 5
     assert EndpointOptions().group_max_size == 2**31 - 1
     with pytest.raises(BrokerConfigError, match=r"group.max.size: 0 is below 1"):
         endpoint_options({"group.max.size": "0"}, "server.properties", EndpointOptions())
+
+
+def test_the_barrier_waits_for_a_pending_member(clients: list[RawClient]) -> None:
+    """As Kafka's hasAllMembersJoined: a rebalance does not close while a member id given with MEMBER_ID_REQUIRED
+    is pending, so the member that joins with it is in the next generation instead of starting another rebalance.
+    It closed at once with the members already in."""
+    first, second, observer = clients[0], clients[1], clients[2]
+    first_id = first.request(join_request("g", ["range"]), JoinGroupResponse, 5).member_id
+    leader = first.request(join_request("g", ["range"], member_id=first_id), JoinGroupResponse, 5)
+    assert sync(first, "g", 1, first_id, {first_id: b"a"}).error_code == ErrorCode.NONE
+    second_id = second.request(join_request("g", ["range"]), JoinGroupResponse, 5).member_id
+    send(first, join_request("g", ["range"], member_id=leader.member_id), 5)  # the leader's rejoin rebalances
+    wait_for(lambda: describe(observer, "g").group_state == "PreparingRebalance", "the leader's rejoin")
+    joined = second.request(join_request("g", ["range"], member_id=second_id), JoinGroupResponse, 5)
+    rejoined = receive(first, JoinGroupResponse, 5)
+    assert (joined.error_code, joined.generation_id, rejoined.generation_id) == (ErrorCode.NONE, 2, 2)
+    assert sorted(member.member_id for member in rejoined.members) == sorted([first_id, second_id])

@@ -8,7 +8,8 @@ A group moves through Kafka's states (GroupMetadata.scala):
    member: the id is only pending (GroupCoordinator.pending) until a join with it, and dropped after the session
    timeout the join asked, so anonymous joins cannot hold members nor connections at the barrier.
 2. PREPARING_REBALANCE: the barrier. Every known member must send JoinGroup again (members learn of the
-   rebalance from Heartbeat's REBALANCE_IN_PROGRESS); the barrier closes when all have, or at the rebalance
+   rebalance from Heartbeat's REBALANCE_IN_PROGRESS); the barrier closes when all have and no member id of the
+   group is pending (Kafka's hasAllMembersJoined: a pending one joins or expires first), or at the rebalance
    deadline (the largest rebalance timeout of the members), dropping those that did not. Closing bumps the
    generation, picks the protocol every member supports and a leader (the previous one if it rejoined), and
    answers every pending JoinGroup; only the leader gets the member list. Then COMPLETING_REBALANCE.
@@ -99,10 +100,10 @@ class GroupCoordinator:
         self.emptied: dict[str, float] = {}
         """When each group lost its last member (clock seconds): as Kafka (KIP-211), offsets.retention.minutes counts
         an empty group's offsets from then, not from each commit (offsets_retention.py, which prunes this)."""
-        self.pending: dict[tuple[str, str], float] = {}
-        """Kafka's pending members: (group id, member id) answered MEMBER_ID_REQUIRED, each with when it is dropped
-        (clock seconds) unless a JoinGroup with that id comes first. Kept apart from the groups, which exist only
-        while they have members."""
+        self.pending: dict[str, dict[str, float]] = {}
+        """Kafka's pending members: by group id, the member ids answered MEMBER_ID_REQUIRED, each with when it is
+        dropped (clock seconds) unless a JoinGroup with that id comes first. Kept apart from the groups, which exist
+        only while they have members; a group id is here only while it has pending ids."""
 
     # ---------------------------------------------------------------------------------------------- requests
     async def join(self, group_id: str, request: JoinRequest, *, max_size: int = 2**31 - 1) -> JoinResult:
@@ -111,9 +112,10 @@ class GroupCoordinator:
         if not self._accepts(group, request.member_id, max_size):
             # As Kafka: a member of the group refused here (one that had not rejoined a barrier already full) is
             # removed, and a pending one too.
-            self.pending.pop((group_id, request.member_id), None)
+            self._drop_pending(group_id, request.member_id)
             if (member := group.members.get(request.member_id)) is not None:
                 self._remove(group, member)
+            self._maybe_complete_join(group_id)
             return JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED)
         if group.members and request.protocol_type != group.protocol_type:
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
@@ -124,7 +126,7 @@ class GroupCoordinator:
             *({name for name, _ in m.request.protocols} for m in others))
         if not shared:
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-        if request.member_id and self.pending.pop((group_id, request.member_id), None) is not None:
+        if request.member_id and self._drop_pending(group_id, request.member_id):
             member = group.members[request.member_id] = Member(request.member_id, request, self.clock())
             self.groups[group_id] = group
         elif request.member_id:
@@ -137,7 +139,7 @@ class GroupCoordinator:
             member.request = request
         elif request.require_member_id:
             member_id = f"member-{uuid.uuid4()}"
-            self.pending[group_id, member_id] = self.clock() + request.session_timeout_ms / 1000
+            self.pending.setdefault(group_id, {})[member_id] = self.clock() + request.session_timeout_ms / 1000
             return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id)
         else:
             member_id = f"member-{uuid.uuid4()}"
@@ -151,7 +153,7 @@ class GroupCoordinator:
         joining = member.joining
         if group.state is not GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(group)
-        if all(m.joining is not None for m in group.members.values()):
+        if self._all_joined(group):
             self._complete_join(group)
         return await joining
 
@@ -199,7 +201,8 @@ class GroupCoordinator:
     def leave(self, group_id: str, member_ids: list[str]) -> list[ErrorCode]:
         errors = []
         for member_id in member_ids:
-            if self.pending.pop((group_id, member_id), None) is not None:
+            if self._drop_pending(group_id, member_id):
+                self._maybe_complete_join(group_id)
                 errors.append(ErrorCode.NONE)
                 continue
             known = self._member(group_id, member_id)
@@ -231,9 +234,11 @@ class GroupCoordinator:
         """Drop members whose session timed out and close barriers whose deadline passed; called every
         fraction of a second by the endpoint."""
         now = self.clock()
-        for key in [key for key, deadline in self.pending.items() if now > deadline]:
-            log.debug("group %s: pending member %s did not join within its session timeout", *key)
-            del self.pending[key]
+        for group_id, pending in list(self.pending.items()):
+            for member_id in [member_id for member_id, deadline in pending.items() if now > deadline]:
+                log.debug("group %s: pending member %s did not join within its session timeout", group_id, member_id)
+                self._drop_pending(group_id, member_id)
+            self._maybe_complete_join(group_id)
         for group in list(self.groups.values()):
             for member in list(group.members.values()):
                 waiting = member.joining is not None
@@ -258,6 +263,25 @@ class GroupCoordinator:
             return None
         member.last_seen = self.clock()
         return group, member
+
+    def _drop_pending(self, group_id: str, member_id: str) -> bool:
+        """Forget a pending member id; whether it was one."""
+        pending = self.pending.get(group_id, {})
+        if pending.pop(member_id, None) is None:
+            return False
+        if not pending:
+            del self.pending[group_id]
+        return True
+
+    def _all_joined(self, group: Group) -> bool:
+        """Kafka's hasAllMembersJoined: every member waits at the barrier and no member id of the group is pending."""
+        return all(m.joining is not None for m in group.members.values()) and group.group_id not in self.pending
+
+    def _maybe_complete_join(self, group_id: str) -> None:
+        """Close the barrier of ``group_id`` if the pending id just dropped was all it waited for."""
+        group = self.groups.get(group_id)
+        if group is not None and group.state is GroupState.PREPARING_REBALANCE and self._all_joined(group):
+            self._complete_join(group)
 
     @staticmethod
     def _accepts(group: Group, member_id: str, max_size: int) -> bool:
@@ -314,7 +338,7 @@ class GroupCoordinator:
             self._forget(group)
         elif group.state is not GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(group)
-        elif all(m.joining is not None for m in group.members.values()):
+        elif self._all_joined(group):
             self._complete_join(group)
 
     def _complete_join(self, group: Group) -> None:
