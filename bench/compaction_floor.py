@@ -90,15 +90,11 @@ def measure(spec: ChangelogSpec, repeat: int, scratch: Path) -> dict[str, list[f
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.compaction_floor", description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=10_000_000)
-    parser.add_argument("--keys", type=int, default=1_000_000)
-    parser.add_argument("--distribution", choices=["uniform", "zipf", "zipf-scattered"], default="uniform")
-    parser.add_argument("--tombstones", type=float, default=0.01)
+    datasets.add_spec_arguments(parser)
     parser.add_argument("--repeat", type=int, default=3, help="timed rounds, after one untimed")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args(argv)
-    spec = ChangelogSpec(messages=args.messages, keys=args.keys, distribution=args.distribution,
-                         tombstone_share=args.tombstones)
+    spec = datasets.spec_of(args)
     command = shlex.join(["python", "-m", "bench.compaction_floor", *(argv if argv is not None else sys.argv[1:])])
     text = report.heading(["compaction-floor"], datasets.describe(spec), command, args.repeat)
     with tempfile.TemporaryDirectory(prefix="ledgerview-floor-", dir=datasets.DATA_DIR) as scratch:

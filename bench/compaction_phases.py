@@ -169,17 +169,13 @@ def table_of(steps: Steps, wall: float, cpu: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.compaction_phases", description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=10_000_000)
-    parser.add_argument("--keys", type=int, default=1_000_000)
-    parser.add_argument("--distribution", choices=["uniform", "zipf", "zipf-scattered"], default="uniform")
-    parser.add_argument("--tombstones", type=float, default=0.01)
+    datasets.add_spec_arguments(parser)
     parser.add_argument("--memory", type=int, default=None, help="compaction.memory.bytes (default: the topic's)")
     parser.add_argument("--incremental", action="store_true",
                         help="measure the run after the first, with the incremental workload's new messages")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args(argv)
-    spec = ChangelogSpec(messages=args.messages, keys=args.keys, distribution=args.distribution,
-                         tombstone_share=args.tombstones)
+    spec = datasets.spec_of(args)
     config = {} if args.memory is None else {"compaction.memory.bytes": args.memory}
     command = shlex.join(["python", "-m", "bench.compaction_phases", *(argv if argv is not None else sys.argv[1:])])
     text = report.heading(["compaction-phases"], datasets.describe(spec), command, 1)

@@ -7,6 +7,7 @@ the generator's source, so a changed spec or generator never reuses stale bytes.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import inspect
@@ -80,3 +81,17 @@ def read_spec(path: Path) -> ChangelogSpec:
     with pa.memory_map(str(path)) as source:
         metadata = pa.ipc.open_file(source).schema.metadata or {}
     return ChangelogSpec(**json.loads(metadata[SPEC_KEY]))
+
+
+def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--messages``, ``--keys``, ``--distribution`` and ``--tombstones`` of one dataset (``spec_of`` reads them)."""
+    parser.add_argument("--messages", type=int, default=10_000_000)
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--distribution", choices=["uniform", "zipf", "zipf-scattered"], default="uniform")
+    parser.add_argument("--tombstones", type=float, default=0.01)
+
+
+def spec_of(args: argparse.Namespace) -> ChangelogSpec:
+    """The dataset ``add_spec_arguments``' options name."""
+    return ChangelogSpec(messages=args.messages, keys=args.keys, distribution=args.distribution,
+                         tombstone_share=args.tombstones)
