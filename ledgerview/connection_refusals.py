@@ -5,9 +5,9 @@ second fill the log (and the disk under it). The HTTP status server and the Kafk
 The first refusal is logged at once. The ones after it are counted, by client address, and the next line sums them
 up (how many since the line before, from how many addresses, the address refused most); it is due
 REFUSAL_LOG_INTERVAL_S after the line before, written by the next refusal or by ``write_due``, which the server
-calls between connections. A count still unwritten when the server stops is written then (``close``), so every
-refusal is in exactly one line's count. How a line is written is the server's: RefusalLog hands each line's
-RefusalSummary to the ``write`` it was given.
+calls often (the HTTP server between connections, the Kafka endpoint on a timer). A count still unwritten
+when the server stops is written then (``close``), so every refusal is in exactly one line's count. How a
+line is written is the server's: RefusalLog hands each line's RefusalSummary to the ``write`` it was given.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class RefusalSummary:
     refused_from_addresses_not_tallied: int
     """How many of ``refused`` came from addresses past the ADDRESSES_TALLIED first (0 mostly)."""
     interval_s: float
-    """The least time between two lines."""
+    """The least time between two lines, but the last one ``close`` writes."""
 
 
 class RefusalLog:

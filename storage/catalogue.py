@@ -136,8 +136,9 @@ class TopicCatalogue:
             return config
 
     def delete(self, topic: str) -> None:
-        """Delete the topic: its metadata first (it is gone at once), then its folders and its sinks' records
-        (a sink's committed batch id belongs to the log deleted), then its checkpoint entries. Its partition logs
+        """Delete the topic: its metadata renamed to the deletion marker first (it is gone at once), then its
+        folders and its sinks' records (a sink's committed batch id belongs to the log deleted), then its checkpoint
+        entries, then the marker. Its partition logs
         must be closed. A topic whose metadata record is damaged is deleted too, with the partition folders it has."""
         with self._store_lock:
             try:

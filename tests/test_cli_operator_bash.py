@@ -71,11 +71,14 @@ def test_clean_names_a_topic_whose_record_is_damaged_and_still_cleans_the_others
             for round_number in range(8):
                 store.append(topic, [(f"u{i}", f"r{round_number}") for i in range(6)])
     (data_dir / "__topics" / "a" / "topic.json").write_text("{not json")
+    unreadable = f"ledgerview: error: a was not cleaned: Topic metadata {data_dir / '__topics' / 'a' / 'topic.json'} " \
+                 "is unreadable"
     cleaned = run_main(capsys, data_dir, "clean", "--json")
     assert cleaned.code == 1
     assert [row["topic"] for row in cleaned.json_lines()] == ["b"]
-    assert f"ledgerview: error: a was not cleaned: Topic metadata {data_dir / '__topics' / 'a' / 'topic.json'} is " \
-           "unreadable" in cleaned.err
+    assert unreadable in cleaned.err
+    named = run_main(capsys, data_dir, "clean", "a", "b", "--json")  # named, as docs/cli.md says too
+    assert named.code == 1 and unreadable in named.err
 
 
 SWEEP = """

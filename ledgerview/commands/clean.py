@@ -47,12 +47,15 @@ def run(args: argparse.Namespace) -> int:
     with open_existing_store(args) as store:
         for topic in args.topics:
             require_topic(store, topic)
-            policy = store.topic_metadata(topic).config
-            if not policy.is_compact:
+            if not _is_compact(store, topic, damaged) and topic not in damaged:
+                policy = store.topic_metadata(topic).config
                 raise UsageError(f"Topic {topic!r} has cleanup.policy={','.join(sorted(policy.cleanup_policy))}; "
                                  "cleaning keeps the latest value per key of compact topics: set "
                                  "cleanup.policy=compact or compact,delete first.")
-        topics = args.topics or [t for t in store.list_topics() if _is_compact(store, t, damaged)]
+        if args.topics:
+            topics = [topic for topic in args.topics if topic not in damaged]
+        else:
+            topics = [topic for topic in store.list_topics() if _is_compact(store, topic, damaged)]
         for topic in progress(topics, unit="topic", description="cleaning"):
             stats += store.clean(topic)
         uncleanable = store.cleaner.uncleanable()

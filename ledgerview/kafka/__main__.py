@@ -1,8 +1,8 @@
 """``python -m ledgerview.kafka DATA [--config server.properties] [--insecure] [--host H] [--port P]
 [--advertised-listeners PROTOCOL://HOST:PORT] [--compacted-suffix S]
 [--socket-request-max-bytes N] [--fetch-max-bytes N] [--connections-max-idle-ms N] [--log-level L] ...``
-(one option per integer setting: max.connections, queued.max.request.bytes, offsets.retention.minutes,
-frame.stall.timeout.ms, ...): run
+(one option per integer setting but the group coordinator's, which --config sets: max.connections,
+queued.max.request.bytes, offsets.retention.minutes, frame.stall.timeout.ms, ...): run
 the Kafka endpoint alone in this process until SIGTERM or SIGINT. ``--config`` reads Kafka broker properties
 (listeners, ssl.*, sasl.*, authorizer.class.name, super.users, ...; docs/security.md); its values win over the
 options. Prints ``listening on HOST:PORT`` (then `` (SSL)`` and so on, for a listener not PLAINTEXT) for each

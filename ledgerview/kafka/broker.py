@@ -27,8 +27,9 @@ LIMITS = ("socket_request_max_bytes", "fetch_max_bytes", "connections_max_idle_m
 each at least 1."""
 SETTINGS = (*LIMITS, "queued_max_request_bytes", "offsets_retention_minutes", "offsets_retention_check_interval_ms",
             "frame_stall_timeout_ms", "log_flush_scheduler_interval_ms")
-"""Every integer setting of EndpointOptions, named as its broker property (Kafka's, but frame.stall.timeout.ms)
-with dots made underscores; each at least 1, or -1 (no bound) for those in UNBOUNDED_AT_MINUS_ONE."""
+"""The integer settings of EndpointOptions but the group coordinator's (GROUP_SETTINGS), named as their broker
+properties (Kafka's, but frame.stall.timeout.ms) with dots made underscores; each at least 1, or -1 (no bound) for
+those in UNBOUNDED_AT_MINUS_ONE."""
 UNBOUNDED_AT_MINUS_ONE = ("queued_max_request_bytes",)
 GROUP_SETTINGS = ("group_min_session_timeout_ms", "group_max_session_timeout_ms", "group_max_size")
 """The group coordinator's integer settings of EndpointOptions, named as Kafka's broker properties with dots made

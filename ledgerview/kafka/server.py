@@ -364,8 +364,8 @@ class KafkaEndpoint:
             # Each handler closes its connection and waits for the close, so no transport outlives the loop.
             await asyncio.gather(*self._handlers, return_exceptions=True)
             flusher.cancel()
-            await self._close(servers, store, broker)
             self._refusals.close()  # no connection arrives any more: the count not logged yet
+            await self._close(servers, store, broker)
 
     def _log_flusher(self, store: Store) -> asyncio.Task[None]:
         """Store.flush_due every log.flush.scheduler.interval.ms (Kafka's default, Long.MAX_VALUE, in effect
