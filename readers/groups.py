@@ -54,23 +54,25 @@ class GroupPosition:
 
     topic: str
     partition: int
-    committed: int
-    """The next offset the group reads."""
+    committed: int | None
+    """The next offset the group reads; None when the group's position record on the partition is damaged
+    (``error``)."""
     end_offset: int | None
     """None when the partition's log cannot be read (``error``)."""
-    read_compacted: bool
-    """Whether the position was taken on the compacted view."""
-    updated_ms: int
+    read_compacted: bool | None
+    """Whether the position was taken on the compacted view (None: its record is damaged)."""
+    updated_ms: int | None
     compacted_lag: int | None
     """Messages of the compacted view from the position to the end; None for a position on the raw log, or when
     the partition's data cannot be read."""
     error: str | None = None
-    """Why the partition's stored data cannot be read (a damaged segment or ledger): its end and lags are then
-    unknown, and the group's other positions are still described."""
+    """Why the partition's stored data or the group's position record on it cannot be read (a damaged segment,
+    ledger or cursor record): what depends on it is then unknown, and the group's other positions are still
+    described."""
 
     @property
     def lag(self) -> int | None:
-        return None if self.end_offset is None else max(0, self.end_offset - self.committed)
+        return None if self.end_offset is None or self.committed is None else max(0, self.end_offset - self.committed)
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,11 @@ def describe_group(store: Store, group: str) -> list[GroupPosition]:
     validate_subscription_name(group)
     positions = []
     for topic, partition in _partitions(store, store.list_topics()):
-        cursor = read_subscription_cursor(partition_folder(store.root, topic, partition), group, partition)
+        try:
+            cursor = read_subscription_cursor(partition_folder(store.root, topic, partition), group, partition)
+        except CorruptDataError as failure:
+            positions.append(GroupPosition(topic, partition, None, None, None, None, None, _described(failure)))
+            continue
         if cursor is None:
             continue
         try:
@@ -115,13 +121,17 @@ def describe_group(store: Store, group: str) -> list[GroupPosition]:
                 cursor.read_compacted) else None
         except CorruptDataError as failure:
             positions.append(GroupPosition(topic, partition, cursor.acked_offset, None, cursor.read_compacted,
-                                           cursor.updated_ms, None, f"{type(failure).__name__}: {failure}"))
+                                           cursor.updated_ms, None, _described(failure)))
             continue
         positions.append(GroupPosition(topic, partition, cursor.acked_offset, end, cursor.read_compacted,
                                        cursor.updated_ms, compacted_lag))
     if not positions:
         raise UnknownGroupError(group, list_groups(store))
     return positions
+
+
+def _described(failure: CorruptDataError) -> str:
+    return f"{type(failure).__name__}: {failure}"
 
 
 def reset_offsets(store: Store, group: str, topic: str, to: ResetTo, *, partitions: Iterable[int] | None = None,

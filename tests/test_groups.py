@@ -141,3 +141,27 @@ def test_a_topic_whose_metadata_record_is_damaged_hides_no_group(data_dir: Path)
     assert (orders.topic, orders.end_offset, orders.lag, orders.error) == ("orders", 3, 2, None)
     assert (damaged.topic, damaged.partition, damaged.committed, damaged.end_offset) == ("t", 0, 1, None)
     assert damaged.error is not None and str(record) in damaged.error
+
+
+def test_a_damaged_position_record_is_described_with_its_error_beside_the_groups_other_positions(
+        data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One cursor record that does not decode made ``groups describe`` (and the service's status) fail for the
+    whole group, hiding its sound positions."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t", partitions=2)
+        for partition in range(2):
+            store.append("t", [(b"k%d" % i, b"v") for i in range(10)], partition=partition)
+            write_subscription_cursor(store.partition_log("t", partition).folder,
+                                      SubscriptionCursor("g", partition, 4, False, None, 0))
+    [record] = (data_dir / "t-1").rglob("g*")
+    record.write_bytes(record.read_bytes()[:-3])
+    with Store.open(data_dir) as store:
+        sound, damaged = describe_group(store, "g")
+    assert (sound.partition, sound.committed, sound.lag, sound.error) == (0, 4, 6, None)
+    assert (damaged.partition, damaged.committed, damaged.read_compacted, damaged.lag) == (1, None, None, None)
+    assert damaged.error is not None and damaged.error.startswith("CorruptSubscriptionCursorError")
+    described = run_main(capsys, data_dir, "groups", "describe", "g")
+    assert described.code == 1
+    rows = [line.split() for line in described.out.splitlines()[1:]]
+    assert [row[:6] for row in rows] == [["t", "0", "4", "10", "6", "raw"], ["t", "1", "-", "-", "-", "-"]]
+    assert "t-1: the group's position is unknown: CorruptSubscriptionCursorError" in described.err

@@ -72,8 +72,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    """Every position, then a line for each partition whose data cannot be read (exit status 1), as kafka-consumer-
-    groups describes a group with a partition offline."""
+    """Every position, then a line for each partition whose data or position record cannot be read (exit status
+    1), as kafka-consumer-groups describes a group with a partition offline."""
     with open_store_for_reading(args) as store:
         positions = describe_group(store, args.group)
     if args.json:
@@ -82,12 +82,17 @@ def run_describe(args: argparse.Namespace) -> int:
     else:
         print_table(["topic", "partition", "committed", "end", "lag", "view", "compacted lag", "updated (UTC)"],
                     [(p.topic, p.partition, p.committed, p.end_offset, p.lag,
-                      "compacted" if p.read_compacted else "raw", p.compacted_lag, utc_time(p.updated_ms))
+                      _view_name(p.read_compacted), p.compacted_lag, utc_time(p.updated_ms))
                      for p in positions])
     unreadable = [p for p in positions if p.error is not None]
     for position in unreadable:
-        say(f"ledgerview: error: {position.topic}-{position.partition}: its end and lag are unknown: {position.error}")
+        unknown = "the group's position is" if position.committed is None else "its end and lag are"
+        say(f"ledgerview: error: {position.topic}-{position.partition}: {unknown} unknown: {position.error}")
     return ExitCode.CHECK_FAILED if unreadable else ExitCode.OK
+
+
+def _view_name(read_compacted: bool | None) -> str | None:
+    return None if read_compacted is None else "compacted" if read_compacted else "raw"
 
 
 def run_reset(args: argparse.Namespace) -> int:
