@@ -134,4 +134,4 @@ class HeldBuckets:
 
 
 _NO_OFFSETS: npt.NDArray[np.int64] = np.empty(0, np.int64)
-_NO_PAIRS: Pairs = (pa.array([], pa.null()), np.empty(0, np.int64))
+_NO_PAIRS: Pairs = (pa.nulls(0), np.empty(0, np.int64))

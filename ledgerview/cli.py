@@ -5,35 +5,31 @@ ledgerview/exit_codes.py."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from collections.abc import Sequence
 from importlib.metadata import version
 
-from ledgerview.commands import (
-    acls,
-    clean,
-    compaction,
-    consume,
-    demo,
-    dump_log,
-    groups,
-    produce,
-    remote,
-    retention,
-    serve,
-    topics,
-    users,
-    verify,
-)
 from ledgerview.commands.common import add_store_options
 from ledgerview.errors import UsageError
 from ledgerview.exit_codes import EXIT_CODES_HELP, ExitCode, exit_code_for
 from storage.errors import LedgerviewError
 
-COMMAND_GROUPS = (topics, produce, consume, groups, compaction, clean, retention, remote, dump_log, verify, serve,
-                  users, acls, demo)
+COMMAND_MODULES = {
+    "topics": "topics", "produce": "produce", "consume": "consume", "groups": "groups", "compact": "compaction",
+    "compaction-status": "compaction", "clean": "clean", "retention": "retention", "delete-records": "retention",
+    "remote": "remote", "dump-log": "dump_log", "verify": "verify", "serve": "serve", "users": "users",
+    "acls": "acls", "demo": "demo",
+}
+"""Each command and its module in ledgerview/commands/, in the order the help lists them."""
+OPTIONS_WITH_VALUES = ("--data", "--remote")
+"""The options taken before the command that are followed by a value."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of ``argv`` (default: this process's arguments). Only the module of the command ``argv`` names is
+    imported, when it names one: the modules import what their commands run on (the Kafka endpoint, the service,
+    Spark), which would slow every other command's start; help and mistakes get every command."""
     parser = argparse.ArgumentParser(
         prog="ledgerview",
         description="Keyed streams kept as a full history (the raw log) and a latest-per-key table (the compacted "
@@ -46,13 +42,26 @@ def build_parser() -> argparse.ArgumentParser:
     add_store_options(parser, before_command=True)
     parser.add_argument("--version", action="version", version=f"ledgerview {version('ledgerview')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in COMMAND_GROUPS:
-        group.register(commands)
+    named = _command_named(sys.argv[1:] if argv is None else argv)
+    for module in dict.fromkeys(COMMAND_MODULES.values()) if named is None else [COMMAND_MODULES[named]]:
+        importlib.import_module(f"ledgerview.commands.{module}").register(commands)
     return parser
 
 
+def _command_named(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names (its first word that is not an option taken before the command or its value), if
+    it is one."""
+    words = iter(argv)
+    for word in words:
+        if word in OPTIONS_WITH_VALUES:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word if word in COMMAND_MODULES else None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         if args.remote is not None and not args.opens_store:
             raise UsageError(f"--remote is for commands that open a store; '{args.command}' does not (the service "

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ledgerview.cli import build_parser
+from ledgerview.cli import COMMAND_MODULES, build_parser
 from storage import Store
 from tests.cli_runner import run_cli, run_main
 
@@ -82,6 +82,7 @@ def one_topic_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     slow(["produce", "nope"], 3, "Unknown topic 'nope'"),
     slow(["consume", "nope", "--until-end"], 3, "Unknown topic 'nope'"),
     slow(["consume", "prices", "--partition", "7", "--until-end"], 3, "has no partition 7"),
+    slow(["produce", "prices", "--partition", "7", "--file", "/dev/null"], 3, "has no partition 7"),
     slow(["compact", "nope"], 3, "Unknown topic 'nope'"),
     slow(["produce", "prices", "--file", "missing.txt"], 3, "missing.txt"),
 ])
@@ -348,6 +349,34 @@ def test_help_is_the_reference() -> None:
         assert command in top.out
     assert "exit statuses:" in top.out and "130  interrupted" in top.out
     assert "--remote URI" in top.out
+
+
+def test_each_command_is_registered_by_the_module_named_for_it() -> None:
+    """A command parsed from a command line registers its module alone: a wrong entry in COMMAND_MODULES would
+    leave it unknown there, though ``--help`` lists it."""
+    everything = build_parser([])
+    assert set(_choices(everything)) == set(COMMAND_MODULES)
+    for command in COMMAND_MODULES:
+        assert command in _choices(build_parser(["--data", "topics", command, "--help"]))
+
+
+def _choices(parser: Any) -> list[str]:
+    [commands] = [action for action in parser._actions if action.dest == "command"]
+    return list(commands.choices)
+
+
+@pytest.mark.slow  # a Python process of its own
+def test_a_store_command_starts_without_the_kafka_endpoint_the_service_or_spark(data_dir: Path) -> None:
+    """Every command imported every command module, and with them the Kafka endpoint (kafka-python's protocol
+    classes), the service and Spark: seconds of start-up for each ``topics list``."""
+    script = ("import sys; from ledgerview.cli import main; main(sys.argv[1:]); "
+              "print(sorted({name.split('.')[0] + '.' + name.split('.')[1] if name.startswith('ledgerview.') else "
+              "name.split('.')[0] for name in sys.modules}))")
+    done = subprocess.run([sys.executable, "-c", script, "--data", str(data_dir), "topics", "create", "t"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    loaded = set(json.loads(done.stdout.splitlines()[-1].replace("'", '"')))
+    assert {"storage", "ledgerview.commands"} <= loaded
+    assert not loaded & {"kafka", "ledgerview.kafka", "ledgerview.service", "pyspark", "streaming"}
 
 
 @pytest.mark.parametrize("command", [["topics", "create"], ["produce"], ["consume"], ["compact"],

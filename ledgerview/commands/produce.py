@@ -26,7 +26,7 @@ from ledgerview.input_lines import (
 )
 from ledgerview.refusals import line_too_long, max_line_bytes, partition_lacking, store_refusal
 from storage import Store
-from storage.errors import KeylessMessageError, MessageTooLargeError
+from storage.errors import KeylessMessageError, MessageTooLargeError, UnknownPartitionError
 
 DESCRIPTION = """Append messages to a topic, one per line, from stdin or files.
 
@@ -78,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
         inputs = [_opened(path, files) for path in args.file or [STDIN]]
         with open_existing_store(args) as store:
             require_topic(store, args.topic)
+            partitions = store.topic_metadata(args.topic).partitions
+            if args.partition is not None and not 0 <= args.partition < partitions:
+                raise UnknownPartitionError(args.topic, args.partition, partitions)  # even with nothing to produce
             for name, stream in inputs:
                 written += _produce_stream(store, args, name, stream, line_format, already=written)
     if not args.quiet:
