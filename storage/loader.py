@@ -30,7 +30,9 @@ the new one, never a mix with a hole.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from storage.errors import CorruptSegmentError
 from storage.fileio import fsync_folder, remove_stray_temporary_files
@@ -40,6 +42,7 @@ from storage.segment import Segment
 READ_ATTEMPTS = 20
 """A reader lists the folder again when a file it listed was renamed before it opened it (a swap step); each
 step leaves a consistent listing, so a few attempts always suffice."""
+T = TypeVar("T")
 
 
 def load_segments(folder: Path, *, recovery_point: int, log_start_offset: int, index_interval_bytes: int) -> (
@@ -143,9 +146,15 @@ def read_segments(folder: Path, *, index_interval_bytes: int, known: dict[int, S
     changed on disk, and the last segment ends at its last complete batch (another process may be writing).
     A ``.swap`` log replaces the segments in its range (see the module docstring). Segments in ``known`` whose
     log is still the same file are reused and caught up rather than loaded again."""
+    return listed_again_while_files_go(lambda: _read_segments_once(folder, index_interval_bytes, known or {}))
+
+
+def listed_again_while_files_go(read: Callable[[], T]) -> T:
+    """``read()`` of a partition's files, done again (at most READ_ATTEMPTS times) when a file it listed went before
+    it was opened: renamed by a swap step, or removed by retention or delete-records in another process."""
     for attempt in range(READ_ATTEMPTS):
         try:
-            return _read_segments_once(folder, index_interval_bytes, known or {})
+            return read()
         except FileNotFoundError:
             if attempt == READ_ATTEMPTS - 1:
                 raise

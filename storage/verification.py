@@ -40,6 +40,7 @@ from storage.files import (
 from storage.index import OffsetIndex, TimeIndex
 from storage.key_index import CorruptKeyIndexError, KeyIndex, UnreadableKeyIndexError
 from storage.ledger_layers import LowerLayer, read_layer_record
+from storage.loader import listed_again_while_files_go
 from storage.object_store import RemoteObjectMissingError
 from storage.partition_log import PartitionLog
 from storage.remote_key_index import FlatKeyIndex
@@ -49,9 +50,6 @@ from storage.segment import SegmentReads
 from storage.store import Store
 
 Advance = Callable[[int], None]
-LISTING_ATTEMPTS = 20
-"""How many times a partition's segments are listed and checked when files go meanwhile: each retention pass or
-swap leaves a consistent listing, so a few attempts always suffice (storage/loader.py reads them alike)."""
 
 
 @dataclass
@@ -234,21 +232,28 @@ def _verify_segments(folder: Path, report: Report, advance: Advance, *, recorded
     """The partition's segments; listed again when one of them goes before it is read (retention, delete-records
     or a cleaner's swap in another process renamed it), what the changed listing found dropped. Returns the ranges
     of offsets in no segment."""
-    for attempt in range(LISTING_ATTEMPTS):
+    advanced = 0  # bytes the progress bar moved for this partition: a listing checked again moves it past them only
+
+    def verify_listing() -> tuple[Report, list[tuple[int, int]]]:
+        checked = 0
+
+        def advance_past_earlier_attempts(count: int) -> None:
+            nonlocal advanced, checked
+            checked += count
+            if checked > advanced:
+                advance(checked - advanced)
+                advanced = checked
+
         found = Report()
-        try:
-            gaps = _verify_listed_segments(folder, found, advance, recorded_end=recorded_end)
-        except FileNotFoundError:
-            if attempt == LISTING_ATTEMPTS - 1:
-                raise
-            continue
-        report.problems += found.problems
-        report.warnings += found.warnings
-        report.segments += found.segments
-        report.batches += found.batches
-        report.bytes_checked += found.bytes_checked
-        return gaps
-    raise AssertionError("unreachable")
+        return found, _verify_listed_segments(folder, found, advance_past_earlier_attempts, recorded_end=recorded_end)
+
+    found, gaps = listed_again_while_files_go(verify_listing)
+    report.problems += found.problems
+    report.warnings += found.warnings
+    report.segments += found.segments
+    report.batches += found.batches
+    report.bytes_checked += found.bytes_checked
+    return gaps
 
 
 def _verify_listed_segments(folder: Path, report: Report, advance: Advance, *, recorded_end: int) -> (

@@ -128,8 +128,10 @@ def test_verify_lists_a_partition_again_when_a_segment_goes_while_it_is_checked(
     bases = sorted(int(path.stem) for path in (data_dir / "t-0").glob("*.log"))
     assert len(bases) >= 4
     deleted = []
+    progress = []
 
     def advance(size_bytes: int) -> None:  # after the first segment, another process deletes the next two
+        progress.append(size_bytes)
         if not deleted:
             with Store.open(data_dir) as other:
                 deleted.append(other.delete_records("t", 0, bases[3]))
@@ -139,6 +141,7 @@ def test_verify_lists_a_partition_again_when_a_segment_goes_while_it_is_checked(
     assert deleted and len(deleted[0].deleted) == 3
     assert report.sound, report.problems
     assert report.segments == len(bases) - 3
+    assert sum(progress) == report.bytes_checked  # the segment checked before the listing changed counts once
 
 
 def test_dump_log_prints_the_whole_entries_of_an_index_with_a_torn_end(data_dir: Path,
