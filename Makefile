@@ -21,9 +21,19 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# The tests run on TEST_WORKERS pytest-xdist workers: most of a test's time is spent waiting (Spark, service and
+# endpoint processes starting, killed and restarted; fsync), so more workers than cores still shortens the run.
+# Each test module is one unit of work, but the tests sharing the Spark session (tests/spark/) are one, and those
+# sharing the local-cluster Spark (tests/spark_cluster/) one more, so each starts once (tests/conftest.py).
+# Python's bytecode cache is on for the tests even where PYTHONDONTWRITEBYTECODE is set: the suite starts hundreds of
+# Python processes (commands, services, endpoints, Spark's workers), and each would compile the engine again (about
+# 2 s of CPU here), as each worker would rewrite every test module's asserts again.
+TEST_WORKERS ?= 3
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(TEST_WORKERS) --no-loadscope-reorder
+
 test: lint kcat chromium
-	@echo "Running the tests: the fast ones first, then the slow and fault ones, Spark's last."
-	$(BIN)/python -m pytest
+	@echo "Running the tests on $(TEST_WORKERS) workers: Spark's and the slow ones first, the fast ones filling in."
+	$(PYTEST)
 
 # kcat, Debian's package, for the Kafka endpoint tests; where apt-get cannot install it those tests skip, saying so.
 kcat:
@@ -41,7 +51,7 @@ chromium:
 		echo "chromium could not be installed with apt-get: the console test will skip"
 
 test-fast: $(BIN)/.installed
-	$(BIN)/python -m pytest -m "not spark and not fault and not slow"
+	$(PYTEST) -m "not spark and not fault and not slow"
 
 # The peers the benchmarks compare against; not needed to run or test ledgerview.
 $(BIN)/.bench-installed: $(BIN)/.installed bench/requirements.lock

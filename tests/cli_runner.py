@@ -15,6 +15,10 @@ from typing import Any
 import pytest
 
 TIMEOUT_S = 120
+"""How long a command may run before the test fails: a guard against hangs, not a timing."""
+SPARK_TIMEOUT_S = 600
+"""The same for a command that runs Spark (the demo): a JVM's start and a streaming query, on a machine the other
+test workers' Spark also uses."""
 
 
 @dataclass(frozen=True)
@@ -27,12 +31,13 @@ class Completed:
         return [json.loads(line) for line in self.out.splitlines() if line]
 
 
-def run_cli(data: Path, *args: str, input: str | bytes | None = None, check: bool = True) -> Completed:
+def run_cli(data: Path, *args: str, input: str | bytes | None = None, check: bool = True,
+            timeout_s: float = TIMEOUT_S) -> Completed:
     """``python -m ledgerview ARGS`` with LEDGERVIEW_DATA set to ``data``; with ``check``, a non-zero exit fails."""
     payload = input.encode() if isinstance(input, str) else input
     env = {**os.environ, "LEDGERVIEW_DATA": str(data)}
     result = subprocess.run([sys.executable, "-m", "ledgerview", *args], input=payload, capture_output=True,
-                            env=env, timeout=TIMEOUT_S)
+                            env=env, timeout=timeout_s)
     completed = Completed(result.returncode, result.stdout.decode(), result.stderr.decode())
     if check and completed.code != 0:
         raise AssertionError(f"ledgerview {' '.join(args)} exited {completed.code}: {completed.err}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -47,16 +48,38 @@ def store(data_dir: Path, clock: ManualClock) -> Iterator[Store]:
         yield opened
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Fast tests first, then the slow and fault ones, Spark's last (they share one session): the progress line
-    moves from the start, and a failing fast test shows within a minute."""
+SHARED_SESSION_FOLDERS = ("tests/spark/", "tests/spark_cluster/")
+"""The tests of each of these folders share a session fixture that takes long to start (a Spark session, the
+local-cluster Spark child): under pytest-xdist each folder is one unit of work, so each starts once per run."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Alone: fast tests first, then the slow and fault ones, Spark's last (they share one session), so a failing
+    fast test shows within a minute. Under pytest-xdist (``make test``) the other way round: the units of work
+    (pytest_xdist_make_scheduler) start in this order, and the longest first leaves no worker alone with a long
+    unit at the end while the others wait."""
 
     def weight(item: pytest.Item) -> int:
         if item.get_closest_marker("spark"):
             return 2
         return 1 if item.get_closest_marker("slow") or item.get_closest_marker("fault") else 0
 
-    items.sort(key=weight)
+    distributed = hasattr(config, "workerinput")
+    items.sort(key=lambda item: -weight(item) if distributed else weight(item))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Each test module is one unit of work, but each folder of SHARED_SESSION_FOLDERS is one; units go to the
+    workers in the order of the tests. (xdist's ``loadgroup`` would do it with marks, but with pytest 9.2 it
+    leaves every test ungrouped: it renames a test through ``Item._nodeid``, which pytest no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedSessionScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return next((folder for folder in SHARED_SESSION_FOLDERS if module.startswith(folder)), module)
+
+    return SharedSessionScheduling(config, log)
 
 
 from tests.s3_server import s3_server, s3_uri  # noqa: E402,F401  (fixtures: a moto S3 server per run, a bucket per test)

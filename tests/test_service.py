@@ -17,7 +17,7 @@ import pytest
 from ledgerview.service.ingest import read_sequences
 from readers import TableView, read_table
 from storage import Store
-from tests.cli_runner import run_cli
+from tests.cli_runner import SPARK_TIMEOUT_S, run_cli
 from tests.service_process import ServiceProcess, write_config
 
 KEYS = 40
@@ -205,7 +205,8 @@ def test_the_cleaner_loop_cleans_compact_topics_in_place(tmp_path: Path) -> None
 @pytest.mark.spark
 def test_demo_runs_and_checks_itself(tmp_path: Path) -> None:
     """The demo (which streams through Spark) exits 0 only when its own checks of both views pass."""
-    result = run_cli(tmp_path / "unused", "demo", "--data", str(tmp_path / "demo"), "--ticks", "20000")
+    result = run_cli(tmp_path / "unused", "demo", "--data", str(tmp_path / "demo"), "--ticks", "20000",
+                     timeout_s=SPARK_TIMEOUT_S)
     assert result.out.startswith(f"ledgerview demo: data folder {tmp_path / 'demo'}")
 
 

@@ -1,5 +1,5 @@
 """One Spark session with executors in processes of their own (master ``local-cluster[2,1,1024]``), serving the
-cluster tests' jobs one after another, so a test run starts one cluster (tests/spark/cluster.py).
+cluster tests' jobs one after another, so a test run starts one cluster (tests/spark_cluster/cluster.py).
 
 Usage: python -m tests.processes.spark_cluster (from the repository's root)
 

@@ -9,7 +9,6 @@ import pytest
 from pyspark.sql import SparkSession
 
 from streaming import local_session
-from tests.spark.cluster import spark_cluster  # noqa: F401  (fixture: the run's one local-cluster Spark)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from storage import Store
 from storage.remote_log import RemoteLogOwnedError
 from storage.remote_store import RemoteStore
 from streaming.compaction import compact_with_spark
-from tests.spark.test_cluster_compaction import TOPIC, tier_alone
+from tests.spark_cluster.test_cluster_compaction import TOPIC, tier_alone
 
 pytestmark = pytest.mark.spark
 CONFIG = {"segment.bytes": "4096", "file.delete.delay.ms": "60000"}

@@ -1,6 +1,6 @@
 """Spark with executors in processes of their own (``local-cluster[2,1,1024]``) reads a topic from its remote
 tier alone: the writer's data folder is moved away first, so every byte the executors read comes from object
-storage (a real S3-protocol server on 127.0.0.1). The run's one cluster serves it (tests/spark/cluster.py)."""
+storage (a real S3-protocol server on 127.0.0.1). The run's one cluster serves it (tests/spark_cluster/cluster.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from compactor import Compactor
 from readers import Reader
 from storage import Store
 from storage.schema import Message
-from tests.spark.cluster import SparkCluster
+from tests.spark_cluster.cluster import SparkCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 TIERED = {"segment.bytes": "4096", "index.interval.bytes": "512", "remote.storage.enable": "true",

@@ -21,7 +21,7 @@ from storage import Store
 from storage.object_store import open_object_store
 from storage.remote_log import RemoteLog, change_unowned
 from storage.remote_store import RemoteStore, remote_topic_key, wall_clock_ms
-from tests.spark.cluster import SparkCluster
+from tests.spark_cluster.cluster import SparkCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 TOPIC = "t"

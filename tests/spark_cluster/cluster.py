@@ -1,6 +1,7 @@
-"""The one ``local-cluster`` Spark of a test run: a child process (this process has its local Spark session
-already) that runs the cluster tests' jobs (tests/processes/cluster_jobs.py) on executors in processes of their
-own. It starts after the S3 server, so it and its executors reach the server through the AWS variables."""
+"""The one ``local-cluster`` Spark of a test run: a child process (a process has one SparkContext, and the test
+process may hold the run's local Spark session) that runs the cluster tests' jobs (tests/processes/cluster_jobs.py)
+on executors in processes of their own. It starts after the S3 server, so it and its executors reach the server
+through the AWS variables."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The Spark sink to a topic on an object store alone (``option("path", "s3://…")``, streaming/remote_sink.py),
 against a real S3-protocol server on 127.0.0.1.
 
-- With executors in processes of their own (the run's local-cluster Spark, tests/spark/cluster.py): a streaming
+- With executors in processes of their own (the run's local-cluster Spark, tests/spark_cluster/cluster.py): a streaming
   query and a ``df.write`` land every row exactly, in order, at contiguous offsets; the tasks upload segments and
   open no Store but their scratch folders; the driver's commit only reads and creates manifests (no segment object
   is read or written there, no Store opened), and its commit messages are a few hundred bytes per segment.
@@ -27,8 +27,8 @@ from storage.partitioner import partition_for_keys
 from storage.remote_log import RemoteLog
 from storage.remote_store import RemoteStore, RemoteTopicExistsError
 from tests.processes.children import Child
-from tests.spark.cluster import SparkCluster
 from tests.spark.inputs import numbered_rows, write_input_files
+from tests.spark_cluster.cluster import SparkCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
