@@ -78,10 +78,15 @@ class TopicCatalogue:
             if topic_metadata_file(self.root, topic).exists():
                 raise TopicExistsError(topic)
             folders = [partition_folder(self.root, topic, partition) for partition in range(partitions)]
-            if not self._being_deleted(topic):
+            being_deleted = self._being_deleted(topic)
+            # a deletion a crash interrupted is finished first, beyond the new topic's partitions too
+            unfinished = set(partitions_on_disk(self.root, topic)) - set(range(partitions)) if being_deleted else set()
+            if not being_deleted:
                 for folder in folders:
                     if folder.is_dir() and _holds_data(folder):
                         raise OrphanPartitionFolderError(topic, str(folder), str(_topic_folder(self.root, topic)))
+            for partition in sorted(unfinished):
+                shutil.rmtree(partition_folder(self.root, topic, partition))
             for folder in folders:
                 if folder.exists():
                     shutil.rmtree(folder)  # left by a creation or deletion that crashed half-way
@@ -89,7 +94,7 @@ class TopicCatalogue:
             shutil.rmtree(topic_sinks_folder(self.root, topic), ignore_errors=True)  # and its sinks' records
             # and the checkpoint entries such a deletion left: the new log starts at 0 with nothing fsynced (a
             # recovery point inherited from the old one would take a batch still being written for damage)
-            self._forget_checkpoints(topic, range(partitions))
+            self._forget_checkpoints(topic, [*range(partitions), *unfinished])
             (_topic_folder(self.root, topic) / TOPIC_DELETION_MARKER).unlink(missing_ok=True)
             metadata.write(topic_metadata_file(self.root, topic))
 

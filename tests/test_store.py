@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -617,6 +618,25 @@ def test_a_deletion_that_crashed_after_its_first_step_is_finished_by_the_next_op
         assert store.read("t", 0).num_rows == 0
         store.delete_topic("t")
         assert not topic_folder.exists() and not (data_dir / "t-0").exists()
+
+
+def test_a_creation_over_an_unfinished_deletion_finishes_it_beyond_its_own_partitions(data_dir: Path) -> None:
+    """A deletion that failed half-way in a running process (its marker and some folders left) and a creation of
+    the same name with fewer partitions: the old partitions past the new count kept the deleted topic's messages,
+    with the marker that said to remove them gone."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t", partitions=4)
+        for partition in range(4):
+            store.append("t", changelog(10), partition=partition)
+    with Store.open(data_dir) as store:
+        topic_folder = data_dir / "__topics" / "t"
+        (topic_folder / "topic.json").rename(topic_folder / "topic.json.deleting")  # the deletion's first step
+        shutil.rmtree(data_dir / "t-0")  # and its first folder, then it failed
+        store.create_topic("t", partitions=2)
+        assert [store.read("t", partition).num_rows for partition in range(2)] == [0, 0]
+    assert sorted(path.name for path in data_dir.glob("t-*")) == ["t-0", "t-1"]
+    entries = (data_dir / "recovery-point-offset-checkpoint").read_text().splitlines()[2:]
+    assert not [entry for entry in entries if entry.split()[:2] in (["t", "2"], ["t", "3"])]
 
 
 def test_a_partition_that_did_not_open_fails_alike_until_its_files_change(data_dir: Path) -> None:
