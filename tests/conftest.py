@@ -69,9 +69,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Each test module is one unit of work, but each folder of SHARED_SESSION_FOLDERS is one; units go to the
-    workers in the order of the tests. (xdist's ``loadgroup`` would do it with marks, but with pytest 9.2 it
-    leaves every test ungrouped: it renames a test through ``Item._nodeid``, which pytest no longer reads.)"""
+    """Each test module is one unit of work, but each folder of SHARED_SESSION_FOLDERS is one; with
+    ``--no-loadscope-reorder`` (as make test runs it) units go to the workers in the order of the tests. (xdist's
+    ``loadgroup`` would do it with marks, but with pytest 9.2 it leaves every test ungrouped: it renames a test
+    through ``Item._nodeid``, which pytest no longer reads.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedSessionScheduling(LoadScopeScheduling):
