@@ -23,7 +23,9 @@ COMMAND_MODULES = {
 }
 """Each command and its module in ledgerview/commands/, in the order the help lists them."""
 OPTIONS_WITH_VALUES = ("--data", "--remote")
-"""The options taken before the command that are followed by a value."""
+"""The options taken before the command that are followed by a value (written whole: the parser takes no
+abbreviation of them, which would hide their value from ``_command_named``)."""
+HELP_OPTIONS = ("-h", "--help")
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -38,6 +40,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                     "the command; 'ledgerview COMMAND --help' is the reference of each.",
         epilog=f"exit statuses:\n{EXIT_CODES_HELP}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     add_store_options(parser, before_command=True)
     parser.add_argument("--version", action="version", version=f"ledgerview {version('ledgerview')}")
@@ -50,9 +53,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 def _command_named(argv: Sequence[str]) -> str | None:
     """The command ``argv`` names (its first word that is not an option taken before the command or its value), if
-    it is one."""
+    it is one and no help is asked for before it (help lists every command)."""
     words = iter(argv)
     for word in words:
+        if word in HELP_OPTIONS:
+            return None
         if word in OPTIONS_WITH_VALUES:
             next(words, None)
         elif not word.startswith("-"):

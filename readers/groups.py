@@ -58,13 +58,14 @@ class GroupPosition:
     """The next offset the group reads; None when the group's position record on the partition is damaged
     (``error``)."""
     end_offset: int | None
-    """None when the partition's log cannot be read (``error``)."""
+    """None when the partition's log or the position record cannot be read (``error``)."""
     read_compacted: bool | None
     """Whether the position was taken on the compacted view (None: its record is damaged)."""
     updated_ms: int | None
+    """When the position was written (None: its record is damaged)."""
     compacted_lag: int | None
     """Messages of the compacted view from the position to the end; None for a position on the raw log, or when
-    the partition's data cannot be read."""
+    the partition's data or the position record cannot be read."""
     error: str | None = None
     """Why the partition's stored data or the group's position record on it cannot be read (a damaged segment,
     ledger or cursor record): what depends on it is then unknown, and the group's other positions are still
@@ -103,8 +104,8 @@ def list_groups(store: Store) -> list[str]:
 
 
 def describe_group(store: Store, group: str) -> list[GroupPosition]:
-    """The group's position on every partition it has one on, with lag; a partition whose data cannot be read is
-    described with its error instead of its end and lag."""
+    """The group's position on every partition it has one on, with lag; a partition whose data or position record
+    cannot be read is described with its error instead of what that leaves unknown."""
     validate_subscription_name(group)
     positions = []
     for topic, partition in _partitions(store, store.list_topics()):

@@ -68,11 +68,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: -weight(item) if distributed else weight(item))
 
 
+@pytest.hookimpl(optionalhook=True)  # a run without pytest-xdist does not know the hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Each test module is one unit of work, but each folder of SHARED_SESSION_FOLDERS is one; with
     ``--no-loadscope-reorder`` (as make test runs it) units go to the workers in the order of the tests. (xdist's
     ``loadgroup`` would do it with marks, but with pytest 9.2 it leaves every test ungrouped: it renames a test
-    through ``Item._nodeid``, which pytest no longer reads.)"""
+    through ``Item._nodeid``, which pytest no longer reads.) A ``--dist`` other than xdist's default is left to
+    xdist."""
+    if config.getvalue("dist") != "load":
+        return None
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedSessionScheduling(LoadScopeScheduling):

@@ -358,6 +358,7 @@ def test_each_command_is_registered_by_the_module_named_for_it() -> None:
     assert set(_choices(everything)) == set(COMMAND_MODULES)
     for command in COMMAND_MODULES:
         assert command in _choices(build_parser(["--data", "topics", command, "--help"]))
+    assert set(_choices(build_parser(["-h", "produce"]))) == set(COMMAND_MODULES)  # help before it lists them all
 
 
 def _choices(parser: Any) -> list[str]:
@@ -384,7 +385,7 @@ def test_a_store_command_starts_without_the_kafka_endpoint_the_service_or_spark(
                                      ["verify"], ["remote", "sync"], ["remote", "status"], ["remote", "claim"]])
 def test_every_command_has_help_with_its_options(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        build_parser().parse_args([*command, "--help"])
+        build_parser([*command, "--help"]).parse_args([*command, "--help"])
     assert exit_info.value.code == 0
     shown = capsys.readouterr().out
     assert ("--data" in shown and "--remote URI" in shown) or command == ["dump-log"]

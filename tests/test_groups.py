@@ -145,8 +145,8 @@ def test_a_topic_whose_metadata_record_is_damaged_hides_no_group(data_dir: Path)
 
 def test_a_damaged_position_record_is_described_with_its_error_beside_the_groups_other_positions(
         data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """One cursor record that does not decode made ``groups describe`` (and the service's status) fail for the
-    whole group, hiding its sound positions."""
+    """One cursor record that does not decode made ``groups describe`` fail for the whole group, hiding its sound
+    positions."""
     with Store.open(data_dir) as store:
         store.create_topic("t", partitions=2)
         for partition in range(2):
