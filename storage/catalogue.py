@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from storage.checkpoints import update_checkpoint
+from storage.checkpoints import read_checkpoint, update_checkpoint
 from storage.config import CONFIG_KEYS, InvalidConfigError, TopicConfig, UnknownConfigError
 from storage.errors import (
     CorruptDataError,
@@ -50,6 +50,8 @@ from storage.topics import TopicMetadata
 
 CONFIG_KEY_NAMES = frozenset(key.name for key in CONFIG_KEYS)
 logger = logging.getLogger(__name__)
+_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT)
+"""The store's checkpoint files, each with an entry per partition."""
 
 
 class TopicCatalogue:
@@ -79,14 +81,16 @@ class TopicCatalogue:
                 raise TopicExistsError(topic)
             folders = [partition_folder(self.root, topic, partition) for partition in range(partitions)]
             being_deleted = self._being_deleted(topic)
-            # a deletion a crash interrupted is finished first, beyond the new topic's partitions too
-            unfinished = set(partitions_on_disk(self.root, topic)) - set(range(partitions)) if being_deleted else set()
+            # a deletion a crash interrupted is finished first, beyond the new topic's partitions too: the folders it
+            # left and the checkpoint entries of every partition it had (it forgets them last)
+            unfinished = (set(partitions_on_disk(self.root, topic)) | self._checkpointed_partitions(topic)) - set(
+                range(partitions)) if being_deleted else set()
             if not being_deleted:
                 for folder in folders:
                     if folder.is_dir() and _holds_data(folder):
                         raise OrphanPartitionFolderError(topic, str(folder), str(_topic_folder(self.root, topic)))
             for partition in sorted(unfinished):
-                shutil.rmtree(partition_folder(self.root, topic, partition))
+                shutil.rmtree(partition_folder(self.root, topic, partition), ignore_errors=True)
             for folder in folders:
                 if folder.exists():
                     shutil.rmtree(folder)  # left by a creation or deletion that crashed half-way
@@ -143,8 +147,8 @@ class TopicCatalogue:
     def delete(self, topic: str) -> None:
         """Delete the topic: its metadata renamed to the deletion marker first (it is gone at once), then its
         folders and its sinks' records (a sink's committed batch id belongs to the log deleted), then its checkpoint
-        entries, then the marker. Its partition logs
-        must be closed. A topic whose metadata record is damaged is deleted too, with the partition folders it has."""
+        entries, then the marker. Its partition logs must be closed. A topic whose metadata record is damaged is
+        deleted too, with the partition folders it has."""
         with self._store_lock:
             try:
                 partitions: Iterable[int] = range(self.metadata(topic).partitions)
@@ -165,10 +169,15 @@ class TopicCatalogue:
             marker.unlink()
             marker.parent.rmdir()
 
+    def _checkpointed_partitions(self, topic: str) -> set[int]:
+        """The partitions of ``topic`` with an entry in one of the store's checkpoints."""
+        return {partition for name in _CHECKPOINTS for (named, partition) in read_checkpoint(self.root / name)
+                if named == topic}
+
     def _forget_checkpoints(self, topic: str, partitions: Iterable[int]) -> None:
         """Remove the partitions' entries from the store's checkpoints; the caller holds the store lock."""
         changes: dict[tuple[str, int], int | None] = {(topic, partition): None for partition in partitions}
-        for name in (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT):
+        for name in _CHECKPOINTS:
             update_checkpoint(self.root / name, self._store_lock, changes)
 
     def remove_leftovers(self) -> None:

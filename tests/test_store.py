@@ -631,10 +631,12 @@ def test_a_creation_over_an_unfinished_deletion_finishes_it_beyond_its_own_parti
     with Store.open(data_dir) as store:
         topic_folder = data_dir / "__topics" / "t"
         (topic_folder / "topic.json").rename(topic_folder / "topic.json.deleting")  # the deletion's first step
-        shutil.rmtree(data_dir / "t-0")  # and its first folder, then it failed
+        shutil.rmtree(data_dir / "t-3")  # and its last folder, then it failed
         store.create_topic("t", partitions=2)
         assert [store.read("t", partition).num_rows for partition in range(2)] == [0, 0]
     assert sorted(path.name for path in data_dir.glob("t-*")) == ["t-0", "t-1"]
+    with Store.open(data_dir) as store:  # an open finds no orphan, and the new partitions start empty
+        assert [store.read("t", partition).num_rows for partition in range(2)] == [0, 0]
     entries = (data_dir / "recovery-point-offset-checkpoint").read_text().splitlines()[2:]
     assert not [entry for entry in entries if entry.split()[:2] in (["t", "2"], ["t", "3"])]
 
