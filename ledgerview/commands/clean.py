@@ -47,11 +47,12 @@ def run(args: argparse.Namespace) -> int:
     with open_existing_store(args) as store:
         for topic in args.topics:
             require_topic(store, topic)
-            if not _is_compact(store, topic, damaged) and topic not in damaged:
-                policy = store.topic_metadata(topic).config
-                raise UsageError(f"Topic {topic!r} has cleanup.policy={','.join(sorted(policy.cleanup_policy))}; "
-                                 "cleaning keeps the latest value per key of compact topics: set "
-                                 "cleanup.policy=compact or compact,delete first.")
+            if _is_compact(store, topic, damaged) or topic in damaged:  # a damaged record is reported below
+                continue
+            policy = store.topic_metadata(topic).config
+            raise UsageError(f"Topic {topic!r} has cleanup.policy={','.join(sorted(policy.cleanup_policy))}; "
+                             "cleaning keeps the latest value per key of compact topics: set "
+                             "cleanup.policy=compact or compact,delete first.")
         if args.topics:
             topics = [topic for topic in args.topics if topic not in damaged]
         else:
