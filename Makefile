@@ -25,6 +25,8 @@ lint: $(BIN)/.installed
 # endpoint processes starting, killed and restarted; fsync), so more workers than cores still shortens the run.
 # Each test module is one unit of work, but the tests sharing the Spark session (tests/spark/) are one, and those
 # sharing the local-cluster Spark (tests/spark_cluster/) one more, so each starts once (tests/conftest.py).
+# Three, on this 2-core machine: with 4 the run was no shorter (18 min 22 s of pytest, 2026-11-27) and three Spark
+# children passed their 90 and 120 s start and exit guards, the two cores being the limit by then.
 # Python's bytecode cache is on for the tests even where PYTHONDONTWRITEBYTECODE is set: the suite starts hundreds of
 # Python processes (commands, services, endpoints, Spark's workers), and each would compile the engine again (about
 # 2 s of CPU here), as each worker would rewrite every test module's asserts again.
