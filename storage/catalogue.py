@@ -90,7 +90,9 @@ class TopicCatalogue:
                     if folder.is_dir() and _holds_data(folder):
                         raise OrphanPartitionFolderError(topic, str(folder), str(_topic_folder(self.root, topic)))
             for partition in sorted(unfinished):
-                shutil.rmtree(partition_folder(self.root, topic, partition), ignore_errors=True)
+                leftover = partition_folder(self.root, topic, partition)
+                if leftover.exists():  # a partition known only from the checkpoints has no folder left
+                    shutil.rmtree(leftover)
             for folder in folders:
                 if folder.exists():
                     shutil.rmtree(folder)  # left by a creation or deletion that crashed half-way
