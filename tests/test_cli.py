@@ -361,6 +361,19 @@ def test_each_command_is_registered_by_the_module_named_for_it() -> None:
     assert set(_choices(build_parser(["-h", "produce"]))) == set(COMMAND_MODULES)  # help before it lists them all
 
 
+@pytest.mark.parametrize("abbreviated", ["--dat", "--rem"])
+def test_an_abbreviated_store_option_before_the_command_is_refused(
+        abbreviated: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse would take ``--dat DIR`` for ``--data DIR``, while ``_command_named`` reads the options before the
+    command whole and so would take DIR for a command word (``--dat produce topics list`` registered ``produce``
+    alone, then failed on ``topics``). Refused, the error names the option the user mistyped."""
+    argv = [abbreviated, "produce", "topics", "list"]
+    with pytest.raises(SystemExit) as refused:
+        build_parser(argv).parse_args(argv)
+    assert refused.value.code == 2
+    assert f"unrecognized arguments: {abbreviated} list" in capsys.readouterr().err
+
+
 def _choices(parser: Any) -> list[str]:
     [commands] = [action for action in parser._actions if action.dest == "command"]
     return list(commands.choices)
