@@ -46,6 +46,10 @@ BUDGET_BYTES_PER_PENDING_MESSAGE = 256
 """Phase two writes a batch when it holds an eighth of the memory budget (it is copied twice more on its way out,
 and the key index's last run is written meanwhile) or OUTPUT_BATCH_MESSAGES messages; with a
 small budget, fewer messages (each costs about this much while it waits to be written)."""
+INPUT_JOIN_BYTES = 1 << 20
+"""Both phases read the raw log's consecutive stored batches joined up to this many bytes (or a sixteenth of the
+budget, if less): their work is per batch as much as per message (decoding, taking the survivors), and a Kafka
+producer's batches are often a hundred messages or so (batch.size is 16 KiB by default)."""
 
 
 @dataclass(frozen=True)
@@ -125,10 +129,15 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
             return _unchanged(log.partition, previous_cursor)
         raw_start = max(horizon + 1, log.log_start_offset)
 
+        join_bytes = min(INPUT_JOIN_BYTES, log.config.compaction_memory_bytes // 16)
+
+        def raw_batches() -> Iterator[pa.RecordBatch]:
+            return log.read_batches(raw_start, end_offset, join_bytes=join_bytes)
+
         def input_batches() -> Iterator[pa.RecordBatch]:
             if previous_view is not None:
                 yield from previous_view.read_batches()
-            yield from log.read_batches(raw_start, end_offset)
+            yield from raw_batches()
 
         ledger_id = ledgers.next_ledger_id()
         layered = _layered(log, ledgers, previous_cursor, previous_view)
@@ -146,7 +155,7 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
                                            on_pass=index_run)
                 try:
                     faults.crash_point("compactor.after_phase_one")
-                    written = log.read_batches(raw_start, end_offset) if layered else input_batches()
+                    written = raw_batches() if layered else input_batches()
                     _write_ledger(writer, written, survivors, budget=log.config.compaction_memory_bytes)
                     lower = _lower_layers(previous_cursor, previous_view, survivors) if (
                         layered and previous_cursor and previous_view) else []

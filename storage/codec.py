@@ -376,6 +376,11 @@ def payload_of(buffer: pa.Buffer, header: BatchHeader) -> pa.Buffer:
 def decode_payload(buffer: pa.Buffer, header: BatchHeader) -> pa.RecordBatch:
     """Decode the payload into a batch of STORED_SCHEMA; zero-copy from ``buffer`` (e.g. a memory map) when
     uncompressed, dictionary columns turned back into plain ones when the payload is a stream."""
+    return joined_payloads([read_payload(buffer, header)], [header])
+
+
+def read_payload(buffer: pa.Buffer, header: BatchHeader) -> pa.RecordBatch:
+    """The payload's batch as stored: without the columns its header implies (``joined_payloads`` puts them back)."""
     payload = payload_of(buffer, header)
     implied = header.attributes & _IMPLIED_MASK
     try:
@@ -387,17 +392,36 @@ def decode_payload(buffer: pa.Buffer, header: BatchHeader) -> pa.RecordBatch:
         raise BatchFormatError(
             f"payload holds {batch.num_rows} messages, header says {header.record_count}", header.base_offset
         )
-    return _with_implied_columns(batch, header) if implied else batch
-
-
-def _with_implied_columns(batch: pa.RecordBatch, header: BatchHeader) -> pa.RecordBatch:
-    """A payload's batch with the columns its header implies put back, as STORED_SCHEMA."""
-    if header.offsets_implied:  # read_header checked that record_count fits the offset range
-        offsets = pa.array(np.arange(header.base_offset, header.base_offset + header.record_count, dtype=np.int64))
-        batch = batch.add_column(0, _OFFSET_FIELD, offsets)
-    if header.attributes & NO_HEADERS_FLAG:
-        batch = batch.append_column(_HEADERS_FIELD, null_headers(header.record_count))
     return batch
+
+
+def same_payload_schema(first: BatchHeader, second: BatchHeader) -> bool:
+    """Whether the two batches' payloads have one schema (the same columns left out), so they can be joined."""
+    return not (first.attributes ^ second.attributes) & _IMPLIED_MASK
+
+
+def joined_payloads(payloads: list[pa.RecordBatch], headers: list[BatchHeader]) -> pa.RecordBatch:
+    """Consecutive batches' payloads (``read_payload``, all of one schema: ``same_payload_schema``) as one batch of
+    STORED_SCHEMA, with the columns their headers imply put back once for all of them: joining many small
+    batches (a Kafka producer's are often about a hundred messages) pays these calls once instead of per batch."""
+    batch = payloads[0] if len(payloads) == 1 else pa.concat_batches(payloads)
+    implied = headers[0].attributes & _IMPLIED_MASK
+    if implied & OFFSETS_IMPLIED_FLAG:  # read_header checked that each record_count fits its offset range
+        batch = batch.add_column(0, _OFFSET_FIELD, pa.array(_implied_offsets(headers)))
+    if implied & NO_HEADERS_FLAG:
+        batch = batch.append_column(_HEADERS_FIELD, null_headers(batch.num_rows))
+    return batch
+
+
+def _implied_offsets(headers: list[BatchHeader]) -> np.ndarray:
+    """Each batch's offsets, base_offset up by one per message, one batch after another."""
+    if len(headers) == 1:
+        return np.arange(headers[0].base_offset, headers[0].base_offset + headers[0].record_count, dtype=np.int64)
+    counts = np.fromiter((header.record_count for header in headers), np.int64, len(headers))
+    bases = np.fromiter((header.base_offset for header in headers), np.int64, len(headers))
+    starts = np.cumsum(counts) - counts
+    offsets: np.ndarray = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(bases - starts, counts)
+    return offsets
 
 
 def dictionary_columns(buffer: pa.Buffer, header: BatchHeader) -> tuple[str, ...]:

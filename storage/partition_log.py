@@ -402,14 +402,17 @@ class PartitionLog:
             segment.close()
 
     # -------------------------------------------------------------------------------------------------- read
-    def read_batches(self, start_offset: int, end_offset: int | None = None) -> Iterator[pa.RecordBatch]:
-        """Stored record batches with start_offset <= offset < end_offset (default: the end offset now)."""
+    def read_batches(self, start_offset: int, end_offset: int | None = None, *, join_bytes: int = 0
+                     ) -> Iterator[pa.RecordBatch]:
+        """Stored record batches with start_offset <= offset < end_offset (default: the end offset now); with
+        ``join_bytes``, consecutive ones of a segment joined until they hold that many stored bytes."""
         self.refresh()
         end = self.end_offset if end_offset is None else min(end_offset, self.end_offset)
         if not self.log_start_offset <= start_offset <= self.end_offset:
             raise OffsetOutOfRangeError(self.topic, self.partition, start_offset, self.log_start_offset,
                                         self.end_offset)
-        yield from batches_of_segments(self.segments_from(start_offset), start_offset, end, verify=self.verify_reads)
+        yield from batches_of_segments(self.segments_from(start_offset), start_offset, end, verify=self.verify_reads,
+                                       join_bytes=join_bytes)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """Kafka's offsetsForTimes: the first offset whose timestamp is >= ``timestamp``, None past the end."""

@@ -28,7 +28,10 @@ from storage.codec import (
     BatchHeader,
     EncodedBatch,
     decode_payload,
+    joined_payloads,
     read_header,
+    read_payload,
+    same_payload_schema,
     verify_batch,
 )
 from storage.errors import CorruptSegmentError, SegmentDeletedError
@@ -92,8 +95,11 @@ class SegmentReads:
 
     def decode(self, buffer: pa.Buffer, header: BatchHeader) -> pa.RecordBatch:
         """The batch at ``header`` (from ``scan``), its offsets placed where the log has them."""
-        batch = decode_payload(buffer, header)
-        if not self.offset_shift or header.offsets_implied:  # those came from ``header``, placed already
+        return self._placed(decode_payload(buffer, header), header)
+
+    def _placed(self, batch: pa.RecordBatch, first: BatchHeader) -> pa.RecordBatch:
+        """``batch``, decoded from the batches starting with ``first``, its offsets placed where the log has them."""
+        if not self.offset_shift or first.offsets_implied:  # those came from the headers, placed already
             return batch
         offsets = pc.add(batch.column(0), pa.scalar(self.offset_shift, pa.int64()))
         return pa.RecordBatch.from_arrays([offsets, *batch.columns[1:]], schema=batch.schema)
@@ -126,26 +132,49 @@ class SegmentReads:
                 return header.position
         return self.size_bytes
 
-    def read_batches(self, start_offset: int, end_offset: int, *, verify: bool) -> Iterator[pa.RecordBatch]:
-        """Record batches holding the messages with start_offset <= offset < end_offset, in offset order."""
+    def read_batches(self, start_offset: int, end_offset: int, *, verify: bool, join_bytes: int = 0
+                     ) -> Iterator[pa.RecordBatch]:
+        """Record batches holding the messages with start_offset <= offset < end_offset, in offset order.
+
+        ``join_bytes``: consecutive stored batches are returned as one until their stored bytes reach this (a
+        larger batch alone), for readers whose costs are per batch rather than per message; 0: as stored.
+        """
         buffer = self.buffer()
         expected_offset = self.base_offset
+        payloads: list[pa.RecordBatch] = []
+        headers: list[BatchHeader] = []
+        held_bytes = 0
         try:
             for header in self.scan_from_offset(start_offset, verify=verify):
                 expected_offset = header.next_offset
                 if header.next_offset <= start_offset:
                     continue
                 if header.base_offset >= end_offset:
-                    return
-                batch = self.decode(buffer, header)
-                if header.base_offset < start_offset or header.last_offset >= end_offset:
-                    offsets = batch.column(0).to_numpy()
-                    first, last = np.searchsorted(offsets, [start_offset, end_offset])
-                    batch = batch.slice(int(first), int(last - first))
-                if batch.num_rows:
-                    yield batch
+                    break
+                if headers and not same_payload_schema(headers[-1], header):
+                    yield from self._joined(payloads, headers, start_offset, end_offset)
+                    payloads, headers, held_bytes = [], [], 0
+                payloads.append(read_payload(buffer, header))
+                headers.append(header)
+                held_bytes += header.batch_length
+                if held_bytes >= join_bytes:
+                    yield from self._joined(payloads, headers, start_offset, end_offset)
+                    payloads, headers, held_bytes = [], [], 0
         except BatchFormatError as error:
             raise CorruptSegmentError(self.source, error.position, expected_offset, error.reason) from error
+        if headers:
+            yield from self._joined(payloads, headers, start_offset, end_offset)
+
+    def _joined(self, payloads: list[pa.RecordBatch], headers: list[BatchHeader], start_offset: int,
+                end_offset: int) -> Iterator[pa.RecordBatch]:
+        """The consecutive batches of ``headers`` as one, less its messages outside [start_offset, end_offset)."""
+        batch = self._placed(joined_payloads(payloads, headers), headers[0])
+        if headers[0].base_offset < start_offset or headers[-1].last_offset >= end_offset:
+            offsets = batch.column(0).to_numpy()
+            first, last = np.searchsorted(offsets, [start_offset, end_offset])
+            batch = batch.slice(int(first), int(last - first))
+        if batch.num_rows:
+            yield batch
 
     def offset_for_timestamp(self, timestamp: int, *, from_offset: int = 0) -> int | None:
         """Offset of the first message at or after ``from_offset`` whose timestamp is >= ``timestamp``, or None
@@ -464,16 +493,16 @@ def segments_from(segments: list[S], offset: int) -> list[S]:
     return segments[max(bisect.bisect_right(bases, offset) - 1, 0) :]
 
 
-def batches_of_segments(segments: list[S], start_offset: int, end_offset: int, *, verify: bool) -> (
-    Iterator[pa.RecordBatch]
-):
-    """The batches of ``segments`` (in offset order) with start_offset <= offset < end_offset; each segment's next
-    one is prefetched while it is read."""
+def batches_of_segments(segments: list[S], start_offset: int, end_offset: int, *, verify: bool,
+                        join_bytes: int = 0) -> Iterator[pa.RecordBatch]:
+    """The batches of ``segments`` (in offset order) with start_offset <= offset < end_offset, joined up to
+    ``join_bytes`` within a segment (``SegmentReads.read_batches``); each segment's next one is prefetched while
+    it is read."""
     chosen = [segment for segment in segments_from(segments, start_offset) if segment.base_offset < end_offset]
     for number, segment in enumerate(chosen):
         if number + 1 < len(chosen):
             chosen[number + 1].prefetch()
-        yield from segment.read_batches(start_offset, end_offset, verify=verify)
+        yield from segment.read_batches(start_offset, end_offset, verify=verify, join_bytes=join_bytes)
 
 
 def _path(folder: Path, base_offset: int, suffix: str, temporary_suffix: str | None) -> Path:

@@ -1,0 +1,57 @@
+"""A partition's stored batches read joined (``PartitionLog.read_batches(join_bytes=...)``, as the compactor reads
+the raw log): the same messages at the same offsets as reading one stored batch at a time, whatever layout each
+batch has (offsets implied, or stored after cleaning left gaps; headers or none; compressed or not), in fewer
+batches."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from storage import Store
+from storage.schema import STORED_SCHEMA
+
+COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0", "compression.type": "producer",
+           "segment.bytes": "8192"}
+HEADER_TYPE = STORED_SCHEMA.field("headers").type
+
+
+def messages(start: int, count: int, *, with_headers: bool) -> pa.Table:
+    keys = [f"k{i % 7}".encode() for i in range(start, start + count)]
+    values = [None if i % 11 == 10 else f"v{i}".encode() for i in range(start, start + count)]
+    headers = [[{"key": "h", "value": f"{i}".encode()}] if with_headers else None for i in range(start, start + count)]
+    return pa.table({"key": keys, "value": values, "headers": pa.array(headers, HEADER_TYPE)})
+
+
+@pytest.fixture
+def mixed(store: Store) -> Store:
+    """Batches of 10 messages of every layout: a cleaned part (offsets stored, gaps between them), then appended
+    ones compressed and not, a stretch of them with headers, over several segments."""
+    store.create_topic("t", config=COMPACT)
+    for number, start in enumerate(range(0, 600, 10)):
+        if start == 300:
+            store.roll("t", 0)
+            store.clean("t")  # the segments below 300 now keep each key's latest message only
+        store.append("t", messages(start, 10, with_headers=40 <= number < 45), partition=0,
+                     compression="zstd" if number % 4 == 2 else None)
+    return store
+
+
+@pytest.mark.parametrize(("start", "end"), [(0, 600), (13, 587), (295, 305), (451, 452)])
+def test_joined_batches_hold_the_messages_stored_batches_hold(mixed: Store, start: int, end: int) -> None:
+    log = mixed.partition_log("t", 0)
+    stored = list(log.read_batches(start, end))
+    expected = pa.Table.from_batches(stored, STORED_SCHEMA)
+    assert expected.num_rows and expected["offset"][0].as_py() >= start and expected["offset"][-1].as_py() < end
+    for join_bytes in (1, 300, 4096, 1 << 20):
+        joined = list(log.read_batches(start, end, join_bytes=join_bytes))
+        assert pa.Table.from_batches(joined, STORED_SCHEMA).equals(expected), join_bytes
+        assert all(batch.schema.equals(STORED_SCHEMA) for batch in joined)
+        if join_bytes >= 4096 and end - start > 100:
+            assert len(joined) <= len(stored) // 2, (join_bytes, len(joined), len(stored))
+
+
+def test_the_cleaned_part_really_has_stored_offsets_with_gaps(mixed: Store) -> None:
+    """The fixture's premise: below 300 the cleaner left each key's latest message, so offsets skip."""
+    offsets = mixed.read("t", 0, end_offset=300)["offset"].to_pylist()
+    assert 7 <= len(offsets) < 300 and offsets == sorted(offsets)
