@@ -5,8 +5,9 @@ memory-mapped scan of the raw log.
 A case here is a preparer and a job. The preparer runs untimed, in a process of its own, and leaves the input on
 disk at ``target``; the job is timed and ends with the deduplicated result durable on disk:
 
-- ledgerview: the preparer appends the dataset to a fresh store in 10,000-message appends and flushes it (the
-  same layout as the ``append`` workload); the job opens the store, runs ``Compactor(store).compact(topic)`` (the
+- ledgerview: the preparer appends the dataset to a fresh store in 10,000-message appends (or 100-message ones,
+  about a Kafka producer's batch at its default batch.size of 16 KiB) and flushes it (the same layout as the
+  ``append`` workload); the job opens the store, runs ``Compactor(store).compact(topic)`` (the
   ledger, its key index and the cursor are fsynced by the compactor) and closes the store.
 - peers: the preparer writes the dataset with an ``offset`` column (the row number, as the log's offsets are) as
   an Arrow IPC file of 1,000,000-row batches, or a Parquet file for Spark; the job reads it, keeps each key's
@@ -85,8 +86,10 @@ Job = Callable[[Path, Path], Outcome]
 
 # ------------------------------------------------------------------------------------------------- preparers
 def ledgerview_store(config: Mapping[str, Any] | None = None, *, compact: bool = False,
-                     new_messages: bool = False, compact_again: bool = False) -> Preparer:
-    """A store with one 1-partition topic holding the dataset (``config``: topic overrides).
+                     new_messages: bool = False, compact_again: bool = False,
+                     append_messages: int = APPEND_ROWS) -> Preparer:
+    """A store with one 1-partition topic holding the dataset (``config``: topic overrides), appended
+    ``append_messages`` at a time (each append is one stored batch).
 
     ``compact``: run a first compaction after the appends; ``new_messages``: then append NEW_MESSAGES_SHARE of
     the dataset's size of fresh messages (same keys and distribution, another seed) and flush;
@@ -96,7 +99,7 @@ def ledgerview_store(config: Mapping[str, Any] | None = None, *, compact: bool =
     def prepare(table: pa.Table, spec: ChangelogSpec, target: Path) -> None:
         with Store.open(target) as store:
             store.create_topic(TOPIC, partitions=1, config=dict(config or {}))
-            append_table(store, table)
+            append_table(store, table, append_messages)
             if compact:
                 Compactor(store).compact(TOPIC)
             if new_messages:
@@ -107,11 +110,11 @@ def ledgerview_store(config: Mapping[str, Any] | None = None, *, compact: bool =
     return prepare
 
 
-def append_table(store: Store, table: pa.Table) -> None:
-    """``table`` appended to partition 0 of TOPIC in APPEND_ROWS-message appends (the ``append`` workload's layout),
-    flushed."""
-    for start in range(0, table.num_rows, APPEND_ROWS):
-        store.append(TOPIC, table.slice(start, APPEND_ROWS), partition=0)
+def append_table(store: Store, table: pa.Table, messages: int = APPEND_ROWS) -> None:
+    """``table`` appended to partition 0 of TOPIC ``messages`` at a time (by default the ``append`` workload's
+    layout), flushed."""
+    for start in range(0, table.num_rows, messages):
+        store.append(TOPIC, table.slice(start, messages), partition=0)
     store.flush()
 
 

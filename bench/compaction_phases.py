@@ -33,7 +33,7 @@ import storage.key_index
 import storage.ledger
 import storage.partition_log
 from bench import compaction, datasets, report
-from bench.systems import TOPIC
+from bench.systems import APPEND_ROWS, TOPIC
 from compactor import Compactor
 from compactor.key_codes import KeyCoding
 from ledgerview import changelog
@@ -133,16 +133,19 @@ def instrument(steps: Steps) -> None:
     steps.function(CompactedLedgers, "publish", "publish the cursor", phase="3: finish")
 
 
-def measure(spec: ChangelogSpec, config: dict[str, int], *, incremental: bool) -> tuple[Steps, float, float]:
-    """One compaction of ``spec``'s dataset in a fresh store, after an untimed one of a small prefix (imports and
-    first calls); returns the steps, the run's wall and process CPU seconds. ``incremental``: the dataset is
-    compacted untimed first, the incremental workload's new messages appended, and the second run measured."""
+def measure(spec: ChangelogSpec, config: dict[str, int], *, incremental: bool, append_messages: int
+            ) -> tuple[Steps, float, float]:
+    """One compaction of ``spec``'s dataset in a fresh store, appended ``append_messages`` at a time, after an
+    untimed one of a small prefix (imports and first calls); returns the steps, the run's wall and process CPU
+    seconds. ``incremental``: the dataset is compacted untimed first, the incremental workload's new messages
+    appended, and the second run measured."""
     dataset = datasets.ensure_dataset(spec)
     table = pa.ipc.open_file(pa.memory_map(str(dataset))).read_all()
     with tempfile.TemporaryDirectory(prefix="ledgerview-phases-", dir=datasets.DATA_DIR) as scratch:
         warm, target = Path(scratch) / "warm", Path(scratch) / "target"
-        compaction.ledgerview_store(config)(table.slice(0, 20_000), spec, warm)
-        compaction.ledgerview_store(config)(table, spec, target)
+        prepare = compaction.ledgerview_store(config, append_messages=append_messages)
+        prepare(table.slice(0, 20_000), spec, warm)
+        prepare(table, spec, target)
         del table
         with Store.open(warm) as store:
             Compactor(store).compact(TOPIC)
@@ -150,7 +153,7 @@ def measure(spec: ChangelogSpec, config: dict[str, int], *, incremental: bool) -
         if incremental:
             with Store.open(target) as store:
                 Compactor(store).compact(TOPIC)
-                compaction.append_table(store, changelog.generate(compaction.new_messages_spec(spec)))
+                compaction.append_table(store, changelog.generate(compaction.new_messages_spec(spec)), append_messages)
         compaction.read_files_once(target)
         steps = Steps()
         instrument(steps)
@@ -173,13 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory", type=int, default=None, help="compaction.memory.bytes (default: the topic's)")
     parser.add_argument("--incremental", action="store_true",
                         help="measure the run after the first, with the incremental workload's new messages")
+    parser.add_argument("--append-messages", type=int, default=APPEND_ROWS,
+                        help="messages per append, so per stored batch (default %(default)s)")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args(argv)
     spec = datasets.spec_of(args)
     config = {} if args.memory is None else {"compaction.memory.bytes": args.memory}
     command = shlex.join(["python", "-m", "bench.compaction_phases", *(argv if argv is not None else sys.argv[1:])])
     text = report.heading(["compaction-phases"], datasets.describe(spec), command, 1)
-    steps, wall, cpu = measure(spec, config, incremental=args.incremental)
+    steps, wall, cpu = measure(spec, config, incremental=args.incremental, append_messages=args.append_messages)
     text += "\n\n" + table_of(steps, wall, cpu)
     report.show(text, record_it=not args.no_record)
     return 0

@@ -23,6 +23,8 @@ MEMORY_BUDGET_BYTES = 64 * compaction.MiB
 BUDGET_CONFIG = {"compaction.memory.bytes": MEMORY_BUDGET_BYTES}
 BUDGET = f"{MEMORY_BUDGET_BYTES // compaction.MiB} MiB"
 LARGE_BUDGET_CONFIG = {"compaction.memory.bytes": 1 << 30}
+KAFKA_PRODUCER_BATCH_MESSAGES = 100
+"""About what a Kafka producer's batch holds of the datasets' messages at its default batch.size (16 KiB)."""
 SYSTEM_ALLOCATOR = (("ARROW_DEFAULT_MEMORY_POOL", "system"),)
 CODECS = ("lz4", "zstd")
 """The compression.type values the append and read workloads measure beside the default (producer: uncompressed)."""
@@ -82,9 +84,11 @@ class Workload:
 
 
 def _ledgerview(system: str, note: str, *, config: dict[str, int] | None = None, compact: bool = False,
-                new_messages: bool = False, env: tuple[tuple[str, str], ...] = ()) -> Case:
+                new_messages: bool = False, env: tuple[tuple[str, str], ...] = (),
+                append_messages: int = systems.APPEND_ROWS) -> Case:
     """A ledgerview compaction case over a store prepared with ``compaction.ledgerview_store``."""
-    preparer = compaction.ledgerview_store(config, compact=compact, new_messages=new_messages)
+    preparer = compaction.ledgerview_store(config, compact=compact, new_messages=new_messages,
+                                           append_messages=append_messages)
     return Case(system, note=note, preparer=preparer, job=compaction.ledgerview_compact, env=env)
 
 
@@ -92,6 +96,9 @@ COMPACT_CASES = (
     _ledgerview("ledgerview", "Store.open, Compactor(store).compact(topic), default config (memory 256 MiB)"),
     _ledgerview("ledgerview 1 GiB", "the same with compaction.memory.bytes = 1 GiB (docs/compaction.md: phase one "
                 "reduces and spills less often)", config=LARGE_BUDGET_CONFIG),
+    _ledgerview("ledgerview small batches", "the same over a log appended 100 messages at a time (about a "
+                "Kafka producer's batch at its default batch.size, 16 KiB)",
+                append_messages=KAFKA_PRODUCER_BATCH_MESSAGES),
     Case("mmap scan (floor)", preparer=compaction.ledgerview_store(), job=compaction.mmap_scan,
          note="memory-map each raw segment file, sum it as uint64 words"),
     Case("duckdb semi-join", preparer=compaction.ipc_input, job=compaction.duckdb_job(compaction.DUCKDB_SEMI_JOIN),
