@@ -41,6 +41,9 @@ WARM_UP_MESSAGES = 20_000
 KCAT_PRODUCER = {"linger.ms": 20, "batch.size": 1_000_000, "queue.buffering.max.messages": 2_000_000,
                  "queue.buffering.max.kbytes": 4_000_000}
 """The same producer settings as CONFLUENT_PRODUCER (both are librdkafka)."""
+KCAT_SMALL_BATCH_PRODUCER = {**KCAT_PRODUCER, "linger.ms": 5, "batch.size": 16_384}
+"""The Java producer's defaults (batch.size 16 KiB, linger.ms 5 since Kafka 4.0; kafka-python's batch_size is 16
+KiB too): about a hundred of the datasets' messages a batch."""
 Pair = tuple[bytes | None, bytes | None]
 CHUNK_MESSAGES = 10_000
 """Messages per produce_batch call (confluent-kafka) and per check of the consumed count."""
@@ -178,14 +181,15 @@ KEEP_FREED_MEMORY = {"MALLOC_TOP_PAD_": str(64 * 1024 * 1024)}
 are not faulted in afresh for every request: the allocator's share of the endpoint's cost (its system time)."""
 
 
-def kcat_produce(target: Path, output: Path, environment: Mapping[str, str] | None = None) -> Outcome:
+def kcat_produce(target: Path, output: Path, environment: Mapping[str, str] | None = None,
+                 producer: Mapping[str, int] = KCAT_PRODUCER) -> Outcome:
     """kcat -P of every line of the input file to partition 0 (acks=all), until it has every acknowledgement;
-    ``environment``: added to the endpoint's."""
+    ``environment``: added to the endpoint's; ``producer``: librdkafka's settings."""
     lines = target / KCAT_LINES_FILE
     expected = lines.read_bytes().count(b"\n")
 
     def run(bootstrap: str) -> int:
-        settings = [argument for name, value in KCAT_PRODUCER.items() for argument in ("-X", f"{name}={value}")]
+        settings = [argument for name, value in producer.items() for argument in ("-X", f"{name}={value}")]
         subprocess.run([_kcat(), "-P", "-b", bootstrap, "-t", TOPIC, "-p", "0", "-K", "\t", "-q", *settings,
                         "-l", str(lines)], check=True)
         return expected
@@ -218,6 +222,7 @@ def kcat_consume(target: Path, output: Path, environment: Mapping[str, str] | No
 
 
 kcat_produce_keeping_freed_memory = functools.partial(kcat_produce, environment=KEEP_FREED_MEMORY)
+kcat_produce_small_batches = functools.partial(kcat_produce, producer=KCAT_SMALL_BATCH_PRODUCER)
 kcat_consume_keeping_freed_memory = functools.partial(kcat_consume, environment=KEEP_FREED_MEMORY)
 
 

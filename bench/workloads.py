@@ -350,6 +350,8 @@ WORKLOADS: dict[str, Workload] = {
                 Case("kcat with glibc keeping freed memory", preparer=kafka.kcat_produce_input,
                      job=kafka.kcat_produce_keeping_freed_memory,
                      note="the same, the endpoint run with MALLOC_TOP_PAD_=64 MiB"),
+                Case("kcat small batches", preparer=kafka.kcat_produce_input, job=kafka.kcat_produce_small_batches,
+                     note="the same with the Java producer's defaults: batch.size 16 KiB, linger.ms 5"),
             ),
         ),
         Workload(
