@@ -36,6 +36,7 @@ from storage.ledger import Ledger, LedgerReads, LedgerWriter
 from storage.ledger_layers import LayeredLedger, LowerLayer, deleted_rows, write_layer_record
 from storage.partition_log import Clock, PartitionLog
 from storage.schema import STORED_SCHEMA, null_headers
+from storage.segment import JOINED_READ_BYTES
 
 HEADERS_COLUMN = STORED_SCHEMA.get_field_index("headers")
 HEADERS_FIELD = STORED_SCHEMA.field(HEADERS_COLUMN)
@@ -46,10 +47,6 @@ BUDGET_BYTES_PER_PENDING_MESSAGE = 256
 """Phase two writes a batch when it holds an eighth of the memory budget (it is copied twice more on its way out,
 and the key index's last run is written meanwhile) or OUTPUT_BATCH_MESSAGES messages; with a
 small budget, fewer messages (each costs about this much while it waits to be written)."""
-INPUT_JOIN_BYTES = 1 << 20
-"""Both phases read the raw log's consecutive stored batches joined up to this many bytes (or a sixteenth of the
-budget, if less): their work is per batch as much as per message (decoding, taking the survivors), and a Kafka
-producer's batches are often a hundred messages or so (batch.size is 16 KiB by default)."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +126,8 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
             return _unchanged(log.partition, previous_cursor)
         raw_start = max(horizon + 1, log.log_start_offset)
 
-        join_bytes = min(INPUT_JOIN_BYTES, log.config.compaction_memory_bytes // 16)
+        # the raw log's stored batches joined, as in other reads, but within a sixteenth of the budget
+        join_bytes = min(JOINED_READ_BYTES, log.config.compaction_memory_bytes // 16)
 
         def raw_batches() -> Iterator[pa.RecordBatch]:
             return log.read_batches(raw_start, end_offset, join_bytes=join_bytes)

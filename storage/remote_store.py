@@ -194,14 +194,15 @@ class RemoteStore:
         return self._segments.of(manifest.segments)
 
     def read_batches(self, topic: str, partition: int, start_offset: int | None = None,
-                     end_offset: int | None = None) -> Iterator[pa.RecordBatch]:
+                     end_offset: int | None = None, *, join_bytes: int = 0) -> Iterator[pa.RecordBatch]:
         """Record batches of MESSAGE_SCHEMA for start_offset <= offset < end_offset, as Store.read_batches."""
         manifest = self.manifest(topic, partition)
         start = manifest.log_start_offset if start_offset is None else start_offset
         end = manifest.end_offset if end_offset is None else min(end_offset, manifest.end_offset)
         if not manifest.log_start_offset <= start <= manifest.end_offset:
             raise OffsetOutOfRangeError(topic, partition, start, manifest.log_start_offset, manifest.end_offset)
-        for batch in batches_of_segments(self._segments_of(manifest), start, end, verify=self.verify_reads):
+        for batch in batches_of_segments(self._segments_of(manifest), start, end, verify=self.verify_reads,
+                                         join_bytes=join_bytes):
             yield with_partition_column(batch, partition)
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:

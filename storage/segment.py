@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import Final, NoReturn, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -47,6 +47,9 @@ from storage.files import (
 from storage.index import OffsetIndex, TimeIndex
 
 NO_TIMESTAMP = -1
+JOINED_READ_BYTES: Final = 1 << 20
+"""What readers whose costs are per batch ask ``read_batches`` to join stored batches up to (the compactor, Spark's
+scans, the consumer reads): a Kafka producer's batches are often about a hundred messages (batch.size 16 KiB)."""
 logger = logging.getLogger(__name__)
 
 

@@ -436,13 +436,15 @@ class Store:
 
     # ---------------------------------------------------------------------------------------------------- read
     def read_batches(self, topic: str, partition: int, start_offset: int | None = None,
-                     end_offset: int | None = None) -> Iterator[pa.RecordBatch]:
+                     end_offset: int | None = None, *, join_bytes: int = 0) -> Iterator[pa.RecordBatch]:
         """Record batches of MESSAGE_SCHEMA for start_offset <= offset < end_offset; zero-copy from the page
-        cache when uncompressed (only the partition column is new)."""
+        cache when uncompressed (only the partition column is new). ``join_bytes``: consecutive stored batches of
+        a segment joined (copied) until they hold that many bytes, for readers whose costs are per batch; 0: one
+        batch per stored batch, as a reader comparing stored batches needs."""
         log = self.partition_log(topic, partition)
         log.refresh()
         start = log.log_start_offset if start_offset is None else start_offset
-        for batch in log.read_batches(start, end_offset):
+        for batch in log.read_batches(start, end_offset, join_bytes=join_bytes):
             yield with_partition_column(batch, partition)
 
     def read(self, topic: str, partition: int, start_offset: int | None = None,

@@ -38,6 +38,7 @@ from readers.snapshot import LedgerRemovedError, fold_tail, live_rows, snapshot_
 from storage.compacted import CompactionCursor
 from storage.readable import ReadableStore
 from storage.schema import with_partition_column
+from storage.segment import JOINED_READ_BYTES
 from streaming.options import BATCH_READ, InvalidOptionError, Options, resolve_offsets, topic_offsets
 from streaming.rows import SparkRows
 from streaming.scan_filters import ScanFilters
@@ -239,7 +240,8 @@ class TopicScan(DataSourceReader):
         topic, partition = self.options.topic, planned.partition
         if self.options.view == "raw":
             if planned.start_offset < planned.end_offset:
-                yield from store.read_batches(topic, partition, planned.start_offset, planned.end_offset)
+                yield from store.read_batches(topic, partition, planned.start_offset, planned.end_offset,
+                                              join_bytes=JOINED_READ_BYTES)
             return
         offsets = self.filters.offsets
         low = 0 if offsets.low is None else offsets.low  # 0 is a bound too: never test bounds by truth

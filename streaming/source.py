@@ -51,6 +51,7 @@ from readers.partition_read import open_partition_read
 from readers.positions import Resume
 from storage.compacted import CompactionCursor
 from storage.readable import ReadableStore
+from storage.segment import JOINED_READ_BYTES
 from streaming.options import STREAM_READ, InvalidOptionError, Options, resolve_offsets, topic_offsets
 from streaming.rows import SparkRows
 from streaming.scan import DEFAULT_MAX_PARTITION_BYTES, segment_runs
@@ -293,7 +294,8 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _read(self, planned: OffsetRange) -> Iterator[pa.RecordBatch]:
         start = self._checked_start(planned.partition, planned.start_offset, planned.ledger)
         if not self.options.compacted:
-            for batch in self.store.read_batches(self.options.topic, planned.partition, start, planned.end_offset):
+            for batch in self.store.read_batches(self.options.topic, planned.partition, start, planned.end_offset,
+                                                 join_bytes=JOINED_READ_BYTES):
                 yield self.rows.convert(batch)
             return
         read = open_partition_read(self.store, self.options.topic, planned.partition,

@@ -8,6 +8,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from readers.partition_read import open_partition_read
+from readers.positions import Earliest
 from storage import Store
 from storage.schema import STORED_SCHEMA
 
@@ -55,3 +57,16 @@ def test_the_cleaned_part_really_has_stored_offsets_with_gaps(mixed: Store) -> N
     """The fixture's premise: below 300 the cleaner left each key's latest message, so offsets skip."""
     offsets = mixed.read("t", 0, end_offset=300)["offset"].to_pylist()
     assert 7 <= len(offsets) < 300 and offsets == sorted(offsets)
+
+
+def test_a_consumer_read_serves_the_raw_log_in_joined_batches(mixed: Store) -> None:
+    """Readers' costs are per batch too (Spark turns each batch of a Python source into rows, and the raw scans and
+    the streaming source read as consumers do): the raw part of a read is served joined, the same messages."""
+    read = open_partition_read(mixed, "t", 0, Earliest(), read_compacted=False)
+    try:
+        served = list(read.batches())
+    finally:
+        read.close()
+    stored = list(mixed.read_batches("t", 0))
+    assert pa.Table.from_batches(served).equals(pa.Table.from_batches(stored))
+    assert len(served) <= len(stored) // 2, (len(served), len(stored))
