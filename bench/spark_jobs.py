@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.compaction import Job, Outcome, folder_bytes, ledgerview_store
-from bench.systems import TOPIC
+from bench.systems import APPEND_ROWS, TOPIC
 from ledgerview.changelog import ChangelogSpec
 from readers import read_table
 from storage import Store
@@ -78,15 +78,18 @@ def parquet_sink(target: Path, output: Path) -> Outcome:
 
 
 # ----------------------------------------------------------------------------------------------- Spark SQL
-def parquet_copies(table: pa.Table, spec: ChangelogSpec, target: Path) -> None:
+def parquet_copies(table: pa.Table, spec: ChangelogSpec, target: Path, *, append_messages: int = APPEND_ROWS
+                   ) -> None:
     """A store compacted as the compaction workloads leave it, then 10% more of the dataset appended above the
-    horizon (so the table view merges a raw tail), and beside it Parquet copies of the same rows: the table
-    (each key's latest live message, offset order) and the raw log, for the peer."""
+    horizon (so the table view merges a raw tail), ``append_messages`` at a time as the rest, and beside it
+    Parquet copies of the same rows: the table (each key's latest live message, offset order) and the raw log, for
+    the peer."""
     tail = table.num_rows // 10
-    ledgerview_store(compact=True)(table.slice(0, table.num_rows - tail), spec, target / "store")
+    ledgerview_store(compact=True, append_messages=append_messages)(table.slice(0, table.num_rows - tail), spec,
+                                                                     target / "store")
     with Store.open(target / "store") as store:
-        for start in range(table.num_rows - tail, table.num_rows, 10_000):
-            store.append(TOPIC, table.slice(start, min(10_000, table.num_rows - start)), partition=0)
+        for start in range(table.num_rows - tail, table.num_rows, append_messages):
+            store.append(TOPIC, table.slice(start, min(append_messages, table.num_rows - start)), partition=0)
     raw = read_table(target / "store", TOPIC)
     pq.write_table(raw, str(target / "raw.parquet"))
     latest: dict[bytes, int] = {}

@@ -13,6 +13,7 @@ The first case of a workload is the baseline its ratios are computed against.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from bench import cleaning, compaction, kafka, remote, spark_jobs, systems
@@ -303,7 +304,11 @@ WORKLOADS: dict[str, Workload] = {
                          note=note.format(view=view))
                     for source, note in (("ledgerview", "spark.read.format('ledgerview'), view={view}"),
                                          ("parquet", "spark.read.parquet of the {view} view's rows"))
-                ),
+                ) + ((Case("ledgerview small batches", job=spark_jobs.sql_job("ledgerview", query, view),
+                           preparer=functools.partial(spark_jobs.parquet_copies,
+                                                      append_messages=KAFKA_PRODUCER_BATCH_MESSAGES),
+                           note=f"the same over a log appended {KAFKA_PRODUCER_BATCH_MESSAGES} messages at a time"),)
+                     if view == "raw" else ()),
                 whole_dataset=False,
             )
             for name, what, query, view in (
