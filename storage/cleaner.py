@@ -61,7 +61,7 @@ from storage.errors import LedgerviewError
 from storage.fingerprint import wide_fingerprints
 from storage.partition_log import MAX_BATCH_MESSAGES, MAX_RELATIVE_OFFSET, TARGET_BATCH_BYTES, PartitionLog
 from storage.schema import STORED_SCHEMA
-from storage.segment import Segment
+from storage.segment import JOINED_READ_BYTES, Segment
 
 OUTPUT_BATCH_BYTES = TARGET_BATCH_BYTES
 MAP_ENTRY_BYTES = 48
@@ -271,7 +271,7 @@ def build_key_map(log: PartitionLog, first_dirty_offset: int, end_offset: int, *
     """Step 1 of the module docstring over [first_dirty_offset, end_offset)."""
     builder = _MapBuilder(max_entries=max_entries, window_rows=window_rows)
     for segment in _segments_between(log, first_dirty_offset, end_offset):
-        for batch in segment.read_batches(first_dirty_offset, end_offset, verify=True):
+        for batch in segment.read_batches(first_dirty_offset, end_offset, verify=True, join_bytes=JOINED_READ_BYTES):
             if should_abort():
                 raise CleaningAbortedError(log.topic, log.partition)
             keys = batch.column(2)
