@@ -141,7 +141,8 @@ class SegmentReads:
         """Record batches holding the messages with start_offset <= offset < end_offset, in offset order.
 
         ``join_bytes``: consecutive stored batches are returned as one until their stored bytes reach this (a
-        larger batch alone), for readers whose costs are per batch rather than per message; 0: as stored.
+        batch that large alone, zero-copy), for readers whose costs are per batch rather than per message; 0: as
+        stored.
         """
         buffer = self.buffer()
         expected_offset = self.base_offset
@@ -155,7 +156,7 @@ class SegmentReads:
                     continue
                 if header.base_offset >= end_offset:
                     break
-                if headers and not same_payload_schema(headers[-1], header):
+                if headers and (header.batch_length >= join_bytes or not same_payload_schema(headers[-1], header)):
                     yield from self._joined(payloads, headers, start_offset, end_offset)
                     payloads, headers, held_bytes = [], [], 0
                 payloads.append(read_payload(buffer, header))

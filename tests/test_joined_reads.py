@@ -70,3 +70,12 @@ def test_a_consumer_read_serves_the_raw_log_in_joined_batches(mixed: Store) -> N
     stored = list(mixed.read_batches("t", 0))
     assert pa.Table.from_batches(served).equals(pa.Table.from_batches(stored))
     assert len(served) <= len(stored) // 2, (len(served), len(stored))
+
+
+def test_a_stored_batch_as_large_as_the_join_is_served_alone(store: Store) -> None:
+    """Joining would only copy it: the small batches before it are served joined, it is served as stored."""
+    store.create_topic("t")
+    for start, count in ((0, 10), (10, 10), (20, 10), (30, 500), (530, 10)):
+        store.append("t", messages(start, count, with_headers=False), partition=0)
+    joined = list(store.partition_log("t", 0).read_batches(0, 540, join_bytes=4096))
+    assert [batch.num_rows for batch in joined] == [30, 500, 10]
