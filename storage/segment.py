@@ -149,6 +149,7 @@ class SegmentReads:
         payloads: list[pa.RecordBatch] = []
         headers: list[BatchHeader] = []
         held_bytes = 0
+        damage: CorruptSegmentError | None = None
         try:
             for header in self.scan_from_offset(start_offset, verify=verify):
                 expected_offset = header.next_offset
@@ -166,9 +167,12 @@ class SegmentReads:
                     yield from self._joined(payloads, headers, start_offset, end_offset)
                     payloads, headers, held_bytes = [], [], 0
         except BatchFormatError as error:
-            raise CorruptSegmentError(self.source, error.position, expected_offset, error.reason) from error
-        if headers:
+            damage = CorruptSegmentError(self.source, error.position, expected_offset, error.reason)
+            damage.__cause__ = error
+        if headers:  # every message before a damaged batch is served before the error, joined or not
             yield from self._joined(payloads, headers, start_offset, end_offset)
+        if damage is not None:
+            raise damage
 
     def _joined(self, payloads: list[pa.RecordBatch], headers: list[BatchHeader], start_offset: int,
                 end_offset: int) -> Iterator[pa.RecordBatch]:

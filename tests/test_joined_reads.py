@@ -5,12 +5,15 @@ batches."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
 from readers.partition_read import open_partition_read
 from readers.positions import Earliest
 from storage import Store
+from storage.errors import CorruptSegmentError
 from storage.schema import STORED_SCHEMA
 
 COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0", "compression.type": "producer",
@@ -79,3 +82,24 @@ def test_a_stored_batch_as_large_as_the_join_is_served_alone(store: Store) -> No
         store.append("t", messages(start, count, with_headers=False), partition=0)
     joined = list(store.partition_log("t", 0).read_batches(0, 540, join_bytes=4096))
     assert [batch.num_rows for batch in joined] == [30, 500, 10]
+
+
+def test_a_joined_read_serves_every_message_before_a_damaged_batch_then_fails(store: Store) -> None:
+    """As an unjoined read does (the Kafka endpoint's fetch serves up to the damage, then CORRUPT_MESSAGE): the
+    batches held for joining when the damage is met are served before the error, not lost with it."""
+    store.create_topic("t")
+    for start in range(0, 50, 10):
+        store.append("t", messages(start, 10, with_headers=False), partition=0)
+    store.roll("t", 0)
+    [segment, _] = store.segments("t", 0)
+    damaged_header = list(segment.scan(0))[2]
+    path = Path(segment.source)
+    damaged = bytearray(path.read_bytes())
+    damaged[damaged_header.position + damaged_header.batch_length - 16] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+    with Store.open(store.root) as reading:
+        served: list[int] = []
+        with pytest.raises(CorruptSegmentError, match="CRC-32C mismatch"):
+            for batch in reading.read_batches("t", 0, join_bytes=1 << 20):
+                served += batch.column("offset").to_pylist()
+    assert served == list(range(20))
