@@ -31,7 +31,6 @@ from storage.errors import OffsetOutOfRangeError
 from storage.ledger import LedgerReads
 from storage.readable import ReadableStore
 from storage.schema import with_partition_column
-from storage.segment import JOINED_READ_BYTES
 
 
 @dataclass
@@ -74,8 +73,9 @@ class PartitionRead:
             for batch in self.ledger.read_batches(self.ledger_start, min(ledger_end, self.end_offset)):
                 yield with_partition_column(batch, self.partition)
         if self.raw_start < self.end_offset:
-            yield from self.store.read_batches(self.topic, self.partition, self.raw_start, self.end_offset,
-                                               join_bytes=JOINED_READ_BYTES)
+            # as stored, not joined: the Kafka endpoint's fetch keeps slices of these until its response is
+            # written, and a slice of a joined batch would keep the whole copy (up to 1 MiB) alive for one message
+            yield from self.store.read_batches(self.topic, self.partition, self.raw_start, self.end_offset)
 
     def close(self) -> None:
         if self.ledger is not None:

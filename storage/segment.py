@@ -48,9 +48,9 @@ from storage.index import OffsetIndex, TimeIndex
 
 NO_TIMESTAMP = -1
 JOINED_READ_BYTES: Final = 1 << 20
-"""What readers whose costs are per batch ask ``read_batches`` to join stored batches up to (the compactor, the
-cleaner's key map, Spark's scans, the consumer reads): a Kafka producer's batches are often about a hundred
-messages (batch.size 16 KiB)."""
+"""What readers whose costs are per batch and who keep nothing of a batch ask ``read_batches`` to join stored
+batches up to (the compactor, the cleaner's key map, Spark's raw reads): a Kafka producer's batches are often about
+a hundred messages (batch.size 16 KiB). A joined batch is a copy, so a slice of it keeps the whole copy alive."""
 logger = logging.getLogger(__name__)
 
 

@@ -62,17 +62,18 @@ def test_the_cleaned_part_really_has_stored_offsets_with_gaps(mixed: Store) -> N
     assert 7 <= len(offsets) < 300 and offsets == sorted(offsets)
 
 
-def test_a_consumer_read_serves_the_raw_log_in_joined_batches(mixed: Store) -> None:
-    """Readers' costs are per batch too (Spark turns each batch of a Python source into rows, and the raw scans and
-    the streaming source read as consumers do): the raw part of a read is served joined, the same messages."""
+def test_a_consumer_read_serves_the_raw_log_as_stored(mixed: Store) -> None:
+    """Not joined: the Kafka endpoint's fetch keeps slices of a read's batches until its response is written, and a
+    one-message slice of a joined batch would keep the whole copy (up to 1 MiB) alive, where a stored batch's slice
+    points into the segment's memory map."""
     read = open_partition_read(mixed, "t", 0, Earliest(), read_compacted=False)
     try:
         served = list(read.batches())
     finally:
         read.close()
     stored = list(mixed.read_batches("t", 0))
+    assert [batch.num_rows for batch in served] == [batch.num_rows for batch in stored]
     assert pa.Table.from_batches(served).equals(pa.Table.from_batches(stored))
-    assert len(served) <= len(stored) // 2, (len(served), len(stored))
 
 
 def test_a_stored_batch_as_large_as_the_join_is_served_alone(store: Store) -> None:
