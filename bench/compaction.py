@@ -161,6 +161,14 @@ def ledgerview_compact(target: Path, output: Path) -> Outcome:
     return Outcome(result.messages_read, result.messages_kept, result.passes, result.ledger_bytes, index)
 
 
+def ledgerview_open(target: Path, output: Path) -> Outcome:
+    """Store.open and the partition's log opened for writing, which recovers it from its recovery point, then
+    close."""
+    with Store.open(target) as store:
+        end = store.partition_log(TOPIC, 0).end_offset
+    return Outcome(end)
+
+
 def compacted_state(target: Path) -> Path | None:
     """The folder a ledgerview job changes (the partition's compacted ledgers and cursor), None for a peer's
     input: the harness saves it before the timed repetitions and puts it back between them."""

@@ -151,6 +151,18 @@ WORKLOADS: dict[str, Workload] = {
             ),
         ),
         Workload(
+            "open",
+            "a writer's open of the topic's partition after a clean close (recovered from its recovery point), "
+            "page cache warm",
+            (
+                Case("ledgerview", preparer=compaction.ledgerview_store(), job=compaction.ledgerview_open,
+                     note="Store.open, store.partition_log(topic, 0), close; appended 10k messages at a time"),
+                Case("ledgerview small batches",
+                     preparer=compaction.ledgerview_store(append_messages=KAFKA_PRODUCER_BATCH_MESSAGES),
+                     job=compaction.ledgerview_open, note="the same over a log appended 100 messages at a time"),
+            ),
+        ),
+        Workload(
             "compact",
             "keep the latest live message per key, from the log on disk to the result on disk, side by side",
             COMPACT_CASES,

@@ -67,8 +67,7 @@ def load_segments(folder: Path, *, recovery_point: int, log_start_offset: int, i
     for i, base in enumerate(to_recover):
         segment = Segment(folder, base, index_interval_bytes=index_interval_bytes)
         segment.inode = segment.log_path.stat().st_ino
-        verify_from = _position_before(segment, recovery_point) if i == 0 else 0
-        failure = segment.rebuild_indexes(verify_from=verify_from)
+        failure = segment.rebuild_indexes(verify_from=0, fsynced_below=recovery_point if i == 0 else None)
         if failure is not None:
             if i < len(to_recover) - 1 or segment.next_offset < recovery_point:
                 # A sealed segment, or bytes below the recovery point (fsynced before): damage, not a torn write.
@@ -77,15 +76,6 @@ def load_segments(folder: Path, *, recovery_point: int, log_start_offset: int, i
             segment.truncate(segment.size_bytes)
         segments.append(segment)
     return segments
-
-
-def _position_before(segment: Segment, recovery_point: int) -> int:
-    """A file position at or before the batch holding the recovery point: everything before it was fsynced, so
-    only what follows needs its CRC checked. From the segment's own offset index when it looks sound."""
-    index = segment.offset_index
-    if index.load() and index.is_consistent(segment.log_path.stat().st_size):
-        return index.lookup(recovery_point - segment.base_offset)[1]
-    return 0
 
 
 def _segment_files(folder: Path) -> list[tuple[str, int, str, str | None]]:

@@ -281,21 +281,31 @@ class Segment(SegmentReads):
                                   "a batch of a sealed segment, or below the recovery point (fsynced), does not parse: "
                                   "not a torn write")
 
-    def rebuild_indexes(self, *, verify_from: int | None, persist: bool = True) -> BatchFormatError | None:
+    def rebuild_indexes(self, *, verify_from: int | None, persist: bool = True,
+                        fsynced_below: int | None = None) -> BatchFormatError | None:
         """Rebuild both indexes and the end state from the log, keeping every batch until the first invalid one.
 
         Batches starting at or after file position ``verify_from`` have their CRC checked (None: none are).
         ``persist``: write the rebuilt indexes to their files (only a holder of the writer lock may).
+        ``fsynced_below``: an offset below which the segment's batches were fsynced (a writer's recovery point).
+        When the indexes on disk are sound, their entries up to the last indexed batch at or before it are kept
+        and the log is read again from that batch, its CRCs checked from there on, as Kafka recovers a log from
+        its recovery point: a segment of many small batches is then not read whole at every open.
         Returns the error that stopped the scan (the log's valid part then ends there) or None.
         """
-        self.size_bytes = self.log_path.stat().st_size
-        self.offset_index.keys, self.offset_index.values = [], []
-        self.time_index.keys, self.time_index.values = [], []
-        self.next_offset, self.first_timestamp, self.max_timestamp = self.base_offset, NO_TIMESTAMP, NO_TIMESTAMP
+        self.size_bytes = file_bytes = self.log_path.stat().st_size
+        view = memoryview(self.buffer())
+        start = 0 if fsynced_below is None else self._keep_entries_below(view, fsynced_below)
+        if start:
+            verify_from = start
+        else:
+            self.offset_index.keys, self.offset_index.values = [], []
+            self.time_index.keys, self.time_index.values = [], []
+            self.next_offset, self.first_timestamp, self.max_timestamp = self.base_offset, NO_TIMESTAMP, NO_TIMESTAMP
         self._bytes_since_index_entry = 0
         failure = None
-        headers = scan_headers(memoryview(self.buffer()), 0, self.size_bytes, verify_from)
-        self.size_bytes = 0
+        headers = scan_headers(view, start, file_bytes, verify_from)
+        self.size_bytes = start
         try:
             for header in headers:
                 if header.base_offset < self.next_offset:
@@ -309,6 +319,33 @@ class Segment(SegmentReads):
             self.offset_index.rewrite(list(zip(self.offset_index.keys, self.offset_index.values, strict=True)))
             self.time_index.rewrite(list(zip(self.time_index.keys, self.time_index.values, strict=True)))
         return failure
+
+    def _keep_entries_below(self, view: memoryview, offset: int) -> int:
+        """Load the indexes and keep their entries up to the last indexed batch starting at or before ``offset``,
+        with the end state there; returns that batch's position, or 0 (nothing kept) when the indexes on disk are
+        missing or unsound, index no such batch but the first, or their entry does not point at its batch."""
+        offsets, times = self.offset_index, self.time_index
+        if not (offsets.load() and offsets.is_consistent(len(view)) and times.load()):
+            return 0
+        relative, position = offsets.lookup(offset - self.base_offset)
+        if not position:
+            return 0
+        kept = bisect.bisect_right(offsets.keys, relative)
+        del offsets.keys[kept:], offsets.values[kept:]
+        kept = bisect.bisect_right(times.values, relative)
+        del times.keys[kept:], times.values[kept:]
+        try:  # the index has no checksum: its entry must point at the batch it names, as in scan_from_offset
+            first = read_header(view, 0, len(view)).message_first_timestamp
+            indexed = read_header(view, position, len(view) - position)
+        except BatchFormatError:
+            return 0
+        if indexed.base_offset != self.base_offset + relative or not times.is_consistent(relative):
+            return 0
+        # the batch at ``position`` earned its offset entry, and a time entry if the time had grown before it
+        self.first_timestamp = NO_TIMESTAMP if first is None else first
+        self.max_timestamp = self._last_time_entry()
+        self.next_offset = self.base_offset + relative
+        return position
 
     def _last_time_entry(self) -> int:
         last = self.time_index.last_timestamp

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,10 @@ import pyarrow as pa
 import pytest
 
 import storage.loader
+import storage.segment
 from storage import Store
 from storage.checkpoints import CorruptCheckpointError, read_checkpoint
+from storage.codec import BatchHeader
 from storage.config import InvalidConfigError, UnknownConfigError
 from storage.errors import (
     CorruptSegmentError,
@@ -30,6 +33,7 @@ from storage.errors import (
 )
 from storage.files import LOG_SUFFIX, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
 from storage.partitioner import partition_for_keys
+from storage.segment import Segment, scan_headers
 from tests.conftest import TINY, ManualClock
 
 
@@ -443,6 +447,88 @@ def test_damage_below_the_recovery_point_of_the_active_segment_is_an_error_not_a
     with Store.open(data_dir) as store, pytest.raises(CorruptSegmentError, match=log.name):
         store.read("t", 0)
     assert log.read_bytes() == bytes(data)  # nothing was cut
+
+
+def one_segment_of_many_batches(data_dir: Path) -> Path:
+    """Topic t of 200 messages in 40 batches, all in its active segment, densely indexed, closed cleanly (the
+    recovery point at its end); its log file."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config={"index.interval.bytes": "100"})
+        for start in range(0, 200, 5):  # timestamps going back and forth, so the kept maximum is not the last
+            store.append("t", changelog(5, start, timestamp0=1_000 + (500 if start % 20 == 5 else 0)), partition=0)
+    return segment_files(data_dir, "t", 0)[0]
+
+
+def end_state(segment: Segment) -> tuple[object, ...]:
+    return (segment.offset_index.keys, segment.offset_index.values, segment.time_index.keys,
+            segment.time_index.values, segment.first_timestamp, segment.max_timestamp, segment.next_offset,
+            segment.size_bytes)
+
+
+def write_recovery_point(data_dir: Path, offset: int) -> None:
+    (data_dir / "recovery-point-offset-checkpoint").write_text(f"0\n1\nt 0 {offset}\n")
+
+
+def test_a_writer_reopening_the_active_segment_reads_it_from_the_recovery_points_indexed_batch(
+        data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below the recovery point the batches were fsynced: a writer's open keeps the sound index's entries there
+    and reads only from the last indexed batch at or before it, as Kafka recovers from its recovery point (a
+    log of small batches is not read whole at every open), and ends in the state a whole rebuild gives."""
+    log = one_segment_of_many_batches(data_dir)
+    write_recovery_point(data_dir, 150)
+    rebuilt = Segment(log.parent, 0, index_interval_bytes=100)
+    assert rebuilt.rebuild_indexes(verify_from=0, persist=False) is None
+    starts: list[int] = []
+
+    def recorded(view: memoryview, position: int, end: int, verify_from: int | None) -> Iterator[BatchHeader]:
+        starts.append(position)
+        return scan_headers(view, position, end, verify_from)
+
+    monkeypatch.setattr(storage.segment, "scan_headers", recorded)
+    with Store.open(data_dir) as store:
+        recovered = store.partition_log("t", 0).segments[0]
+        assert end_state(recovered) == end_state(rebuilt)
+        indexed = max(position for key, position in zip(rebuilt.offset_index.keys, rebuilt.offset_index.values,
+                                                        strict=True) if key <= 150)
+        assert starts == [indexed] and indexed > 0
+        assert store.read("t", 0)["offset"].to_pylist() == list(range(200))
+
+
+def test_a_damaged_batch_above_the_recovery_point_is_cut_as_a_torn_write_when_recovery_resumes_from_the_index(
+        data_dir: Path) -> None:
+    """The batches from the recovery point's indexed batch on have their CRC checked: one damaged there (not
+    fsynced, so a torn write) ends the log, and appends go on after the last whole batch."""
+    log = one_segment_of_many_batches(data_dir)
+    write_recovery_point(data_dir, 150)
+    data = bytearray(log.read_bytes())
+    data[-20] ^= 0xFF  # inside the last batch, offsets 195-199, above the recovery point
+    log.write_bytes(bytes(data))
+    with Store.open(data_dir) as store:
+        assert store.read("t", 0)["offset"].to_pylist() == list(range(195))
+        store.append("t", changelog(5, 195), partition=0)
+        assert store.read("t", 0)["offset"].to_pylist() == list(range(200))
+
+
+@pytest.mark.parametrize("damage", ["scribbled", "shifted"])
+def test_an_active_segment_index_that_does_not_match_the_log_is_rebuilt_whole_on_a_writers_open(
+        data_dir: Path, damage: str) -> None:
+    """The index has no checksum: a scribbled one, or one whose entries are ordered but do not point at their
+    batches, is not trusted for the recovery; the segment is read whole and every message is served."""
+    one_segment_of_many_batches(data_dir)
+    index = segment_files(data_dir, "t", 0, OFFSET_INDEX_SUFFIX)[0]
+    if damage == "scribbled":
+        index.write_bytes(os.urandom(index.stat().st_size))
+    else:
+        entries = np.frombuffer(index.read_bytes(), "<i4").reshape(-1, 2).copy()  # (relative offset, position)
+        entries[:, 1] += 1  # every position one byte into its batch
+        index.write_bytes(entries.tobytes())
+    write_recovery_point(data_dir, 150)
+    with Store.open(data_dir) as store:
+        messages = store.read("t", 0)
+        assert messages["offset"].to_pylist() == list(range(200))
+        timestamps = messages["timestamp"].to_numpy()
+        for wanted in (1_000, 1_000 + 10 * 150, int(timestamps.max())):
+            assert store.offset_for_timestamp("t", 0, wanted) == int(np.flatnonzero(timestamps >= wanted)[0])
 
 
 @pytest.mark.parametrize("damage", ["missing", "scribbled", "truncated"])
