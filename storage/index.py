@@ -13,19 +13,24 @@ checked for shape and order and rebuilt from the log when in doubt.
 from __future__ import annotations
 
 import bisect
-import itertools
 import os
 import struct
 from pathlib import Path
 
+import numpy as np
+
 OFFSET_ENTRY = struct.Struct("<ii")
 TIME_ENTRY = struct.Struct("<qi")
+OFFSET_ENTRIES = np.dtype([("key", "<i4"), ("value", "<i4")])
+TIME_ENTRIES = np.dtype([("key", "<i8"), ("value", "<i4")])
+"""The entries as columns, for whole files."""
 
 
 class _AppendOnlyIndex:
-    def __init__(self, path: Path, entry: struct.Struct) -> None:
+    def __init__(self, path: Path, entry: struct.Struct, columns: np.dtype) -> None:
         self.path = path
         self._entry = entry
+        self._columns = columns
         self.keys: list[int] = []
         self.values: list[int] = []
         self._append_fd: int | None = None
@@ -40,12 +45,12 @@ class _AppendOnlyIndex:
         return self.load_bytes(data)
 
     def load_bytes(self, data: bytes) -> bool:
-        """Take the entries from ``data`` (an index file's bytes); False when it is not a whole number of entries."""
+        """Take the entries from ``data`` (an index file's bytes); False when it is not a whole number of entries.
+        Columnar: a segment of small batches has an entry per batch, and every open loads every segment's."""
         if len(data) % self._entry.size:
             return False
-        pairs = list(self._entry.iter_unpack(data))
-        self.keys = [pair[0] for pair in pairs]
-        self.values = [pair[1] for pair in pairs]
+        entries = np.frombuffer(data, self._columns)
+        self.keys, self.values = entries["key"].tolist(), entries["value"].tolist()
         return True
 
     def append(self, key: int, value: int) -> None:
@@ -60,10 +65,11 @@ class _AppendOnlyIndex:
             os.close(self._append_fd)
             self._append_fd = None
 
-    def rewrite(self, pairs: list[tuple[int, int]]) -> None:
-        self.keys = [pair[0] for pair in pairs]
-        self.values = [pair[1] for pair in pairs]
-        self.path.write_bytes(b"".join(self._entry.pack(*pair) for pair in pairs))
+    def rewrite(self) -> None:
+        """Replace the file with the entries held."""
+        entries = np.empty(len(self.keys), self._columns)
+        entries["key"], entries["value"] = self.keys, self.values
+        self.path.write_bytes(entries.tobytes())
 
     def fsync(self) -> None:
         if self._append_fd is not None:
@@ -78,13 +84,11 @@ class _AppendOnlyIndex:
 
 class OffsetIndex(_AppendOnlyIndex):
     def __init__(self, path: Path) -> None:
-        super().__init__(path, OFFSET_ENTRY)
+        super().__init__(path, OFFSET_ENTRY, OFFSET_ENTRIES)
 
     def is_consistent(self, log_bytes: int) -> bool:
         keys, positions = self.keys, self.values
-        ordered = all(a < b for a, b in itertools.pairwise(keys)) and all(
-            a < b for a, b in itertools.pairwise(positions)
-        )
+        ordered = _increasing(keys, strictly=True) and _increasing(positions, strictly=True)
         return ordered and (not keys or (keys[0] >= 0 and positions[0] > 0 and positions[-1] < log_bytes))
 
     def lookup(self, relative_offset: int) -> tuple[int, int]:
@@ -96,13 +100,11 @@ class OffsetIndex(_AppendOnlyIndex):
 
 class TimeIndex(_AppendOnlyIndex):
     def __init__(self, path: Path) -> None:
-        super().__init__(path, TIME_ENTRY)
+        super().__init__(path, TIME_ENTRY, TIME_ENTRIES)
 
     def is_consistent(self, max_relative_offset: int) -> bool:
         timestamps, offsets = self.keys, self.values
-        ordered = all(a < b for a, b in itertools.pairwise(timestamps)) and all(
-            a <= b for a, b in itertools.pairwise(offsets)
-        )
+        ordered = _increasing(timestamps, strictly=True) and _increasing(offsets, strictly=False)
         return ordered and (not offsets or (offsets[0] >= 0 and offsets[-1] <= max_relative_offset))
 
     @property
@@ -113,3 +115,8 @@ class TimeIndex(_AppendOnlyIndex):
         """Relative offset from which a scan for the first message with a timestamp >= ``timestamp`` may start."""
         i = bisect.bisect_left(self.keys, timestamp)
         return self.values[i - 1] if i else 0
+
+
+def _increasing(values: list[int], *, strictly: bool) -> bool:
+    steps = np.diff(np.asarray(values, np.int64))
+    return bool((steps > 0).all() if strictly else (steps >= 0).all())

@@ -316,8 +316,8 @@ class Segment(SegmentReads):
         except BatchFormatError as error:
             failure = error
         if persist:
-            self.offset_index.rewrite(list(zip(self.offset_index.keys, self.offset_index.values, strict=True)))
-            self.time_index.rewrite(list(zip(self.time_index.keys, self.time_index.values, strict=True)))
+            self.offset_index.rewrite()
+            self.time_index.rewrite()
         return failure
 
     def _keep_entries_below(self, view: memoryview, offset: int) -> int:
