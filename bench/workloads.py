@@ -384,6 +384,10 @@ WORKLOADS: dict[str, Workload] = {
                 Case("kcat with glibc keeping freed memory", preparer=kafka.consume_input,
                      job=kafka.kcat_consume_keeping_freed_memory,
                      note="the same, the endpoint run with MALLOC_TOP_PAD_=64 MiB"),
+                Case("kcat small batches",
+                     preparer=compaction.ledgerview_store(append_messages=KAFKA_PRODUCER_BATCH_MESSAGES),
+                     job=kafka.kcat_consume, note="kcat as above, the topic appended 100 messages at a time (about "
+                     "a Kafka producer's batch at its default batch.size, 16 KiB)"),
             ),
         ),
     )

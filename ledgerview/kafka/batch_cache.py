@@ -54,13 +54,13 @@ class EncodedBatchCache:
         self._layouts.count_in(pool)
         pool.share_with_cache(self.evict)
 
-    def sized(self, key: CacheKey, batch: pa.RecordBatch) -> int:
-        """The encoded size of ``batch``, which ``key`` names: its cached encoding's, or its layout's (then kept
-        for ``layout``)."""
+    def sized(self, key: CacheKey, batch: Callable[[], pa.RecordBatch]) -> int:
+        """The encoded size of the batch ``key`` names (``batch()`` makes it, when it must be laid out): its cached
+        encoding's, or its layout's (then kept for ``layout``)."""
         cached = self._entries.get(key)
         if cached is not None:
             return len(cached)
-        layout = record_layout(batch)
+        layout = record_layout(batch())
         self._layouts.keep(key, layout)
         return layout.batch_bytes
 

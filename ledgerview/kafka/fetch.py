@@ -7,9 +7,10 @@ header plus its messages' estimated sizes.
 Per partition, a bounded read of the raw log or of the compacted view (readers.partition_read: the ledger with
 its original offsets, then the raw tail) from the fetch offset, sliced to the partition's byte budget (the first
 batch is always sent whole enough to hold one message, as KIP-74 asks). The handler only selects and sizes the
-batches (split into Kafka batches of about BATCH_ENCODE_BYTES): it returns a StreamedFetchResponse
-(ledgerview/kafka/fetch_response.py) whose batches are encoded one at a time as the connection writes them
-(ledgerview/kafka/response_sender.py), so a response is never held whole. Encoded batches are cached by offset
+batches (consecutive small ones grouped, large ones split, into Kafka batches of up to about
+BATCH_ENCODE_BYTES): it returns a StreamedFetchResponse (ledgerview/kafka/fetch_response.py) whose batches are
+encoded one at a time as the connection writes them (ledgerview/kafka/response_sender.py), so a response is never
+held whole. Encoded batches are cached by offset
 range (ledgerview/kafka/batch_cache.py); a batch is laid out once, to size it, its layout kept for its encoding
 (batch_layouts.py), and encoded into a reused buffer (batch_buffers.py).
 
@@ -153,57 +154,74 @@ class _UntilDamage:
 
 def _pieces(broker: Broker, view: TopicView, partition: int, batches: _UntilDamage, offset: int,
             end: int, max_bytes: int, *, at_least_one: bool) -> Iterator[Piece]:
-    """The batches within the byte budget; the last one reaches end - 1 when the read reached the end (not when
-    it stopped at a damaged batch)."""
-    pending: pa.RecordBatch | None = None
-    pending_ends = np.empty(0, np.int64)
-    spent = 0
+    """The batches within the byte budget, consecutive small ones grouped into one Kafka batch of about
+    BATCH_ENCODE_BYTES at most (encoding costs per batch, and a Kafka producer's batches are often about a hundred
+    messages); the last one reaches end - 1 when the read reached the end (not when it stopped at a damaged
+    batch)."""
+    group: list[pa.RecordBatch] = []
+    group_ends: list[np.ndarray] = []
+    group_bytes = spent = 0
     for batch in batches:
         ends = np.cumsum(_message_bytes(batch))
-        rows = _rows_within(ends, max_bytes - spent - BATCH_HEADER_BYTES,
-                            at_least_one=at_least_one and pending is None)
+        rows = _rows_within(ends, max_bytes - spent - BATCH_HEADER_BYTES, at_least_one=at_least_one and not spent)
         if rows == 0:
             break
-        if pending is not None:
-            yield from _batch_pieces(broker, view, partition, pending, pending_ends, None)
-        pending, pending_ends = batch.slice(0, rows), ends[:rows]
-        spent += BATCH_HEADER_BYTES + int(pending_ends[-1])
+        taken_bytes = int(ends[rows - 1])
+        if group and (group_bytes + taken_bytes > BATCH_ENCODE_BYTES or not batch.schema.equals(group[0].schema)):
+            yield from _group_pieces(broker, view, partition, group, group_ends, None)
+            group, group_ends, group_bytes = [], [], 0
+        group.append(batch.slice(0, rows))
+        group_ends.append(ends[:rows])
+        group_bytes += taken_bytes
+        spent += BATCH_HEADER_BYTES + taken_bytes
         if rows < batch.num_rows:
             break
     else:
-        if pending is not None:
-            yield from _batch_pieces(broker, view, partition, pending, pending_ends,
+        if group:
+            yield from _group_pieces(broker, view, partition, group, group_ends,
                                      None if batches.damage else end - 1)
         elif offset < end and batches.damage is None:
             yield fixed(encode_empty_batch(offset, end - 1))
         return
-    if pending is not None:
-        yield from _batch_pieces(broker, view, partition, pending, pending_ends, None)
+    if group:
+        yield from _group_pieces(broker, view, partition, group, group_ends, None)
 
 
-def _batch_pieces(broker: Broker, view: TopicView, partition: int, batch: pa.RecordBatch, ends: np.ndarray,
-                  last_offset: int | None) -> Iterator[Piece]:
-    """``batch`` (``ends``: its messages' estimated sizes, summed up to each) as Kafka batches of about
-    BATCH_ENCODE_BYTES (one message at least); the last one ends at ``last_offset`` when given."""
+def _group_pieces(broker: Broker, view: TopicView, partition: int, group: list[pa.RecordBatch],
+                  group_ends: list[np.ndarray], last_offset: int | None) -> Iterator[Piece]:
+    """A group of consecutive batches (``group_ends``: each one's messages' estimated sizes, summed up to each) as
+    one Kafka batch, or a lone batch as Kafka batches of about BATCH_ENCODE_BYTES (one message at least); the last
+    one ends at ``last_offset`` when given."""
+    if len(group) > 1:
+        yield _encoding(broker, view, partition, group, last_offset)
+        return
+    [batch], [ends] = group, group_ends
     start = 0
     while start < batch.num_rows:
         reached = int(ends[start - 1]) if start else 0
         stop = max(int(np.searchsorted(ends, reached + BATCH_ENCODE_BYTES, side="right")), start + 1)
-        yield _encoding(broker, view, partition, batch.slice(start, stop - start),
+        yield _encoding(broker, view, partition, [batch.slice(start, stop - start)],
                         last_offset if stop == batch.num_rows else None)
         start = stop
 
 
-def _encoding(broker: Broker, view: TopicView, partition: int, batch: pa.RecordBatch, last_offset: int | None
-              ) -> Piece:
-    """One Kafka batch of ``batch``, sized now and encoded (or taken from the cache) when written."""
-    offsets = batch.column("offset")
-    last = offsets[-1].as_py() if last_offset is None else last_offset
-    key = (view.topic, view.compacted, partition, offsets[0].as_py(), last, batch.num_rows)
+def _encoding(broker: Broker, view: TopicView, partition: int, batches: list[pa.RecordBatch],
+              last_offset: int | None) -> Piece:
+    """One Kafka batch of ``batches`` (consecutive, of one schema), sized now and encoded (or taken from the
+    cache) when written. Several are joined for each of the two steps, a copy dropped after it: until then the
+    response holds only the read's batches, most of them slices of the segments' memory maps."""
+    first = batches[0].column("offset")[0].as_py()
+    last = batches[-1].column("offset")[-1].as_py() if last_offset is None else last_offset
+    key = (view.topic, view.compacted, partition, first, last, sum(batch.num_rows for batch in batches))
     cache = broker.fetch_cache
-    size = cache.sized(key, batch)
+
+    def joined() -> pa.RecordBatch:
+        return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+
+    size = cache.sized(key, joined)
 
     def encode() -> Buffer:
+        batch = joined()
         return encode_batch(batch, last_offset=last, into=cache.buffer(size), layout=cache.layout(key, batch))
 
     return Piece(size, lambda: cache.get_or_encode(key, encode), cache.charge(size),
