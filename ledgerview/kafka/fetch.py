@@ -46,7 +46,7 @@ from ledgerview.kafka.record_encoding import encode_batch, encode_empty_batch
 from ledgerview.kafka.records import BATCH_HEADER_BYTES
 from ledgerview.kafka.topics import TopicView, resolve_topic, unreadable
 from readers.partition_read import open_partition_read
-from storage.binary_arrays import value_lengths
+from storage.binary_arrays import value_lengths, value_offsets
 from storage.errors import (
     CorruptDataError,
     CorruptSegmentError,
@@ -159,43 +159,45 @@ def _pieces(broker: Broker, view: TopicView, partition: int, batches: _UntilDama
     messages); the last one reaches end - 1 when the read reached the end (not when it stopped at a damaged
     batch)."""
     group: list[pa.RecordBatch] = []
-    group_ends: list[np.ndarray] = []
     group_bytes = spent = 0
     for batch in batches:
-        ends = np.cumsum(_message_bytes(batch))
-        rows = _rows_within(ends, max_bytes - spent - BATCH_HEADER_BYTES, at_least_one=at_least_one and not spent)
-        if rows == 0:
-            break
-        taken_bytes = int(ends[rows - 1])
+        room = max_bytes - spent - BATCH_HEADER_BYTES
+        rows, taken_bytes = batch.num_rows, _total_message_bytes(batch)
+        if taken_bytes > room:  # the batch is cut at the budget: each message sized
+            ends = np.cumsum(_message_bytes(batch))
+            rows = _rows_within(ends, room, at_least_one=at_least_one and not spent)
+            if rows == 0:
+                break
+            taken_bytes = int(ends[rows - 1])
         if group and (group_bytes + taken_bytes > BATCH_ENCODE_BYTES or not batch.schema.equals(group[0].schema)):
-            yield from _group_pieces(broker, view, partition, group, group_ends, None)
-            group, group_ends, group_bytes = [], [], 0
+            yield from _group_pieces(broker, view, partition, group, group_bytes, None)
+            group, group_bytes = [], 0
         group.append(batch.slice(0, rows))
-        group_ends.append(ends[:rows])
         group_bytes += taken_bytes
         spent += BATCH_HEADER_BYTES + taken_bytes
         if rows < batch.num_rows:
             break
     else:
         if group:
-            yield from _group_pieces(broker, view, partition, group, group_ends,
+            yield from _group_pieces(broker, view, partition, group, group_bytes,
                                      None if batches.damage else end - 1)
         elif offset < end and batches.damage is None:
             yield fixed(encode_empty_batch(offset, end - 1))
         return
     if group:
-        yield from _group_pieces(broker, view, partition, group, group_ends, None)
+        yield from _group_pieces(broker, view, partition, group, group_bytes, None)
 
 
-def _group_pieces(broker: Broker, view: TopicView, partition: int, group: list[pa.RecordBatch],
-                  group_ends: list[np.ndarray], last_offset: int | None) -> Iterator[Piece]:
-    """A group of consecutive batches (``group_ends``: each one's messages' estimated sizes, summed up to each) as
-    one Kafka batch, or a lone batch as Kafka batches of about BATCH_ENCODE_BYTES (one message at least); the last
-    one ends at ``last_offset`` when given."""
-    if len(group) > 1:
+def _group_pieces(broker: Broker, view: TopicView, partition: int, group: list[pa.RecordBatch], group_bytes: int,
+                  last_offset: int | None) -> Iterator[Piece]:
+    """A group of consecutive batches (of ``group_bytes`` estimated message bytes) as one Kafka batch, or a lone
+    batch larger than BATCH_ENCODE_BYTES as Kafka batches of about that size (one message at least); the last one
+    ends at ``last_offset`` when given."""
+    if len(group) > 1 or group_bytes <= BATCH_ENCODE_BYTES:
         yield _encoding(broker, view, partition, group, last_offset)
         return
-    [batch], [ends] = group, group_ends
+    [batch] = group
+    ends = np.cumsum(_message_bytes(batch))
     start = 0
     while start < batch.num_rows:
         reached = int(ends[start - 1]) if start else 0
@@ -234,6 +236,15 @@ def _message_bytes(batch: pa.RecordBatch) -> np.ndarray:
     for name in ("key", "value"):
         sizes += value_lengths(batch.column(name))
     return sizes
+
+
+def _total_message_bytes(batch: pa.RecordBatch) -> int:
+    """The sum of ``_message_bytes``, from the ends of the key and value columns' offsets alone."""
+    total: int = RECORD_OVERHEAD_BYTES * batch.num_rows
+    for name in ("key", "value"):
+        offsets = value_offsets(batch.column(name))
+        total += int(offsets[-1]) - int(offsets[0])
+    return total
 
 
 def _rows_within(ends: np.ndarray, budget: int, *, at_least_one: bool) -> int:
