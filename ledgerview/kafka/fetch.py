@@ -46,7 +46,7 @@ from ledgerview.kafka.record_encoding import encode_batch, encode_empty_batch
 from ledgerview.kafka.records import BATCH_HEADER_BYTES
 from ledgerview.kafka.topics import TopicView, resolve_topic, unreadable
 from readers.partition_read import open_partition_read
-from storage.binary_arrays import value_lengths, value_offsets
+from storage.binary_arrays import value_lengths
 from storage.errors import (
     CorruptDataError,
     CorruptSegmentError,
@@ -239,12 +239,9 @@ def _message_bytes(batch: pa.RecordBatch) -> np.ndarray:
 
 
 def _total_message_bytes(batch: pa.RecordBatch) -> int:
-    """The sum of ``_message_bytes``, from the ends of the key and value columns' offsets alone."""
-    total: int = RECORD_OVERHEAD_BYTES * batch.num_rows
-    for name in ("key", "value"):
-        offsets = value_offsets(batch.column(name))
-        total += int(offsets[-1]) - int(offsets[0])
-    return total
+    """The sum of ``_message_bytes``, from the key and value columns' offsets alone."""
+    values = batch.column("key").total_values_length + batch.column("value").total_values_length
+    return int(RECORD_OVERHEAD_BYTES * batch.num_rows + values)
 
 
 def _rows_within(ends: np.ndarray, budget: int, *, at_least_one: bool) -> int:
