@@ -26,6 +26,8 @@ BUDGET = f"{MEMORY_BUDGET_BYTES // compaction.MiB} MiB"
 LARGE_BUDGET_CONFIG = {"compaction.memory.bytes": 1 << 30}
 KAFKA_PRODUCER_BATCH_MESSAGES = 100
 """About what a Kafka producer's batch holds of the datasets' messages at its default batch.size (16 KiB)."""
+SMALL_BATCHES_STORE = compaction.ledgerview_store(append_messages=KAFKA_PRODUCER_BATCH_MESSAGES)
+"""The dataset in a store appended KAFKA_PRODUCER_BATCH_MESSAGES at a time, as a Kafka producer leaves a topic."""
 SYSTEM_ALLOCATOR = (("ARROW_DEFAULT_MEMORY_POOL", "system"),)
 CODECS = ("lz4", "zstd")
 """The compression.type values the append and read workloads measure beside the default (producer: uncompressed)."""
@@ -158,7 +160,7 @@ WORKLOADS: dict[str, Workload] = {
                 Case("ledgerview", preparer=compaction.ledgerview_store(), job=compaction.ledgerview_open,
                      note="Store.open, store.partition_log(topic, 0), close; appended 10k messages at a time"),
                 Case("ledgerview small batches",
-                     preparer=compaction.ledgerview_store(append_messages=KAFKA_PRODUCER_BATCH_MESSAGES),
+                     preparer=SMALL_BATCHES_STORE,
                      job=compaction.ledgerview_open, note="the same over a log appended 100 messages at a time"),
             ),
         ),
@@ -385,7 +387,7 @@ WORKLOADS: dict[str, Workload] = {
                      job=kafka.kcat_consume_keeping_freed_memory,
                      note="the same, the endpoint run with MALLOC_TOP_PAD_=64 MiB"),
                 Case("kcat small batches",
-                     preparer=compaction.ledgerview_store(append_messages=KAFKA_PRODUCER_BATCH_MESSAGES),
+                     preparer=SMALL_BATCHES_STORE,
                      job=kafka.kcat_consume, note="kcat as above, the topic appended 100 messages at a time (about "
                      "a Kafka producer's batch at its default batch.size, 16 KiB)"),
             ),

@@ -16,7 +16,9 @@ Runs under the partition's writer lock, so no writer is mid-append and no cleane
 4. Load every segment below the recovery point without verifying it: its indexes are kept when they look sound
    and rebuilt from batch headers otherwise.
 5. Recover every segment from the one holding the recovery point on: verify the CRC of each batch from the
-   recovery point on (earlier ones were fsynced) and the order of offsets, and rebuild the indexes. An invalid
+   recovery point on (earlier ones were fsynced) and the order of offsets, and rebuild the indexes. The segment
+   holding the recovery point keeps its sound indexes' entries up to the last indexed batch at or before it, and
+   is read from that batch (``Segment.rebuild_indexes``), so an open after a clean close reads little. An invalid
    batch in the last segment above the recovery point is a torn tail: cut the log back to the last batch that
    verifies. An invalid batch in an earlier segment, or below the recovery point (its bytes were fsynced), is
    corruption: raise CorruptSegmentError naming the file and position, and change nothing.
