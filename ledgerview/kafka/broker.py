@@ -13,6 +13,7 @@ from ledgerview.kafka.authorizer import Authorizer, Operation, ResourceType, Ses
 from ledgerview.kafka.batch_cache import EncodedBatchCache
 from ledgerview.kafka.coordinator import GroupCoordinator
 from ledgerview.kafka.heavy_work import HeavyWork
+from ledgerview.kafka.read_ahead import KeptReads
 from ledgerview.kafka.security_options import Listener, SecurityOptions, SecurityProtocol, check_security
 from ledgerview.kafka.sequences import ProducerSequences
 from ledgerview.kafka.topics import resolve_topic
@@ -166,6 +167,8 @@ class Broker:
     advertised: tuple[str, int] = ("", 0)
     """The host and port clients on this connection are told to connect to (Metadata, FindCoordinator): those of
     the listener it arrived on, as advertised.py advertises it."""
+    kept_reads: KeptReads = field(default_factory=KeptReads)
+    """The partition reads made ahead for this connection's next Fetch (ledgerview/kafka/read_ahead.py)."""
     request_bytes: int = 0
     """What the pool counts for the request frame this connection is handling (its size, or the larger buffer it
     may be received into: FrameBuffers.charge), parked there while it waits for the worker thread
@@ -176,9 +179,9 @@ class Broker:
 
     def for_connection(self, session: Session, listener: Listener, port: int) -> Broker:
         """A view of this broker for one connection: the same store, groups and caches, that connection's
-        principal and listener (which bound ``port``)."""
+        principal, listener (which bound ``port``) and reads made ahead."""
         view = copy.copy(self)
-        view.session, view.port = session, port
+        view.session, view.port, view.kept_reads = session, port, KeptReads()
         view.advertised = advertised_address(listener, port, self.options.advertised_listeners,
                                              self.options.advertised_host)
         return view

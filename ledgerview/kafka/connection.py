@@ -105,6 +105,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     # The frame reader's side.
 
+    @property
+    def has_unread(self) -> bool:
+        """Whether the client sent bytes not read yet, or ended the connection."""
+        return self._staged_end > self._staged_start or self._ended is not None
+
     def take_size(self) -> int | None:
         """The next frame's size if its four bytes are staged (they are then consumed), else None."""
         if self._staged_end - self._staged_start < _SIZE.size:

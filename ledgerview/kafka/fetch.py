@@ -12,7 +12,10 @@ BATCH_ENCODE_BYTES): it returns a StreamedFetchResponse (ledgerview/kafka/fetch_
 encoded one at a time as the connection writes them (ledgerview/kafka/response_sender.py), so a response is never
 held whole. Encoded batches are cached by offset
 range (ledgerview/kafka/batch_cache.py); a batch is laid out once, to size it, its layout kept for its encoding
-(batch_layouts.py), and encoded into a reused buffer (batch_buffers.py).
+(batch_layouts.py), and encoded into a reused buffer (batch_buffers.py). When a partition's read stops at its byte
+budget, the response carries a read-ahead: once it is written, the connection reads that partition on as the
+consumer's next Fetch will and encodes its batches into the cache while the client handles this response
+(ledgerview/kafka/read_ahead.py).
 
 Reaching the high-water mark: the compacted view (and a cleaned raw log) has gaps in its offsets. Clients move to
 the last batch's ``lastOffsetDelta + 1``, so when a read reaches the end offset its last batch is widened to end
@@ -30,9 +33,11 @@ every POLL_INTERVAL_SECONDS for appends made by other processes, until max_wait_
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -42,6 +47,7 @@ from ledgerview.kafka.authorizer import Operation
 from ledgerview.kafka.broker import Broker
 from ledgerview.kafka.fetch_response import Buffer, PartitionAnswer, Piece, StreamedFetchResponse, fixed
 from ledgerview.kafka.protocol import ErrorCode
+from ledgerview.kafka.read_ahead import NextRead
 from ledgerview.kafka.record_encoding import encode_batch, encode_empty_batch
 from ledgerview.kafka.records import BATCH_HEADER_BYTES
 from ledgerview.kafka.topics import TopicView, resolve_topic, unreadable
@@ -83,27 +89,61 @@ def _read_all(broker: Broker, request: Any, version: int) -> StreamedFetchRespon
     budget = min(request.max_bytes, cap) if request.max_bytes > 0 else cap
     response = StreamedFetchResponse(version, [])
     total = 0
+    next_reads: list[NextRead] = []
     try:
         for topic in request.topics:
             answers = []
             for wanted in topic.partitions:
-                limit = min(wanted.partition_max_bytes, max(budget - total, 0))
-                answer = read_partition(broker, topic.topic, wanted.partition, wanted.fetch_offset, limit,
-                                        first=total == 0, closers=response.closers)
+                read = NextRead(topic.topic, wanted.partition, wanted.fetch_offset,
+                                min(wanted.partition_max_bytes, max(budget - total, 0)), first=total == 0)
+                kept = broker.kept_reads.take(read)
+                if kept is not None:
+                    response.closers.extend(kept[1])
+                answer = read_partition(broker, read.topic, read.partition, read.offset, read.max_bytes,
+                                        first=read.first, closers=response.closers,
+                                        kept=None if kept is None else kept[0])
+                if answer.batches and answer.resume_offset is not None:
+                    next_reads.append(replace(read, offset=answer.resume_offset))
                 total += answer.records_bytes
                 answers.append(answer)
             response.topics.append((topic.topic, answers))
     except BaseException:
         response.close()
         raise
+    finally:
+        broker.kept_reads.drop()  # what this Fetch did not ask for
+    if next_reads:
+        response.read_ahead = functools.partial(read_ahead, broker, next_reads)
     return response
 
 
+def read_ahead(broker: Broker, reads: list[NextRead]) -> Generator[Piece, None, None]:
+    """The batches of each of ``reads``, read now as the Fetch asking for it would read them and kept for that
+    Fetch (broker.kept_reads: ledgerview/kafka/read_ahead.py), for the caller to encode into the fetch cache
+    meanwhile (response_sender.py). A read that ends in an error is not kept."""
+    for read in reads:
+        closers: list[Callable[[], None]] = []
+        try:
+            answer = read_partition(broker, read.topic, read.partition, read.offset, read.max_bytes,
+                                    first=read.first, closers=closers)
+        except BaseException:
+            for close in closers:
+                close()
+            raise
+        if answer.error is not ErrorCode.NONE:
+            for close in closers:
+                close()
+            continue
+        broker.kept_reads.keep(read, answer, closers)
+        yield from answer.batches
+
+
 def read_partition(broker: Broker, name: str, partition: int, offset: int, max_bytes: int, *, first: bool,
-                   closers: list[Callable[[], None]]) -> PartitionAnswer:
+                   closers: list[Callable[[], None]], kept: PartitionAnswer | None = None) -> PartitionAnswer:
     """The batches of one partition from ``offset``, within ``max_bytes`` unless this is the first partition of
     the response with data (then at least one message), sized but not encoded yet; the read they come from is
-    added to ``closers``."""
+    added to ``closers``. ``kept``, the answer read ahead for exactly this read, is served instead of reading
+    again, once the principal and the partition are checked as for any read."""
     if not broker.allowed_topic(Operation.READ, name):
         return PartitionAnswer(partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     try:
@@ -114,6 +154,8 @@ def read_partition(broker: Broker, name: str, partition: int, offset: int, max_b
         return PartitionAnswer(partition, unreadable(name, partition, error))
     if not 0 <= partition < view.partitions:
         return PartitionAnswer(partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if kept is not None:
+        return kept
     try:
         read = open_partition_read(broker.store, view.topic, partition, offset, read_compacted=view.compacted)
     except OffsetOutOfRangeError as error:
@@ -125,12 +167,13 @@ def read_partition(broker: Broker, name: str, partition: int, offset: int, max_b
         log_start = 0 if read.ledger is not None else broker.store.start_offset(view.topic, partition)
         end = read.end_offset
         batches = _UntilDamage(read.batches())
-        pieces = list(_pieces(broker, view, partition, batches, offset, end, max_bytes, at_least_one=first))
+        pieces, resume_offset = _pieces(broker, view, partition, batches, offset, end, max_bytes,
+                                        at_least_one=first)
         if batches.damage is not None:
             log.error("serving %s-%d up to a damaged batch: %s", name, partition, batches.damage)
             if not pieces:
                 return PartitionAnswer(partition, ErrorCode.CORRUPT_MESSAGE, end, log_start)
-        return PartitionAnswer(partition, ErrorCode.NONE, end, log_start, pieces)
+        return PartitionAnswer(partition, ErrorCode.NONE, end, log_start, pieces, resume_offset)
     except LedgerviewError:  # a corrupt sealed segment, say: the client sees a storage error, not a reconnect storm
         log.exception("reading %s-%d from offset %d failed", name, partition, offset)
         return PartitionAnswer(partition, ErrorCode.KAFKA_STORAGE_ERROR)
@@ -153,11 +196,12 @@ class _UntilDamage:
 
 
 def _pieces(broker: Broker, view: TopicView, partition: int, batches: _UntilDamage, offset: int,
-            end: int, max_bytes: int, *, at_least_one: bool) -> Iterator[Piece]:
+            end: int, max_bytes: int, *, at_least_one: bool) -> tuple[list[Piece], int | None]:
     """The batches within the byte budget, consecutive small ones grouped into one Kafka batch of about
     BATCH_ENCODE_BYTES at most (encoding costs per batch, and a Kafka producer's batches are often about a hundred
     messages); the last one reaches end - 1 when the read reached the end (not when it stopped at a damaged
-    batch)."""
+    batch). With them, the offset of the first message left out when the budget stopped the read (else None)."""
+    pieces: list[Piece] = []
     group: list[pa.RecordBatch] = []
     group_bytes = spent = 0
     for batch in batches:
@@ -167,25 +211,28 @@ def _pieces(broker: Broker, view: TopicView, partition: int, batches: _UntilDama
             ends = np.cumsum(_message_bytes(batch))
             rows = _rows_within(ends, room, at_least_one=at_least_one and not spent)
             if rows == 0:
+                resume_offset = batch.column("offset")[0].as_py()
                 break
             taken_bytes = int(ends[rows - 1])
         if group and (group_bytes + taken_bytes > BATCH_ENCODE_BYTES or not batch.schema.equals(group[0].schema)):
-            yield from _group_pieces(broker, view, partition, group, group_bytes, None)
+            pieces.extend(_group_pieces(broker, view, partition, group, group_bytes, None))
             group, group_bytes = [], 0
         group.append(batch.slice(0, rows))
         group_bytes += taken_bytes
         spent += BATCH_HEADER_BYTES + taken_bytes
         if rows < batch.num_rows:
+            resume_offset = batch.column("offset")[rows].as_py()
             break
     else:
         if group:
-            yield from _group_pieces(broker, view, partition, group, group_bytes,
-                                     None if batches.damage else end - 1)
+            pieces.extend(_group_pieces(broker, view, partition, group, group_bytes,
+                                        None if batches.damage else end - 1))
         elif offset < end and batches.damage is None:
-            yield fixed(encode_empty_batch(offset, end - 1))
-        return
+            pieces.append(fixed(encode_empty_batch(offset, end - 1)))
+        return pieces, None
     if group:
-        yield from _group_pieces(broker, view, partition, group, group_bytes, None)
+        pieces.extend(_group_pieces(broker, view, partition, group, group_bytes, None))
+    return pieces, resume_offset
 
 
 def _group_pieces(broker: Broker, view: TopicView, partition: int, group: list[pa.RecordBatch], group_bytes: int,

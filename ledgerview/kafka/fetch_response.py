@@ -9,7 +9,7 @@ high_watermark, last_stable_offset, log_start_offset (v5+), aborted_transactions
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 from ledgerview.kafka.protocol import ErrorCode
@@ -46,6 +46,9 @@ class PartitionAnswer:
     high_watermark: int = -1
     log_start_offset: int = -1
     batches: list[Piece] = field(default_factory=list)
+    resume_offset: int | None = None
+    """Where the read stopped at its byte budget with more to read: the offset a consumer's next Fetch will
+    likely ask for (None when it reached the end, an error or a damaged batch)."""
 
     @property
     def records_bytes(self) -> int:
@@ -58,6 +61,9 @@ class FramedResponse:
 
     pieces: list[Piece]
     close: Callable[[], None]
+    read_ahead: Callable[[], Generator[Piece, None, None]] | None = None
+    """The pieces of the response the client will likely ask for next, worth making before it asks (a Fetch's
+    read-ahead: response_sender.py); None when there is none."""
 
 
 @dataclass
@@ -66,6 +72,8 @@ class StreamedFetchResponse:
     topics: list[tuple[str, list[PartitionAnswer]]]
     closers: list[Callable[[], None]] = field(default_factory=list)
     """What the batches are read from (ledgers), closed once the response is written."""
+    read_ahead: Callable[[], Generator[Piece, None, None]] | None = None
+    """As FramedResponse.read_ahead."""
 
     @property
     def records_bytes(self) -> int:
@@ -93,7 +101,7 @@ class StreamedFetchResponse:
                 pieces.append(fixed(self._partition_head(answer)))
                 pieces.extend(answer.batches)
         size = sum(piece.size for piece in pieces)
-        return FramedResponse([fixed(struct.pack(">i", size)), *pieces], self.close)
+        return FramedResponse([fixed(struct.pack(">i", size)), *pieces], self.close, self.read_ahead)
 
     def _partition_head(self, answer: PartitionAnswer) -> bytes:
         head = struct.pack(">ihqq", answer.index, answer.error.value, answer.high_watermark, answer.high_watermark)

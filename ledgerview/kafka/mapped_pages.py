@@ -49,7 +49,7 @@ class MappedPages:
             return response
         if sum(piece.size for piece in response.pieces) >= DROP_EVERY_BYTES:
             self.drop()
-        return FramedResponse([replace(piece, make=self._counted(piece)) for piece in response.pieces], response.close)
+        return replace(response, pieces=[replace(piece, make=self._counted(piece)) for piece in response.pieces])
 
     def _counted(self, piece: Piece) -> Callable[[], Buffer]:
         def make() -> Buffer:

@@ -26,6 +26,7 @@ counted, so small requests keep their share.
 
 The fetch cache's encoded batches (batch_cache.py) live in the same bound, in the room nothing else uses: the cache
 takes room only while requests and responses leave it free (never the small requests' share, never by waiting),
+and so does a Fetch's read-ahead (take_spare: a batch is encoded ahead only if it and its cached copy fit there),
 and whenever a request, a fetched batch or a worker step needs room its least recently used entries are evicted
 first. The free buffers kept for receiving frames and encoding fetched batches (reused_buffers.py) and the kept
 batch layouts (batch_layouts.py) live there the same way, evicted before the cache. So requests, responses and
@@ -99,6 +100,16 @@ class QueuedRequestBytes:
         """A cache dropped ``size`` bytes it had taken."""
         self.cached_bytes -= size
         self._wake()
+
+    def take_spare(self, size: int, *, then_cached: int) -> bool:
+        """Count ``size`` bytes of work no request waits for (a Fetch's read-ahead, response_sender.py) if they
+        and ``then_cached`` more bytes, which a cache would keep of that work, fit in cache_room now; False,
+        counting nothing, if not. Evicts nothing and never waits: such work takes only room nobody uses."""
+        if size + then_cached > self.cache_room:
+            return False
+        self.queued_bytes += size
+        self.peak_bytes = max(self.peak_bytes, self.queued_bytes)
+        return True
 
     async def reserve(self, size: int) -> None:
         """Wait until a request of ``size`` bytes fits (or nothing is queued), then count it."""

@@ -17,13 +17,15 @@ progresses even when every other connection holds a piece its client never reads
 hold none. A response whose pieces are larger than the whole bound passes the same way when nothing else is
 queued (as a request). The connection yields to the event loop every YIELD_BYTES written, so other connections
 are served while a large response is encoded and sent. A response is written whole before the connection reads
-its next request, so responses keep request order.
+its next request, so responses keep request order. After a Fetch, ``prepare`` encodes its read-ahead
+(ledgerview/kafka/read_ahead.py) until the client sends anything.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Awaitable, Callable, Generator
 
 from ledgerview.kafka.connection import KafkaConnection
 from ledgerview.kafka.fetch_response import FramedResponse, Piece
@@ -63,6 +65,21 @@ class ResponseSender:
             await self._flush()
         finally:
             response.close()
+
+    async def prepare(self, pieces: Generator[Piece, None, None], client_spoke: Callable[[], bool]) -> None:
+        """Make the pieces of the response the client will likely ask for next (FramedResponse.read_ahead), one at a
+        time while ``client_spoke()`` is false, yielding to the event loop after each, so that the work overlaps the
+        client's handling of the last response. A piece is made only when the pool has spare room for it and for
+        the cache to keep it (QueuedRequestBytes.take_spare); the first that has none ends the read-ahead."""
+        with contextlib.closing(pieces):
+            for piece in pieces:
+                if client_spoke() or not self._pool.take_spare(piece.charge, then_cached=piece.size):
+                    return
+                try:
+                    piece.written(piece.make())
+                finally:
+                    self._pool.release(piece.charge)
+                await asyncio.sleep(0)
 
     def _write(self, piece: Piece) -> None:
         """Encode ``piece``, hand it to the transport, then tell the piece it was written (its buffer may be reused:

@@ -451,6 +451,7 @@ class KafkaEndpoint:
         assert handler is not None
         self._handlers.add(handler)
         sender = ResponseSender(connection, self._queued, lambda: drain(connection, self.options))
+        broker: Broker | None = None
         try:
             principal = await self._authenticate(listener, address, connection)
             if principal is None:
@@ -466,6 +467,8 @@ class KafkaEndpoint:
                     self._buffers.give_back(frame)
                 if isinstance(response, FramedResponse):
                     await sender.send(self._mapped_pages.watching(response))
+                    if response.read_ahead is not None:
+                        await sender.prepare(response.read_ahead(), lambda: connection.has_unread)
                 elif response:
                     connection.write(response)
                     if connection.transport.get_write_buffer_size() > WRITE_BUFFER_BYTES_MAX:
@@ -480,6 +483,8 @@ class KafkaEndpoint:
             self._open[address] -= 1
             self._handlers.discard(handler)
             sender.close()
+            if broker is not None:
+                broker.kept_reads.drop()
             connection.close()
             with contextlib.suppress(Exception):  # a peer that never finishes TLS's close must not hold a stop
                 await asyncio.wait_for(connection.wait_closed(), CLOSE_WAIT_S)

@@ -1,0 +1,100 @@
+"""Fetch read-ahead: once a Fetch that stopped at its byte budget is written, the endpoint encodes what the
+consumer's next Fetch will ask for while the consumer handles this one. A consumer keeps one Fetch in flight, so
+without it the endpoint's encoding and the client's decoding take turns (bench/RESULTS.md, issue 19). The
+read-ahead takes only room nobody uses in queued.max.request.bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from kafka.protocol.consumer import FetchResponse
+from kafka.record import MemoryRecords
+
+from ledgerview.kafka import fetch
+from ledgerview.kafka.batch_cache import EncodedBatchCache
+from ledgerview.kafka.record_encoding import encode_batch
+from ledgerview.kafka.request_queue import QueuedRequestBytes
+from readers.partition_read import open_partition_read
+from tests.kafka_support import RawClient, Running, fetch_request, kafka, wait_for
+
+__all__ = ["kafka"]
+
+MiB = 1024 * 1024
+Message = tuple[int, bytes | None, bytes | None]
+
+
+def fetched(client: RawClient, offset: int) -> list[Message]:
+    """Partition 0 of ``t`` from ``offset``, one Fetch of at most 1 MiB, as (offset, key, value)."""
+    response = client.request(fetch_request("t", offset=offset, max_bytes=MiB), FetchResponse, 11)
+    records = MemoryRecords(response.responses[0].partitions[0].records)
+    messages: list[Message] = []
+    while (batch := records.next_batch()) is not None:
+        messages.extend((record.offset, record.key, record.value) for record in batch)
+    return messages
+
+
+def test_the_next_fetch_is_encoded_before_the_consumer_asks_and_served_as_encoded(
+        kafka: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    stored = [(b"k%d" % i, bytes([i % 251]) * 300) for i in range(8_000)]
+    kafka.store.create_topic("t")
+    for start in range(0, len(stored), 2_000):  # four stored batches of about 0.6 MB
+        kafka.store.append("t", stored[start : start + 2_000], partition=0)
+    encoded_from: list[int] = []  # the first offset of every Kafka batch the endpoint encodes
+    lock = threading.Lock()
+
+    def counted(batch: Any, **options: Any) -> Any:
+        with lock:
+            encoded_from.append(batch.column("offset")[0].as_py())
+        return encode_batch(batch, **options)
+
+    read_from: list[int] = []  # the offset of every partition read
+
+    def counted_read(*arguments: Any, **options: Any) -> Any:
+        with lock:
+            read_from.append(arguments[3])
+        return open_partition_read(*arguments, **options)
+
+    monkeypatch.setattr(fetch, "encode_batch", counted)
+    monkeypatch.setattr(fetch, "open_partition_read", counted_read)
+    client = RawClient(kafka.bootstrap)
+    try:
+        first = fetched(client, 0)
+        resume = first[-1][0] + 1
+        assert 0 < resume < len(stored)  # the budget stopped the read part way
+        # Nothing is asked, yet the batch the next Fetch starts with gets encoded.
+        wait_for(lambda: resume in encoded_from, "the next Fetch's first batch encoded ahead", timeout_seconds=30)
+        second = fetched(client, resume)
+        wait_for(lambda: second[-1][0] + 1 in read_from, "the third Fetch's read made ahead", timeout_seconds=30)
+        with lock:
+            reads_of_second, encodings_of_second = read_from.count(resume), encoded_from.count(resume)
+        again = fetched(client, 0)  # a seek back: the read made ahead is not what this Fetch asks for
+    finally:
+        client.close()
+
+    assert first + second == [(offset, key, value) for offset, (key, value) in enumerate(stored)][: len(first + second)]
+    assert second[0][0] == resume
+    assert again == first
+    # The second Fetch was served the read made ahead and its encodings: neither was done again.
+    assert reads_of_second == encodings_of_second == 1
+
+
+def test_read_ahead_takes_only_spare_room_and_evicts_nothing() -> None:
+    async def scenario() -> None:
+        pool = QueuedRequestBytes(8 * MiB)  # large requests may fill 7 MiB
+        cache = EncodedBatchCache(64 * MiB)
+        cache.count_in(pool)
+        for number in range(4):
+            cache.get_or_encode(("t", False, 0, number, number, 1), lambda: bytes(MiB))
+        await pool.reserve(MiB)  # 4 MiB cached, 1 MiB queued: 2 MiB spare
+        assert pool.take_spare(MiB, then_cached=MiB)
+        assert pool.queued_bytes == 2 * MiB
+        assert not pool.take_spare(MiB, then_cached=1)  # 1 MiB left: the cache could not keep it
+        assert not pool.take_spare(2 * MiB, then_cached=0)
+        assert pool.queued_bytes == 2 * MiB  # nothing counted for what was refused
+        assert cache.size_bytes == pool.cached_bytes == 4 * MiB  # and nothing evicted for read-ahead
+        pool.release(2 * MiB)
+
+    asyncio.run(scenario())
