@@ -13,8 +13,11 @@ import pytest
 from kafka.protocol.consumer import FetchResponse
 from kafka.record import MemoryRecords
 
-from ledgerview.kafka import fetch
+from ledgerview.kafka import fetch, read_ahead
 from ledgerview.kafka.batch_cache import EncodedBatchCache
+from ledgerview.kafka.fetch_response import PartitionAnswer
+from ledgerview.kafka.protocol import ErrorCode
+from ledgerview.kafka.read_ahead import KeptReads, NextRead
 from ledgerview.kafka.record_encoding import encode_batch
 from ledgerview.kafka.request_queue import QueuedRequestBytes
 from readers.partition_read import open_partition_read
@@ -96,5 +99,24 @@ def test_read_ahead_takes_only_spare_room_and_evicts_nothing() -> None:
         assert pool.queued_bytes == 2 * MiB  # nothing counted for what was refused
         assert cache.size_bytes == pool.cached_bytes == 4 * MiB  # and nothing evicted for read-ahead
         pool.release(2 * MiB)
+
+    asyncio.run(scenario())
+
+
+def test_a_read_made_ahead_is_closed_when_nobody_asks_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(read_ahead, "KEEP_SECONDS", 0.01)
+    closed: list[str] = []
+
+    async def scenario() -> None:
+        kept = KeptReads()
+        asked = NextRead("t", 0, 100, MiB, first=True)
+        kept.keep(asked, PartitionAnswer(0, ErrorCode.NONE), [lambda: closed.append("asked")])
+        kept.keep(NextRead("t", 1, 100, MiB, first=False), PartitionAnswer(1, ErrorCode.NONE),
+                  [lambda: closed.append("idle")])
+        assert kept.take(NextRead("t", 0, 100, MiB // 2, first=True)) is None  # another budget: not this read
+        taken = kept.take(asked)
+        assert taken is not None and taken[0].index == 0 and closed == []  # the taker closes what it took
+        await asyncio.sleep(0.1)
+        assert closed == ["idle"]  # the read nobody asked for, closed after KEEP_SECONDS
 
     asyncio.run(scenario())
