@@ -84,6 +84,32 @@ def test_the_next_fetch_is_encoded_before_the_consumer_asks_and_served_as_encode
     assert reads_of_second == encodings_of_second == 1
 
 
+
+def test_a_read_ahead_that_fails_leaves_the_connection_serving(kafka: Running,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    stored = [(b"k%d" % i, bytes([i % 251]) * 300) for i in range(6_000)]
+    kafka.store.create_topic("t")
+    kafka.store.append("t", stored, partition=0)
+    failed: list[int] = []
+
+    def failing_once(*arguments: Any, **options: Any) -> Any:
+        if arguments[3] > 0 and not failed:  # the first read ahead: the disk says no
+            failed.append(arguments[3])
+            raise OSError(24, "Too many open files")
+        return open_partition_read(*arguments, **options)
+
+    monkeypatch.setattr(fetch, "open_partition_read", failing_once)
+    client = RawClient(kafka.bootstrap)
+    try:
+        first = fetched(client, 0)
+        wait_for(lambda: failed, "the read ahead", timeout_seconds=30)
+        second = fetched(client, first[-1][0] + 1)  # on the same connection, read now
+    finally:
+        client.close()
+    assert failed == [first[-1][0] + 1]
+    assert first + second == [(offset, key, value) for offset, (key, value) in enumerate(stored)][: len(first + second)]
+
+
 def test_read_ahead_takes_only_spare_room_and_evicts_nothing() -> None:
     async def scenario() -> None:
         pool = QueuedRequestBytes(8 * MiB)  # large requests may fill 7 MiB

@@ -120,15 +120,20 @@ def _read_all(broker: Broker, request: Any, version: int) -> StreamedFetchRespon
 def read_ahead(broker: Broker, reads: list[NextRead]) -> Generator[Piece, None, None]:
     """The batches of each of ``reads``, read now as the Fetch asking for it would read them and kept for that
     Fetch (broker.kept_reads: ledgerview/kafka/read_ahead.py), for the caller to encode into the fetch cache
-    meanwhile (response_sender.py). A read that ends in an error is not kept."""
+    meanwhile (response_sender.py). A read that ends in an error is not kept; an OSError ends the read-ahead
+    (without closing the connection, as it would if raised)."""
     for read in reads:
         closers: list[Callable[[], None]] = []
         try:
             answer = read_partition(broker, read.topic, read.partition, read.offset, read.max_bytes,
                                     first=read.first, closers=closers)
-        except BaseException:
+        except BaseException as error:
             for close in closers:
                 close()
+            if isinstance(error, OSError):  # the Fetch that asks for it meets it too, and answers for it
+                log.debug("reading %s-%d ahead from offset %d failed: %s", read.topic, read.partition, read.offset,
+                          error)
+                return
             raise
         if answer.error is not ErrorCode.NONE:
             for close in closers:
