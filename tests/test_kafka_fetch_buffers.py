@@ -83,7 +83,7 @@ def test_a_batch_the_full_cache_evicts_gives_its_buffer_to_the_next_batch() -> N
     cache.count_in(pool)
     kept = []
     for number in range(4):
-        key = ("t", False, 0, number, number, 1)
+        key = ("t", 0, False, 0, number, number, 1)
 
         def encode(fill: int = number) -> memoryview:
             batch = cache.buffer(MiB - 100)
@@ -98,7 +98,7 @@ def test_a_batch_the_full_cache_evicts_gives_its_buffer_to_the_next_batch() -> N
     # Two batches fill the cache; admitting the third evicts the first, whose buffer the fourth takes.
     assert len({id(buffer) for buffer in kept[:3]}) == 3 and kept[3] is kept[0]
     assert cache.size_bytes == 2 * MiB and pool.cached_bytes == 3 * MiB  # two entries, one free buffer
-    assert bytes(cache.get_or_encode(("t", False, 0, 3, 3, 1), bytes)) == bytes([3]) * (MiB - 100)
+    assert bytes(cache.get_or_encode(("t", 0, False, 0, 3, 3, 1), bytes)) == bytes([3]) * (MiB - 100)
 
 
 class _UnsentTransport(asyncio.Transport):

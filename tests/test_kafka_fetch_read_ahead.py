@@ -17,7 +17,7 @@ from ledgerview.kafka import fetch, read_ahead
 from ledgerview.kafka.batch_cache import EncodedBatchCache
 from ledgerview.kafka.fetch_response import PartitionAnswer
 from ledgerview.kafka.protocol import ErrorCode
-from ledgerview.kafka.read_ahead import KeptReads, NextRead
+from ledgerview.kafka.read_ahead import KeptRead, KeptReads, NextRead
 from ledgerview.kafka.record_encoding import encode_batch
 from ledgerview.kafka.request_queue import QueuedRequestBytes
 from readers.partition_read import open_partition_read
@@ -31,12 +31,33 @@ Message = tuple[int, bytes | None, bytes | None]
 
 def fetched(client: RawClient, offset: int) -> list[Message]:
     """Partition 0 of ``t`` from ``offset``, one Fetch of at most 1 MiB, as (offset, key, value)."""
-    response = client.request(fetch_request("t", offset=offset, max_bytes=MiB), FetchResponse, 11)
-    records = MemoryRecords(response.responses[0].partitions[0].records)
-    messages: list[Message] = []
-    while (batch := records.next_batch()) is not None:
-        messages.extend((record.offset, record.key, record.value) for record in batch)
+    error, _, messages = fetch_answer(client, offset)
+    assert error == 0
     return messages
+
+
+def fetch_answer(client: RawClient, offset: int) -> tuple[int, int, list[Message]]:
+    """The error code, log start offset and messages of partition 0 of ``t`` from ``offset`` (at most 1 MiB)."""
+    response = client.request(fetch_request("t", offset=offset, max_bytes=MiB), FetchResponse, 11)
+    partition = response.responses[0].partitions[0]
+    messages: list[Message] = []
+    if partition.records:
+        records = MemoryRecords(partition.records)
+        while (batch := records.next_batch()) is not None:
+            messages.extend((record.offset, record.key, record.value) for record in batch)
+    return partition.error_code, partition.log_start_offset, messages
+
+
+def counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The offset of every partition read the endpoint opens from now on (a Fetch's or a read-ahead's)."""
+    read_from: list[int] = []
+
+    def counted_read(*arguments: Any, **options: Any) -> Any:
+        read_from.append(arguments[3])
+        return open_partition_read(*arguments, **options)
+
+    monkeypatch.setattr(fetch, "open_partition_read", counted_read)
+    return read_from
 
 
 def test_the_next_fetch_is_encoded_before_the_consumer_asks_and_served_as_encoded(
@@ -116,7 +137,7 @@ def test_read_ahead_takes_only_spare_room_and_evicts_nothing() -> None:
         cache = EncodedBatchCache(64 * MiB)
         cache.count_in(pool)
         for number in range(4):
-            cache.get_or_encode(("t", False, 0, number, number, 1), lambda: bytes(MiB))
+            cache.get_or_encode(("t", 0, False, 0, number, number, 1), lambda: bytes(MiB))
         await pool.reserve(MiB)  # 4 MiB cached, 1 MiB queued: 2 MiB spare
         assert pool.take_spare(MiB, then_cached=MiB)
         assert pool.queued_bytes == 2 * MiB
@@ -136,13 +157,92 @@ def test_a_read_made_ahead_is_closed_when_nobody_asks_for_it(monkeypatch: pytest
     async def scenario() -> None:
         kept = KeptReads()
         asked = NextRead("t", 0, 100, MiB, first=True)
-        kept.keep(asked, PartitionAnswer(0, ErrorCode.NONE), [lambda: closed.append("asked")])
-        kept.keep(NextRead("t", 1, 100, MiB, first=False), PartitionAnswer(1, ErrorCode.NONE),
-                  [lambda: closed.append("idle")])
+        kept.keep(asked, KeptRead(PartitionAnswer(0, ErrorCode.NONE), [lambda: closed.append("asked")], 1))
+        kept.keep(NextRead("t", 1, 100, MiB, first=False),
+                  KeptRead(PartitionAnswer(1, ErrorCode.NONE), [lambda: closed.append("idle")], 1))
         assert kept.take(NextRead("t", 0, 100, MiB // 2, first=True)) is None  # another budget: not this read
         taken = kept.take(asked)
-        assert taken is not None and taken[0].index == 0 and closed == []  # the taker closes what it took
+        assert taken is not None and taken.answer.index == 0 and closed == []  # the taker closes what it took
         await asyncio.sleep(0.1)
         assert closed == ["idle"]  # the read nobody asked for, closed after KEEP_SECONDS
 
     asyncio.run(scenario())
+
+
+def test_a_read_made_ahead_is_not_served_once_the_log_start_passed_it(kafka: Running,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    stored = [(b"k%d" % i, bytes([i % 251]) * 300) for i in range(8_000)]
+    kafka.store.create_topic("t")
+    kafka.store.append("t", stored, partition=0)
+    read_from = counting_reads(monkeypatch)
+    client = RawClient(kafka.bootstrap)
+    try:
+        resume = fetched(client, 0)[-1][0] + 1
+        wait_for(lambda: resume in read_from, "the read ahead", timeout_seconds=30)
+        kafka.store.delete_records("t", 0, 6_000)  # DeleteRecords, by another process, past the read's offset
+        error, log_start, messages = fetch_answer(client, resume)
+    finally:
+        client.close()
+    assert (error, log_start, messages) == (ErrorCode.OFFSET_OUT_OF_RANGE.value, 6_000, [])
+
+
+def test_a_topic_created_again_is_never_served_what_was_read_ahead_of_the_old_one(
+        kafka: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    def messages(fill: int) -> list[tuple[bytes, bytes]]:
+        return [(b"k%d" % i, bytes([fill]) * 300) for i in range(8_000)]
+
+    kafka.store.create_topic("t")
+    kafka.store.append("t", messages(1), partition=0)
+    read_from = counting_reads(monkeypatch)
+    client = RawClient(kafka.bootstrap)
+    try:
+        resume = fetched(client, 0)[-1][0] + 1
+        wait_for(lambda: resume in read_from, "the read ahead", timeout_seconds=30)
+        kafka.store.delete_topic("t")  # and created again with as many messages of the same sizes
+        kafka.store.create_topic("t")
+        kafka.store.append("t", messages(2), partition=0)
+        served = fetched(client, resume)
+    finally:
+        client.close()
+    assert served and {value for _, _, value in served} == {bytes([2]) * 300}
+
+
+def test_a_cleaned_log_with_gaps_is_read_ahead_from_where_the_consumer_asks(
+        kafka: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    kafka.store.create_topic("t", config={"cleanup.policy": "compact", "segment.bytes": "65536",
+                                          "min.cleanable.dirty.ratio": "0"})
+    for start in range(0, 8_000, 200):  # each key twice in a row: cleaning leaves the odd offsets
+        kafka.store.append("t", [(b"k%d" % (i // 2), bytes([i % 251]) * 300) for i in range(start, start + 200)],
+                           partition=0)
+    kafka.store.roll("t", 0)
+    kafka.store.append("t", [(b"last", b"v")], partition=0)
+    kafka.store.clean("t")
+    read_from = counting_reads(monkeypatch)
+    client = RawClient(kafka.bootstrap)
+    try:
+        first = fetched(client, 0)
+        assert [offset for offset, _, _ in first[:3]] == [1, 3, 5]
+        asked = first[-1][0] + 1  # a gap: the next message is at asked + 1
+        wait_for(lambda: asked in read_from, "the read ahead from the offset the consumer asks", timeout_seconds=30)
+        second = fetched(client, asked)
+    finally:
+        client.close()
+    assert second[0][0] == asked + 1
+    assert read_from.count(asked) == 1  # the Fetch was served the read made ahead
+
+
+def test_a_topic_created_again_is_not_served_the_old_topics_cached_batches(kafka: Running) -> None:
+    """The fetch cache keys batches by offsets and counts: the topic's creation time keeps two topics of one name
+    apart (the cache already held this range, as any range a consumer fetched)."""
+    kafka.store.create_topic("t")
+    kafka.store.append("t", [(b"k%d" % i, b"old") for i in range(100)], partition=0)
+    client = RawClient(kafka.bootstrap)
+    try:
+        assert {value for _, _, value in fetched(client, 0)} == {b"old"}
+        kafka.store.delete_topic("t")
+        kafka.store.create_topic("t")
+        kafka.store.append("t", [(b"k%d" % i, b"new") for i in range(100)], partition=0)
+        again = fetched(client, 0)
+    finally:
+        client.close()
+    assert len(again) == 100 and {value for _, _, value in again} == {b"new"}

@@ -45,8 +45,8 @@ logging.getLogger("kafka").setLevel(logging.WARNING)
 MiB = 1024 * 1024
 
 
-def _key(number: int) -> tuple[str, bool, int, int, int, int]:
-    return ("bulk", False, 0, number, number, 1)
+def _key(number: int) -> tuple[str, int, bool, int, int, int, int]:
+    return ("bulk", 0, False, 0, number, number, 1)
 
 
 def test_the_fetch_cache_holds_only_room_the_pool_leaves_free_and_is_evicted_first() -> None:

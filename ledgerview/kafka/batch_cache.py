@@ -2,9 +2,9 @@
 one consumer's retry) make is encoded once; and what encoding a fetched batch needs besides: its record layout,
 computed once, and a buffer reused so that its pages are not faulted in afresh for every batch.
 
-A key names the topic, view, partition, first and last offset served and the message count. Offsets never
-change and the stored messages in a range only ever shrink (cleaning, retention), so a range with the same count
-holds the same messages.
+A key names the topic (and its creation time: one deleted and created again is another log), view, partition,
+first and last offset served and the message count. Offsets never change and the stored messages in a range only
+ever shrink (cleaning, retention), so a range with the same count holds the same messages.
 
 The cache holds at most ``capacity_bytes`` (EndpointOptions.fetch_cache_bytes), counted as the whole buffers its
 entries keep. On the endpoint it also lives in queued.max.request.bytes (count_in, request_queue.py): an entry is
@@ -32,7 +32,8 @@ from ledgerview.kafka.fetch_response import Buffer
 from ledgerview.kafka.record_encoding import RecordLayout, record_layout
 from ledgerview.kafka.request_queue import QueuedRequestBytes
 
-CacheKey = tuple[str, bool, int, int, int, int]
+CacheKey = tuple[str, int, bool, int, int, int, int]
+"""(topic, its creation time in ms, compacted view, partition, first offset, last offset, messages)."""
 
 
 class EncodedBatchCache:

@@ -47,7 +47,7 @@ from ledgerview.kafka.authorizer import Operation
 from ledgerview.kafka.broker import Broker
 from ledgerview.kafka.fetch_response import Buffer, PartitionAnswer, Piece, StreamedFetchResponse, fixed
 from ledgerview.kafka.protocol import ErrorCode
-from ledgerview.kafka.read_ahead import NextRead
+from ledgerview.kafka.read_ahead import KeptRead, NextRead
 from ledgerview.kafka.record_encoding import encode_batch, encode_empty_batch
 from ledgerview.kafka.records import BATCH_HEADER_BYTES
 from ledgerview.kafka.topics import TopicView, resolve_topic, unreadable
@@ -98,10 +98,9 @@ def _read_all(broker: Broker, request: Any, version: int) -> StreamedFetchRespon
                                 min(wanted.partition_max_bytes, max(budget - total, 0)), first=total == 0)
                 kept = broker.kept_reads.take(read)
                 if kept is not None:
-                    response.closers.extend(kept[1])
+                    response.closers.extend(kept.closers)
                 answer = read_partition(broker, read.topic, read.partition, read.offset, read.max_bytes,
-                                        first=read.first, closers=response.closers,
-                                        kept=None if kept is None else kept[0])
+                                        first=read.first, closers=response.closers, kept=kept)
                 if answer.batches and answer.resume_offset is not None:
                     next_reads.append(replace(read, offset=answer.resume_offset))
                 total += answer.records_bytes
@@ -118,37 +117,44 @@ def _read_all(broker: Broker, request: Any, version: int) -> StreamedFetchRespon
 
 
 def read_ahead(broker: Broker, reads: list[NextRead]) -> Generator[Piece, None, None]:
-    """The batches of each of ``reads``, read now as the Fetch asking for it would read them and kept for that
-    Fetch (broker.kept_reads: ledgerview/kafka/read_ahead.py), for the caller to encode into the fetch cache
-    meanwhile (response_sender.py). A read that ends in an error is not kept; an OSError ends the read-ahead
-    (without closing the connection, as it would if raised)."""
+    """The batches of each of ``reads``, read now as the Fetch asking for it would read them, for the caller to
+    encode into the fetch cache meanwhile (response_sender.py); a read of the raw log is also kept for that Fetch
+    (broker.kept_reads: ledgerview/kafka/read_ahead.py). A read that ends in an error is not kept; an OSError ends
+    the read-ahead (without closing the connection, as it would if raised)."""
     for read in reads:
         closers: list[Callable[[], None]] = []
         try:
+            view = resolve_topic(broker.store, read.topic, broker.options.compacted_suffix)  # before the read
             answer = read_partition(broker, read.topic, read.partition, read.offset, read.max_bytes,
                                     first=read.first, closers=closers)
         except BaseException as error:
-            for close in closers:
-                close()
-            if isinstance(error, OSError):  # the Fetch that asks for it meets it too, and answers for it
+            _close_all(closers)
+            if isinstance(error, OSError | LedgerviewError):  # the Fetch that asks meets it too, and answers it
                 log.debug("reading %s-%d ahead from offset %d failed: %s", read.topic, read.partition, read.offset,
                           error)
                 return
             raise
-        if answer.error is not ErrorCode.NONE:
-            for close in closers:
-                close()
+        if answer.error is not ErrorCode.NONE or view.compacted:
+            try:
+                yield from answer.batches if answer.error is ErrorCode.NONE else ()
+            finally:
+                _close_all(closers)
             continue
-        broker.kept_reads.keep(read, answer, closers)
+        broker.kept_reads.keep(read, KeptRead(answer, closers, view.created_ms))
         yield from answer.batches
 
 
+def _close_all(closers: list[Callable[[], None]]) -> None:
+    for close in closers:
+        close()
+
+
 def read_partition(broker: Broker, name: str, partition: int, offset: int, max_bytes: int, *, first: bool,
-                   closers: list[Callable[[], None]], kept: PartitionAnswer | None = None) -> PartitionAnswer:
+                   closers: list[Callable[[], None]], kept: KeptRead | None = None) -> PartitionAnswer:
     """The batches of one partition from ``offset``, within ``max_bytes`` unless this is the first partition of
     the response with data (then at least one message), sized but not encoded yet; the read they come from is
-    added to ``closers``. ``kept``, the answer read ahead for exactly this read, is served instead of reading
-    again, once the principal and the partition are checked as for any read."""
+    added to ``closers``. ``kept``, read ahead for exactly this read, is served instead of reading again once the
+    principal and the partition are checked as for any read, if it still stands (_still_served)."""
     if not broker.allowed_topic(Operation.READ, name):
         return PartitionAnswer(partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     try:
@@ -159,8 +165,9 @@ def read_partition(broker: Broker, name: str, partition: int, offset: int, max_b
         return PartitionAnswer(partition, unreadable(name, partition, error))
     if not 0 <= partition < view.partitions:
         return PartitionAnswer(partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    if kept is not None:
-        return kept
+    served = None if kept is None else _still_served(broker, view, partition, offset, kept)
+    if served is not None:
+        return served
     try:
         read = open_partition_read(broker.store, view.topic, partition, offset, read_compacted=view.compacted)
     except OffsetOutOfRangeError as error:
@@ -184,6 +191,21 @@ def read_partition(broker: Broker, name: str, partition: int, offset: int, max_b
         return PartitionAnswer(partition, ErrorCode.KAFKA_STORAGE_ERROR)
 
 
+def _still_served(broker: Broker, view: TopicView, partition: int, offset: int, kept: KeptRead) -> (
+    PartitionAnswer | None
+):
+    """``kept``'s answer with the partition's current high-water mark and log start, if the log it was read from
+    still serves it: the same topic (not deleted and created again since), whose log start has not passed
+    ``offset`` (retention, DeleteRecords); else None, and the partition is read again."""
+    if view.compacted or view.created_ms != kept.topic_created_ms:
+        return None
+    log_start = broker.store.start_offset(view.topic, partition)
+    if log_start > offset:
+        return None
+    return replace(kept.answer, high_watermark=broker.store.end_offset(view.topic, partition),
+                   log_start_offset=log_start)
+
+
 class _UntilDamage:
     """The batches of a read up to the first damaged one (CorruptSegmentError, kept in ``damage``): what comes
     before it is served, and the fetch at its offset gets CORRUPT_MESSAGE, which ends real clients' reads with an
@@ -205,7 +227,8 @@ def _pieces(broker: Broker, view: TopicView, partition: int, batches: _UntilDama
     """The batches within the byte budget, consecutive small ones grouped into one Kafka batch of about
     BATCH_ENCODE_BYTES at most (encoding costs per batch, and a Kafka producer's batches are often about a hundred
     messages); the last one reaches end - 1 when the read reached the end (not when it stopped at a damaged
-    batch). With them, the offset of the first message left out when the budget stopped the read (else None)."""
+    batch). With them, when the budget stopped the read, the offset after the last message served (where the
+    consumer's next Fetch starts, gaps in the offsets or not), else None."""
     pieces: list[Piece] = []
     group: list[pa.RecordBatch] = []
     group_bytes = spent = 0
@@ -216,7 +239,6 @@ def _pieces(broker: Broker, view: TopicView, partition: int, batches: _UntilDama
             ends = np.cumsum(_message_bytes(batch))
             rows = _rows_within(ends, room, at_least_one=at_least_one and not spent)
             if rows == 0:
-                resume_offset = batch.column("offset")[0].as_py()
                 break
             taken_bytes = int(ends[rows - 1])
         if group and (group_bytes + taken_bytes > BATCH_ENCODE_BYTES or not batch.schema.equals(group[0].schema)):
@@ -226,7 +248,6 @@ def _pieces(broker: Broker, view: TopicView, partition: int, batches: _UntilDama
         group_bytes += taken_bytes
         spent += BATCH_HEADER_BYTES + taken_bytes
         if rows < batch.num_rows:
-            resume_offset = batch.column("offset")[rows].as_py()
             break
     else:
         if group:
@@ -235,9 +256,10 @@ def _pieces(broker: Broker, view: TopicView, partition: int, batches: _UntilDama
         elif offset < end and batches.damage is None:
             pieces.append(fixed(encode_empty_batch(offset, end - 1)))
         return pieces, None
-    if group:
-        pieces.extend(_group_pieces(broker, view, partition, group, group_bytes, None))
-    return pieces, resume_offset
+    if not group:
+        return pieces, None
+    pieces.extend(_group_pieces(broker, view, partition, group, group_bytes, None))
+    return pieces, group[-1].column("offset")[-1].as_py() + 1
 
 
 def _group_pieces(broker: Broker, view: TopicView, partition: int, group: list[pa.RecordBatch], group_bytes: int,
@@ -266,7 +288,8 @@ def _encoding(broker: Broker, view: TopicView, partition: int, batches: list[pa.
     response holds only the read's batches, most of them slices of the segments' memory maps."""
     first = batches[0].column("offset")[0].as_py()
     last = batches[-1].column("offset")[-1].as_py() if last_offset is None else last_offset
-    key = (view.topic, view.compacted, partition, first, last, sum(batch.num_rows for batch in batches))
+    rows = sum(batch.num_rows for batch in batches)
+    key = (view.topic, view.created_ms, view.compacted, partition, first, last, rows)
     cache = broker.fetch_cache
 
     def joined() -> pa.RecordBatch:

@@ -8,10 +8,15 @@ Fetch would (ledgerview/kafka/fetch.py), keeps the reads here and encodes their 
 the client says nothing (response_sender.py). The next Fetch takes a kept read only if it asks for exactly that
 read (topic, partition, offset, byte budget); it then serves the kept batches, whose encodings the cache holds.
 
-A kept read is a snapshot of the log when it was read, as a Fetch response is: the offsets it serves hold the same
-messages later, or none once retention or cleaning removed them. It is dropped by the connection's next Fetch,
-when the connection closes, or after KEEP_SECONDS, so a consumer that stops asking holds no files for long.
-Kafka needs none of this: its fetches send segment bytes with sendfile, with no work per message.
+Only reads of the raw log are kept; the compacted view's are encoded ahead and read again (its reads span a
+ledger a compaction may replace and a raw tail, which this check does not cover). A kept read is served only if
+its topic is the same one (not deleted and created again since) and the log start has not passed its offset
+(retention, DeleteRecords): then that Fetch gets OFFSET_OUT_OF_RANGE as it would have. It is served with the
+partition's current high-water mark and log start; its messages are those the log held when it was read, at most
+KEEP_SECONDS before, as a Fetch a moment earlier would have got them (a message the cleaner has removed since may
+be among them). It is dropped by the connection's next Fetch, when the connection closes, or after KEEP_SECONDS,
+so a consumer that stops asking holds no files for long. Kafka needs none of this: its fetches send segment bytes
+with sendfile, with no work per message.
 """
 
 from __future__ import annotations
@@ -39,24 +44,33 @@ class NextRead:
     first: bool
 
 
+@dataclass(frozen=True)
+class KeptRead:
+    answer: PartitionAnswer
+    closers: list[Callable[[], None]]
+    """What close the files ``answer`` reads from."""
+    topic_created_ms: int
+    """The creation time of the topic it was read from (TopicView.created_ms)."""
+
+
 class KeptReads:
-    """The reads a connection made ahead, each with what closes it; used on the endpoint's event loop only."""
+    """The reads a connection made ahead; used on the endpoint's event loop only."""
 
     def __init__(self) -> None:
-        self._reads: dict[NextRead, tuple[PartitionAnswer, list[Callable[[], None]]]] = {}
+        self._reads: dict[NextRead, KeptRead] = {}
         self._expiry: asyncio.TimerHandle | None = None
 
-    def keep(self, read: NextRead, answer: PartitionAnswer, closers: list[Callable[[], None]]) -> None:
-        """Keep ``answer``, read for ``read``, until it is taken or dropped (``closers`` close what it reads)."""
+    def keep(self, read: NextRead, kept: KeptRead) -> None:
+        """Keep ``kept``, read for ``read``, until it is taken or dropped."""
         previous = self._reads.pop(read, None)
         if previous is not None:
-            _close(previous[1])
-        self._reads[read] = (answer, closers)
+            _close(previous.closers)
+        self._reads[read] = kept
         if self._expiry is None:
             self._expiry = asyncio.get_running_loop().call_later(KEEP_SECONDS, self.drop)
 
-    def take(self, read: NextRead) -> tuple[PartitionAnswer, list[Callable[[], None]]] | None:
-        """The answer kept for exactly ``read`` and its closers, now the caller's to close; None if none is."""
+    def take(self, read: NextRead) -> KeptRead | None:
+        """The read kept for exactly ``read``, now the caller's to close; None if none is."""
         return self._reads.pop(read, None)
 
     def drop(self) -> None:
@@ -65,8 +79,8 @@ class KeptReads:
             self._expiry.cancel()
             self._expiry = None
         reads, self._reads = self._reads, {}
-        for _, closers in reads.values():
-            _close(closers)
+        for kept in reads.values():
+            _close(kept.closers)
 
 
 def _close(closers: list[Callable[[], None]]) -> None:

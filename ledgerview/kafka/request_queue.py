@@ -26,7 +26,8 @@ counted, so small requests keep their share.
 
 The fetch cache's encoded batches (batch_cache.py) live in the same bound, in the room nothing else uses: the cache
 takes room only while requests and responses leave it free (never the small requests' share, never by waiting),
-and so does a Fetch's read-ahead (take_spare: a batch is encoded ahead only if it and its cached copy fit there),
+and so does a Fetch's read-ahead (take_spare: a batch is encoded ahead only if its buffer fits there twice, being
+made and then cached),
 and whenever a request, a fetched batch or a worker step needs room its least recently used entries are evicted
 first. The free buffers kept for receiving frames and encoding fetched batches (reused_buffers.py) and the kept
 batch layouts (batch_layouts.py) live there the same way, evicted before the cache. So requests, responses and

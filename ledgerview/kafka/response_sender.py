@@ -68,12 +68,15 @@ class ResponseSender:
 
     async def prepare(self, pieces: Generator[Piece, None, None], client_spoke: Callable[[], bool]) -> None:
         """Make the pieces of the response the client will likely ask for next (FramedResponse.read_ahead), one at a
-        time while ``client_spoke()`` is false, yielding to the event loop after each, so that the work overlaps the
-        client's handling of the last response. A piece is made only when the pool has spare room for it and for
-        the cache to keep it (QueuedRequestBytes.take_spare); the first that has none ends the read-ahead."""
+        time while ``client_spoke()`` is false (checked before each is read and made), yielding to the event loop
+        after each, so that the work overlaps the client's handling of the last response. A piece is made only
+        when the pool has spare room for its buffer and for the cache to keep that buffer
+        (QueuedRequestBytes.take_spare); the first that has none ends the read-ahead. The cache keeps it as any
+        fetched batch, its least recently used entries making room when it is full."""
         with contextlib.closing(pieces):
-            for piece in pieces:
-                if client_spoke() or not self._pool.take_spare(piece.charge, then_cached=piece.size):
+            while not client_spoke():
+                piece = next(pieces, None)
+                if piece is None or not self._pool.take_spare(piece.charge, then_cached=piece.charge):
                     return
                 try:
                     piece.written(piece.make())

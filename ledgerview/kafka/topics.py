@@ -35,6 +35,9 @@ class TopicView:
     compacted: bool
     """Whether the name serves the compacted view (read-only) rather than the raw log."""
     partitions: int
+    created_ms: int
+    """The stored topic's creation time: a topic deleted and created again under its name is another log, whose
+    offsets hold other messages."""
 
 
 def resolve_topic(store: Store, name: str, suffix: str) -> TopicView:
@@ -43,10 +46,12 @@ def resolve_topic(store: Store, name: str, suffix: str) -> TopicView:
     if suffix and name.endswith(suffix) and len(name) > len(suffix):
         base = name[: -len(suffix)]
         try:
-            return TopicView(name, base, True, store.topic_metadata(base).partitions)
+            metadata = store.topic_metadata(base)
+            return TopicView(name, base, True, metadata.partitions, metadata.created_ms)
         except (UnknownTopicError, InvalidTopicNameError):
             pass
-    return TopicView(name, name, False, store.topic_metadata(name).partitions)
+    metadata = store.topic_metadata(name)
+    return TopicView(name, name, False, metadata.partitions, metadata.created_ms)
 
 
 def all_topic_views(store: Store, suffix: str) -> tuple[list[TopicView], list[str]]:
@@ -56,14 +61,14 @@ def all_topic_views(store: Store, suffix: str) -> tuple[list[TopicView], list[st
     for topic in store.list_topics():
         names = [topic, topic + suffix] if suffix else [topic]
         try:
-            partitions = store.topic_metadata(topic).partitions
+            metadata = store.topic_metadata(topic)
         except UnknownTopicError:
             continue  # deleted since the listing
         except CorruptDataError as error:
             unreadable(topic, None, error)
             damaged += names
             continue
-        views += [TopicView(name, topic, name != topic, partitions) for name in names]
+        views += [TopicView(name, topic, name != topic, metadata.partitions, metadata.created_ms) for name in names]
     return views, damaged
 
 
