@@ -119,8 +119,9 @@ def _read_all(broker: Broker, request: Any, version: int) -> StreamedFetchRespon
 def read_ahead(broker: Broker, reads: list[NextRead]) -> Generator[Piece, None, None]:
     """The batches of each of ``reads``, read now as the Fetch asking for it would read them, for the caller to
     encode into the fetch cache meanwhile (response_sender.py); a read of the raw log is also kept for that Fetch
-    (broker.kept_reads: ledgerview/kafka/read_ahead.py). A read that ends in an error is not kept; an OSError ends
-    the read-ahead (without closing the connection, as it would if raised)."""
+    (broker.kept_reads: ledgerview/kafka/read_ahead.py). A read answered with an error is not kept; an OSError or
+    a store error (the topic deleted since, say) ends the read-ahead quietly, without closing the connection as it
+    would if raised: the Fetch that asks for that read meets it and answers for it."""
     for read in reads:
         closers: list[Callable[[], None]] = []
         try:
@@ -129,7 +130,7 @@ def read_ahead(broker: Broker, reads: list[NextRead]) -> Generator[Piece, None, 
                                     first=read.first, closers=closers)
         except BaseException as error:
             _close_all(closers)
-            if isinstance(error, OSError | LedgerviewError):  # the Fetch that asks meets it too, and answers it
+            if isinstance(error, OSError | LedgerviewError):
                 log.debug("reading %s-%d ahead from offset %d failed: %s", read.topic, read.partition, read.offset,
                           error)
                 return
