@@ -11,7 +11,7 @@ read (topic, partition, offset, byte budget); it then serves the kept batches, w
 Only reads of the raw log are kept; the compacted view's are encoded ahead and read again (its reads span a
 ledger a compaction may replace and a raw tail, which this check does not cover). A kept read is served only if
 its topic is the same one (not deleted and created again since) and the log start has not passed its offset
-(retention, DeleteRecords): then that Fetch gets OFFSET_OUT_OF_RANGE as it would have. It is served with the
+(retention, DeleteRecords); otherwise the Fetch reads again, and so gets OFFSET_OUT_OF_RANGE. It is served with the
 partition's current high-water mark and log start; its messages are those the log held when it was read, at most
 KEEP_SECONDS before, as a Fetch a moment earlier would have got them (a message the cleaner has removed since may
 be among them). It is dropped by the connection's next Fetch, when the connection closes, or after KEEP_SECONDS,
