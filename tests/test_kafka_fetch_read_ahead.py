@@ -131,7 +131,7 @@ def test_a_read_ahead_that_fails_leaves_the_connection_serving(kafka: Running,
     assert first + second == [(offset, key, value) for offset, (key, value) in enumerate(stored)][: len(first + second)]
 
 
-def test_read_ahead_takes_only_spare_room_and_evicts_nothing() -> None:
+def test_take_spare_counts_only_spare_room_and_evicts_nothing() -> None:
     async def scenario() -> None:
         pool = QueuedRequestBytes(8 * MiB)  # large requests may fill 7 MiB
         cache = EncodedBatchCache(64 * MiB)
