@@ -6,13 +6,14 @@ read-ahead takes only room nobody uses in queued.max.request.bytes."""
 from __future__ import annotations
 
 import asyncio
-import threading
+import functools
 from typing import Any
 
 import pytest
 from kafka.protocol.consumer import FetchResponse
 from kafka.record import MemoryRecords
 
+from compactor import Compactor
 from ledgerview.kafka import fetch, read_ahead
 from ledgerview.kafka.batch_cache import EncodedBatchCache
 from ledgerview.kafka.fetch_response import PartitionAnswer
@@ -48,6 +49,18 @@ def fetch_answer(client: RawClient, offset: int) -> tuple[int, int, list[Message
     return partition.error_code, partition.log_start_offset, messages
 
 
+def counting_encodings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The first offset of every Kafka batch the endpoint encodes from now on (appended on its thread)."""
+    encoded_from: list[int] = []
+
+    def counted(batch: Any, **options: Any) -> Any:
+        encoded_from.append(batch.column("offset")[0].as_py())
+        return encode_batch(batch, **options)
+
+    monkeypatch.setattr(fetch, "encode_batch", counted)
+    return encoded_from
+
+
 def counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The offset of every partition read the endpoint opens from now on (a Fetch's or a read-ahead's)."""
     read_from: list[int] = []
@@ -66,23 +79,8 @@ def test_the_next_fetch_is_encoded_before_the_consumer_asks_and_served_as_encode
     kafka.store.create_topic("t")
     for start in range(0, len(stored), 2_000):  # four stored batches of about 0.6 MB
         kafka.store.append("t", stored[start : start + 2_000], partition=0)
-    encoded_from: list[int] = []  # the first offset of every Kafka batch the endpoint encodes
-    lock = threading.Lock()
-
-    def counted(batch: Any, **options: Any) -> Any:
-        with lock:
-            encoded_from.append(batch.column("offset")[0].as_py())
-        return encode_batch(batch, **options)
-
-    read_from: list[int] = []  # the offset of every partition read
-
-    def counted_read(*arguments: Any, **options: Any) -> Any:
-        with lock:
-            read_from.append(arguments[3])
-        return open_partition_read(*arguments, **options)
-
-    monkeypatch.setattr(fetch, "encode_batch", counted)
-    monkeypatch.setattr(fetch, "open_partition_read", counted_read)
+    encoded_from = counting_encodings(monkeypatch)
+    read_from = counting_reads(monkeypatch)
     client = RawClient(kafka.bootstrap)
     try:
         first = fetched(client, 0)
@@ -92,8 +90,7 @@ def test_the_next_fetch_is_encoded_before_the_consumer_asks_and_served_as_encode
         wait_for(lambda: resume in encoded_from, "the next Fetch's first batch encoded ahead", timeout_seconds=30)
         second = fetched(client, resume)
         wait_for(lambda: second[-1][0] + 1 in read_from, "the third Fetch's read made ahead", timeout_seconds=30)
-        with lock:
-            reads_of_second, encodings_of_second = read_from.count(resume), encoded_from.count(resume)
+        reads_of_second, encodings_of_second = read_from.count(resume), encoded_from.count(resume)
         again = fetched(client, 0)  # a seek back: the read made ahead is not what this Fetch asks for
     finally:
         client.close()
@@ -103,7 +100,6 @@ def test_the_next_fetch_is_encoded_before_the_consumer_asks_and_served_as_encode
     assert again == first
     # The second Fetch was served the read made ahead and its encodings: neither was done again.
     assert reads_of_second == encodings_of_second == 1
-
 
 
 def test_a_read_ahead_that_fails_leaves_the_connection_serving(kafka: Running,
@@ -246,3 +242,27 @@ def test_a_topic_created_again_is_not_served_the_old_topics_cached_batches(kafka
     finally:
         client.close()
     assert len(again) == 100 and {value for _, _, value in again} == {b"new"}
+
+
+def test_the_compacted_view_is_encoded_ahead_but_read_again(kafka: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its reads span a ledger a compaction may replace: the Fetch reads again, and finds the batches encoded."""
+    stored = [(b"k%d" % i, bytes([i % 251]) * 300) for i in range(8_000)]  # every key once: the view keeps all
+    kafka.store.create_topic("t")
+    kafka.store.append("t", stored, partition=0)
+    Compactor(kafka.store).compact("t")
+    encoded_from = counting_encodings(monkeypatch)
+    read_from = counting_reads(monkeypatch)
+    client = RawClient(kafka.bootstrap)
+    try:
+        request = functools.partial(fetch_request, "t.compacted", max_bytes=MiB)
+        first = client.request(request(offset=0), FetchResponse, 11).responses[0].partitions[0]
+        resume = list(MemoryRecords(first.records).next_batch())[-1].offset + 1
+        wait_for(lambda: resume in encoded_from, "the compacted view's next batch encoded ahead", timeout_seconds=30)
+        second = client.request(request(offset=resume), FetchResponse, 11).responses[0].partitions[0]
+    finally:
+        client.close()
+    batch = MemoryRecords(second.records).next_batch()
+    assert second.error_code == 0 and batch is not None
+    assert [(record.offset, record.key, record.value) for record in batch][:3] == [
+        (offset, *stored[offset]) for offset in range(resume, resume + 3)]
+    assert read_from.count(resume) == 2 and encoded_from.count(resume) == 1  # read again, encoded once

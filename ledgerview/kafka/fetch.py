@@ -45,7 +45,14 @@ import pyarrow as pa
 
 from ledgerview.kafka.authorizer import Operation
 from ledgerview.kafka.broker import Broker
-from ledgerview.kafka.fetch_response import Buffer, PartitionAnswer, Piece, StreamedFetchResponse, fixed
+from ledgerview.kafka.fetch_response import (
+    Buffer,
+    PartitionAnswer,
+    Piece,
+    StreamedFetchResponse,
+    close_all,
+    fixed,
+)
 from ledgerview.kafka.protocol import ErrorCode
 from ledgerview.kafka.read_ahead import KeptRead, NextRead
 from ledgerview.kafka.record_encoding import encode_batch, encode_empty_batch
@@ -129,7 +136,7 @@ def read_ahead(broker: Broker, reads: list[NextRead]) -> Generator[Piece, None, 
             answer = read_partition(broker, read.topic, read.partition, read.offset, read.max_bytes,
                                     first=read.first, closers=closers)
         except BaseException as error:
-            _close_all(closers)
+            close_all(closers)
             if isinstance(error, OSError | LedgerviewError):
                 log.debug("reading %s-%d ahead from offset %d failed: %s", read.topic, read.partition, read.offset,
                           error)
@@ -139,15 +146,10 @@ def read_ahead(broker: Broker, reads: list[NextRead]) -> Generator[Piece, None, 
             try:
                 yield from answer.batches if answer.error is ErrorCode.NONE else ()
             finally:
-                _close_all(closers)
+                close_all(closers)
             continue
         broker.kept_reads.keep(read, KeptRead(answer, closers, view.created_ms))
         yield from answer.batches
-
-
-def _close_all(closers: list[Callable[[], None]]) -> None:
-    for close in closers:
-        close()
 
 
 def read_partition(broker: Broker, name: str, partition: int, offset: int, max_bytes: int, *, first: bool,

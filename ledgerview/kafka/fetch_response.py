@@ -34,6 +34,12 @@ class Piece:
     written: Callable[[Buffer], None] = _nothing_to_give_back
 
 
+def close_all(closers: list[Callable[[], None]]) -> None:
+    """Close what a read holds (its ledgers), in order."""
+    for close in closers:
+        close()
+
+
 def fixed(data: bytes) -> Piece:
     """A piece already in memory."""
     return Piece(len(data), lambda: data, len(data))
@@ -47,8 +53,8 @@ class PartitionAnswer:
     log_start_offset: int = -1
     batches: list[Piece] = field(default_factory=list)
     resume_offset: int | None = None
-    """Where the read stopped at its byte budget with more to read: the offset a consumer's next Fetch will
-    likely ask for (None when it reached the end, an error or a damaged batch)."""
+    """When the read stopped at its byte budget with more to read, the offset after the last message served: where
+    a consumer's next Fetch will likely start (None when it reached the end, an error or a damaged batch)."""
 
     @property
     def records_bytes(self) -> int:
@@ -84,8 +90,7 @@ class StreamedFetchResponse:
         return any(answer.error is not ErrorCode.NONE for _, answers in self.topics for answer in answers)
 
     def close(self) -> None:
-        for close in self.closers:
-            close()
+        close_all(self.closers)
         self.closers.clear()
 
     def framed(self, correlation_id: int) -> FramedResponse:

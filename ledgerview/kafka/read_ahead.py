@@ -25,7 +25,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ledgerview.kafka.fetch_response import PartitionAnswer
+from ledgerview.kafka.fetch_response import PartitionAnswer, close_all
 
 KEEP_SECONDS = 5.0
 """How long a read made ahead is kept for the Fetch it was made for."""
@@ -64,7 +64,7 @@ class KeptReads:
         """Keep ``kept``, read for ``read``, until it is taken or dropped."""
         previous = self._reads.pop(read, None)
         if previous is not None:
-            _close(previous.closers)
+            close_all(previous.closers)
         self._reads[read] = kept
         if self._expiry is None:
             self._expiry = asyncio.get_running_loop().call_later(KEEP_SECONDS, self.drop)
@@ -80,9 +80,4 @@ class KeptReads:
             self._expiry = None
         reads, self._reads = self._reads, {}
         for kept in reads.values():
-            _close(kept.closers)
-
-
-def _close(closers: list[Callable[[], None]]) -> None:
-    for close in closers:
-        close()
+            close_all(kept.closers)
