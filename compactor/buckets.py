@@ -19,6 +19,13 @@ import pyarrow.compute as pc
 
 from compactor.key_codes import KeyCoding
 
+REPEAT_SAMPLE_KEYS = 4_096
+REPEAT_SHARE = 0.5
+"""A group of messages whose first REPEAT_SAMPLE_KEYS keys hold at most this share of distinct keys is reduced to
+one pair per key before it is cut: on skewed keys that leaves about a fifth of the pairs to cut, hold and aggregate
+again (Zipf-scattered over 1M key ids, groups of 233k messages; bench/RESULTS.md, issue 19). Keys that rarely
+repeat within a group are cut as they are (a sample of 4,096 uniform keys over 200k ids or more holds 99% distinct
+ones): hashing them first would cost more than it frees."""
 Pairs = tuple[pa.Array, npt.NDArray[np.int64]]
 """Codes and numbers of some keyed messages, in the same order."""
 
@@ -54,9 +61,11 @@ class BucketedPairs:
 
 def bucketed(batches: list[pa.RecordBatch], coding: KeyCoding, bits: int) -> BucketedPairs:
     """The keyed messages of ``batches`` as pairs cut into ``2 ** bits`` buckets (raises KeysRefused when the
-    coding cannot code a key)."""
+    coding cannot code a key); one pair per key already when the keys repeat (see REPEAT_SHARE)."""
     keys, numbers, keyless = keyed_numbers(batches)
     codes = coding.encode(keys)
+    if _keys_repeat(codes):
+        codes, numbers = latest_per_key([(codes, numbers)])
     if bits == 0:
         return BucketedPairs(codes, numbers, [0, len(numbers)], keyless)
     ids = coding.bucket_ids(codes, bits)
@@ -65,6 +74,12 @@ def bucketed(batches: list[pa.RecordBatch], coding: KeyCoding, bits: int) -> Buc
     if pa.types.is_uint64(codes.type):  # numpy gathers words about twice as fast as Arrow's take
         return BucketedPairs(pa.array(codes.to_numpy()[order]), numbers[order], bounds, keyless)
     return BucketedPairs(codes.take(pa.array(order)), numbers[order], bounds, keyless)
+
+
+def _keys_repeat(codes: pa.Array) -> bool:
+    """Whether a sample from the start of ``codes`` holds at most REPEAT_SHARE distinct keys."""
+    sample = codes.slice(0, REPEAT_SAMPLE_KEYS)
+    return len(sample) == REPEAT_SAMPLE_KEYS and len(pc.unique(sample)) <= REPEAT_SAMPLE_KEYS * REPEAT_SHARE
 
 
 def latest_per_key(parts: list[Pairs]) -> Pairs:

@@ -5,8 +5,9 @@ whether the value is null. A hash-partitioned (Grace) aggregation in one read of
    have one length; never a lossy hash) is chosen from the first keyed batch; a later batch it refuses widens it
    and phase one starts again.
 2. The input is read on this thread a group of batches at a time (CRC checks included); worker threads turn each
-   group into (code, number) pairs cut into buckets by key hash (compactor/buckets.py). The number is
-   2 * offset + (1 if the value is not null), so a key's largest number is its latest message.
+   group into (code, number) pairs cut into buckets by key hash (compactor/buckets.py), one pair per key when the
+   group's keys repeat often. The number is 2 * offset + (1 if the value is not null), so a key's largest number
+   is its latest message.
 3. The pairs are held by bucket. When they pass HELD_SHARE of the budget, each bucket is reduced to one pair per
    key (its largest number: Arrow's hash kernel and numpy, a bucket per worker at a time). When reducing no longer
    frees enough (more distinct keys than the budget holds), the reduced buckets are spilled to a memory-mapped
