@@ -8,6 +8,7 @@ The pyarrow peer does exactly that in two steps: a hash aggregation of the keys'
 those rows from each input batch and a write. Per round, each timed once, in this order:
 
 - ledgerview: a first compaction of the store holding the dataset (``bench.scaling.timed_compaction``);
+- ledgerview, no key index: the same with compaction.key.index false (the peers build no point-lookup index);
 - pyarrow, whole: ``bench.compaction.pyarrow_job``;
 - pyarrow, take and write: its second step alone, given the offsets (computed untimed);
 - write floor: the bytes of pyarrow's result file written from one buffer in memory and fsynced (file and folder):
@@ -37,10 +38,12 @@ import pyarrow as pa
 
 from bench import compaction, datasets, report
 from bench.scaling import timed_compaction
-from bench.systems import fsync_path
+from bench.systems import TOPIC, fsync_path
 from ledgerview.changelog import ChangelogSpec
+from storage import Store
 
-CASES = ("ledgerview", "pyarrow, whole", "pyarrow, take and write", "write floor", "read floor")
+CASES = ("ledgerview", "ledgerview, no key index", "pyarrow, whole", "pyarrow, take and write", "write floor",
+         "read floor")
 
 
 def _write_floor(data: bytes, output: Path) -> None:
@@ -54,6 +57,13 @@ def _seconds(run: Callable[[], object]) -> float:
     start = time.perf_counter()
     run()
     return time.perf_counter() - start
+
+
+def _with_key_index(store: Path, key_index: bool) -> float:
+    """A first compaction's wall seconds with compaction.key.index set as asked (set untimed)."""
+    with Store.open(store) as opened:
+        opened.alter_topic_config(TOPIC, {"compaction.key.index": key_index})
+    return timed_compaction(store)[0]
 
 
 def measure(spec: ChangelogSpec, repeat: int, scratch: Path) -> dict[str, list[float]]:
@@ -74,7 +84,8 @@ def measure(spec: ChangelogSpec, repeat: int, scratch: Path) -> dict[str, list[f
     result = output.read_bytes()
     runs: dict[str, list[float]] = {case: [] for case in CASES}
     cases: dict[str, Callable[[], float]] = {
-        "ledgerview": lambda: timed_compaction(store)[0],
+        "ledgerview": lambda: _with_key_index(store, True),
+        "ledgerview, no key index": lambda: _with_key_index(store, False),
         "pyarrow, whole": lambda: _seconds(lambda: compaction.pyarrow_job(peer_input, output)),
         "pyarrow, take and write": lambda: _seconds(take_and_write),
         "write floor": lambda: _seconds(lambda: _write_floor(result, output)),

@@ -14,6 +14,7 @@ The first case of a workload is the baseline its ratios are computed against.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bench import cleaning, compaction, kafka, remote, spark_jobs, systems
@@ -24,6 +25,7 @@ MEMORY_BUDGET_BYTES = 64 * compaction.MiB
 BUDGET_CONFIG = {"compaction.memory.bytes": MEMORY_BUDGET_BYTES}
 BUDGET = f"{MEMORY_BUDGET_BYTES // compaction.MiB} MiB"
 LARGE_BUDGET_CONFIG = {"compaction.memory.bytes": 1 << 30}
+NO_KEY_INDEX_CONFIG = {"compaction.key.index": False}
 KAFKA_PRODUCER_BATCH_MESSAGES = 100
 """About what a Kafka producer's batch holds of the datasets' messages at its default batch.size (16 KiB)."""
 SMALL_BATCHES_STORE = compaction.ledgerview_store(append_messages=KAFKA_PRODUCER_BATCH_MESSAGES)
@@ -86,7 +88,7 @@ class Workload:
     """The dataset's size when --messages is not given (a run groups its workloads by it)."""
 
 
-def _ledgerview(system: str, note: str, *, config: dict[str, int] | None = None, compact: bool = False,
+def _ledgerview(system: str, note: str, *, config: Mapping[str, object] | None = None, compact: bool = False,
                 new_messages: bool = False, env: tuple[tuple[str, str], ...] = (),
                 append_messages: int = systems.APPEND_ROWS) -> Case:
     """A ledgerview compaction case over a store prepared with ``compaction.ledgerview_store``."""
@@ -99,6 +101,8 @@ COMPACT_CASES = (
     _ledgerview("ledgerview", "Store.open, Compactor(store).compact(topic), default config (memory 256 MiB)"),
     _ledgerview("ledgerview 1 GiB", "the same with compaction.memory.bytes = 1 GiB (docs/compaction.md: phase one "
                 "reduces and spills less often)", config=LARGE_BUDGET_CONFIG),
+    _ledgerview("ledgerview no key index", "the same with compaction.key.index = false (no point-lookup index, as "
+                "the peers build none)", config=NO_KEY_INDEX_CONFIG),
     _ledgerview("ledgerview small batches", "the same over a log appended 100 messages at a time (about a "
                 "Kafka producer's batch at its default batch.size, 16 KiB)",
                 append_messages=KAFKA_PRODUCER_BATCH_MESSAGES),
@@ -184,6 +188,10 @@ WORKLOADS: dict[str, Workload] = {
                             config={"compaction.max.layers": 1}),
                 _ledgerview("ledgerview from scratch", "the same log (dataset + new messages), never compacted",
                             new_messages=True),
+                _ledgerview("ledgerview first, no key index", "the first compaction, compaction.key.index = false",
+                            config=NO_KEY_INDEX_CONFIG),
+                _ledgerview("ledgerview second, no key index", "the layered second run, compaction.key.index = "
+                            "false", compact=True, new_messages=True, config=NO_KEY_INDEX_CONFIG),
             ),
             whole_dataset=False,
             time_vs_first=True,

@@ -6,7 +6,8 @@
 3. Phase one reads the current view, then the raw log above its horizon up to that end offset, and finds the
    latest live message per key (compactor/latest_offsets.py). Each of its runs hands its survivors' keys and
    offsets to the new ledger's key index as a sorted run (compactor/index_runs.py; the last one on a thread,
-   while phase two runs).
+   while phase two runs), unless the topic has compaction.key.index false and no remote tier: then the ledger
+   gets no key index, and lookups in it read its keys.
 4. Phase two writes the survivors, in offset order with their original offsets, timestamps and headers, to the
    new ledger; then the ledger is fsynced and the key index's runs ingested. It writes either
    - the whole view, reading phase one's input again (Pulsar's way), or
@@ -119,10 +120,13 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
     previous_cursor, previous_view = current if current else (None, None)
     try:
         horizon = previous_cursor.horizon if previous_cursor else -1
-        # a layered view of a topic that has since turned remote.storage.enable on is rewritten whole even with
-        # nothing new: the remote tier copies only views of one ledger
-        tiered_layers = bool(previous_cursor and previous_cursor.lower_layers) and log.config.remote_storage_enable
-        if (end_offset - 1 <= horizon and not tiered_layers) or end_offset == log.log_start_offset == 0:
+        tiered = log.config.remote_storage_enable
+        key_index = log.config.compaction_key_index or tiered
+        # a layered or unindexed view of a topic that has since turned remote.storage.enable on is rewritten whole
+        # even with nothing new: the remote tier copies only views of one ledger with its key index
+        tiered_rewrite = tiered and previous_cursor is not None and previous_view is not None and (
+            bool(previous_cursor.lower_layers) or not previous_view.key_indexed)
+        if (end_offset - 1 <= horizon and not tiered_rewrite) or end_offset == log.log_start_offset == 0:
             return _unchanged(log.partition, previous_cursor)
         raw_start = max(horizon + 1, log.log_start_offset)
 
@@ -140,7 +144,7 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
         ledger_id = ledgers.next_ledger_id()
         layered = _layered(log, ledgers, previous_cursor, previous_view)
         compression = log.config.compression_type if log.config.compression_type in ("lz4", "zstd") else None
-        writer = LedgerWriter(*ledgers.ledger_paths(ledger_id), compression=compression)
+        writer = LedgerWriter(*ledgers.ledger_paths(ledger_id), compression=compression, key_index=key_index)
         try:
             with KeyIndexRuns(writer.keys) as runs:
                 def index_run(live: LiveKeys) -> None:
@@ -150,7 +154,7 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
                 survivors = find_survivors(input_batches, messages_bound=bound,
                                            memory_budget_bytes=log.config.compaction_memory_bytes,
                                            retain_null_key=log.config.compaction_retain_null_key,
-                                           on_pass=index_run)
+                                           on_pass=index_run if key_index else None)
                 try:
                     faults.crash_point("compactor.after_phase_one")
                     written = raw_batches() if layered else input_batches()

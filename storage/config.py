@@ -144,6 +144,11 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("cleanup.policy", "list", frozenset({"delete"}),
               "delete drops segments past retention; compact keeps the latest value per key; or both.",
               choices=("compact", "delete")),
+    ConfigKey("compaction.key.index", "boolean", True,
+              "Whether two-phase compaction writes a key index beside each compacted ledger, for point lookups "
+              "(TableView.get, Spark SQL's key = filters). Without it a run takes less time and a reader's first "
+              "lookup in a ledger reads all its keys instead. Views on a remote tier (remote.storage.enable, and "
+              "compaction as Spark work) always get one."),
     ConfigKey("compaction.max.layers", "int", 4,
               "Ledgers a two-phase compacted view may read: while under half the rows of its ledgers are replaced, "
               "a run writes only what changed, over them, up to this many; 1 = every run rewrites the view whole "
@@ -211,6 +216,7 @@ class TopicConfig:
     """
 
     cleanup_policy: frozenset[str]
+    compaction_key_index: bool
     compaction_max_layers: int
     compaction_memory_bytes: int
     compaction_retain_null_key: bool

@@ -54,6 +54,9 @@ OFFSET: Final = struct.Struct(">q")
 OFFSET_BYTES: Final = OFFSET.size
 MAX_RUNS: Final = 1 << 16
 RUNS_FOLDER: Final = "runs"
+UNINDEXED_MARKER: Final = "unindexed"
+"""The one file of a ledger's key index folder when its topic had compaction.key.index false: no database was
+written, and lookups in the ledger read its keys instead (storage/scanned_keys.py)."""
 
 
 class KeyIndexError(LedgerviewError):
@@ -89,16 +92,20 @@ def _options() -> Options:
 
 
 class KeyIndexWriter:
-    """Writes a key index from sorted runs of (key, offset); keys are unique across all runs."""
+    """Writes a key index from sorted runs of (key, offset); keys are unique across all runs. With ``indexed``
+    false it writes only the UNINDEXED_MARKER, and takes no runs."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, indexed: bool = True) -> None:
         self.path = path
+        self.indexed = indexed
         self._runs_folder = path / RUNS_FOLDER
-        self._runs_folder.mkdir(parents=True)
+        (self._runs_folder if indexed else path).mkdir(parents=True)
         self._runs: list[str] = []
 
     def add_sorted_run(self, keys: pa.Array, offsets: npt.NDArray[np.int64]) -> None:
         """Write one run: ``keys`` (binary, no nulls) in bytewise order, ``offsets`` in the same order."""
+        if not self.indexed:
+            raise ValueError(f"key index {self.path} is written without an index: it takes no runs")
         if not len(keys):
             return
         if len(self._runs) >= MAX_RUNS:
@@ -114,7 +121,14 @@ class KeyIndexWriter:
         self._runs.append(path)
 
     def finish(self) -> None:
-        """Ingest the runs into a fresh database (the files are moved in), make it durable, close it."""
+        """Ingest the runs into a fresh database (the files are moved in), make it durable, close it; or write
+        the marker of a ledger without an index."""
+        if not self.indexed:
+            marker = self.path / UNINDEXED_MARKER
+            marker.touch(exist_ok=False)
+            fsync_file(marker)
+            fsync_folder(self.path)
+            return
         db = Rdict(str(self.path), _options())
         try:
             if self._runs:
@@ -218,6 +232,10 @@ class KeyIndex:
         self._runs = 0
         self.damage: KeyIndexError | None = None
         """Why the index could not be opened (None: it was)."""
+        self.indexed = not (path / UNINDEXED_MARKER).exists()
+        """False for the folder of a ledger written without an index (UNINDEXED_MARKER): nothing to open."""
+        if not self.indexed:
+            return
         try:
             self._db = Rdict(str(path), _options(), column_families={}, access_type=AccessType.read_only())
         except Exception as error:  # rocksdict raises a bare Exception
@@ -244,6 +262,9 @@ class KeyIndex:
                                                         f"folder holds {sorted(held.items())}")
 
     def _iter(self) -> RdictIter:
+        if not self.indexed:
+            raise KeyIndexError(f"Key index {self.path} was not written: its topic had compaction.key.index false "
+                                "when the ledger was compacted. Lookups in the ledger read its keys instead.")
         if self.damage is not None:
             raise self.damage
         assert self._db is not None

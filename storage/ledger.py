@@ -57,11 +57,12 @@ class LedgerWriter:
     """Writes one ledger: batches in offset order, and its key index (``keys``), fed with sorted runs of the
     ledger's keys by whoever knows them (the compactor's phase one) while the batches are written."""
 
-    def __init__(self, path: Path, key_index_path: Path, *, compression: str | None) -> None:
+    def __init__(self, path: Path, key_index_path: Path, *, compression: str | None, key_index: bool = True) -> None:
+        """``key_index``: false writes the ledger without a key index (compaction.key.index)."""
         self.path = path
         self.compression = compression
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        self.keys = KeyIndexWriter(key_index_path)
+        self.keys = KeyIndexWriter(key_index_path, indexed=key_index)
         self.size_bytes = 0
         self.messages = 0
         self._last_offset = -1
@@ -130,6 +131,11 @@ class LedgerReads(Protocol):
     def read_batches(self, start_offset: int = 0, end_offset: int | None = None) -> Iterator[pa.RecordBatch]: ...
 
     def offset_of(self, key: bytes) -> int | None: ...
+
+    @property
+    def key_indexed(self) -> bool:
+        """Whether every ledger of the view has a key index (compaction.key.index was true when it was written)."""
+        ...
 
     def lookup(self, key: bytes) -> pa.RecordBatch | None: ...
 
@@ -224,17 +230,22 @@ class Ledger:
             if batch.num_rows:
                 yield row, batch
 
+    @property
+    def key_indexed(self) -> bool:
+        return self.keys.indexed
+
     def offset_of(self, key: bytes) -> int | None:
-        """The offset of ``key``'s message, found through the key index; None if the ledger lacks the key. A key
-        index that turns out damaged is set aside for the rest of this reader's life: the ledger's keys are then
-        read once (one scan, its CRCs checked) and searched instead (storage/scanned_keys.py), so a lookup never
-        answers from damage."""
-        if self._scanned_keys is None:
+        """The offset of ``key``'s message, found through the key index; None if the ledger lacks the key. A
+        ledger written without a key index, or whose index turns out damaged (then set aside for the rest of this
+        reader's life), has its keys read once (one scan, its CRCs checked) and searched instead
+        (storage/scanned_keys.py), so a lookup never answers from damage."""
+        if self._scanned_keys is None and self.keys.indexed:
             try:
                 return self.keys.locate(key)
             except KeyIndexError as error:
                 logger.warning("%s Meanwhile, lookups in ledger %s answer from a scan of it.", error, self.source)
-                self._scanned_keys = scanned_keys(list(self.read_batches()))
+        if self._scanned_keys is None:
+            self._scanned_keys = scanned_keys(list(self.read_batches()))
         return self._scanned_keys.offset_of(key)
 
     def lookup(self, key: bytes) -> pa.RecordBatch | None:

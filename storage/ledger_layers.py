@@ -143,6 +143,10 @@ class LayeredLedger:
                 return None if layer.deleted[row] else batch
         return None
 
+    @property
+    def key_indexed(self) -> bool:
+        return self.top.key_indexed and all(ledger.key_indexed for _, ledger in self.lower)
+
     def offset_of(self, key: bytes) -> int | None:
         found = self.lookup(key)
         return None if found is None else int(found.column(0)[0].as_py())

@@ -178,6 +178,8 @@ class FlatKeyIndexes:
 
     damaged: type[CorruptKeyIndexError] = CorruptRemoteKeyIndexError
     """What damage found through it raises (its advice says how to rebuild it)."""
+    indexed = True
+    """A remote view always has its key index (compactor/run.py builds one for tiered topics)."""
 
     def __init__(self, pieces: list[tuple[bytes, FlatKeyIndex]]) -> None:
         self._first_keys = [first for first, _ in pieces]

@@ -296,7 +296,7 @@ class RemoteLog:
         ledger_path, key_index_path = paths
         flat = key_index_path.with_name(f"{key_index_path.name}.flat{TEMP_SUFFIX}")
         try:
-            assert isinstance(ledger.keys, KeyIndex)
+            assert isinstance(ledger.keys, KeyIndex) and ledger.keys.indexed  # see remote_tier._sync_compacted
             key_index_bytes = write_flat_key_index(ledger.keys.entries(), flat)
             self.objects.upload(flat, stem + KEY_INDEX_SUFFIX)
         finally:

@@ -228,8 +228,9 @@ def _sync_compacted(log: PartitionLog, writer: RemoteLogWriter, manifest: Remote
         cursor, ledger = opened
         try:
             known = manifest.compacted
-            if not isinstance(ledger, Ledger):
-                return known  # a layered view (made before remote.storage.enable): the next compaction makes one
+            if not isinstance(ledger, Ledger) or not ledger.key_indexed:
+                # a layered or unindexed view (made before remote.storage.enable): the next compaction makes one
+                return known
             if (known and (known.ledger_id, known.horizon) == (cursor.ledger_id, cursor.horizon)) or (
                     cursor.horizon >= manifest.end_offset):
                 return known

@@ -282,7 +282,8 @@ def _pinned_read(store: ReadableStore, topic: str, planned: ScanPartition) -> Pa
 
 
 def _ledger_lookups(read: PartitionRead, keys: frozenset[bytes]) -> Iterator[pa.RecordBatch]:
-    """The ledger messages of ``keys`` through the ledger's key index, in offset order, within the offsets the
+    """The ledger messages of ``keys`` through the ledger's key index (or a scan of its keys, for a ledger written
+    without one: storage/ledger.py ``offset_of``), in offset order, within the offsets the
     read's ledger part serves (``PartitionRead.batches``): from ``ledger_start`` to the horizon (or
     ``ledger_end``), below ``end_offset``."""
     assert read.ledger is not None

@@ -29,19 +29,22 @@ TOPIC = "prices"
 START_MS = 1_700_000_000_000
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def compacted_then_appended(folder: Path, config: dict[str, str]) -> Path:
     """A topic compacted once, then appended to: its compacted view has a ledger and a raw tail."""
-    folder = tmp_path_factory.mktemp("sql") / "data"
     rows = numbered_rows(3_000, keys=40)
     timestamps = pa.array(START_MS + pa.array(range(rows.num_rows)).to_numpy(), pa.int64())
     with Store.open(folder) as store:
-        store.create_topic(TOPIC, partitions=3, config=TINY)
+        store.create_topic(TOPIC, partitions=3, config=config)
         store.append(TOPIC, rows.slice(0, 2_000).append_column("timestamp", timestamps[:2_000]))
         store.append(TOPIC, [{"key": "k007", "value": None, "timestamp": START_MS + 2_000}])
         Compactor(store).compact(TOPIC)
         store.append(TOPIC, rows.slice(2_000).append_column("timestamp", timestamps[2_000:]))
-    yield folder
+    return folder
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield compacted_then_appended(tmp_path_factory.mktemp("sql") / "data", TINY)
 
 
 def formatted_plan(frame: DataFrame) -> str:
@@ -98,6 +101,16 @@ def test_pushed_filters_give_the_readers_rows(spark: SparkSession, data: Path, v
     # The same rows when Spark evaluates the condition itself, after a scan that pushes nothing.
     unpushed = spark.read.format("ledgerview").option("topic", TOPIC).option("view", view).load(str(data))
     assert rows_of(unpushed.localCheckpoint().where(condition)) == answer
+
+
+@pytest.mark.parametrize(("condition", "model"), CASES[:2], ids=[case[0] for case in CASES[:2]])
+def test_key_filters_on_ledgers_without_a_key_index_give_the_readers_rows(
+        spark: SparkSession, tmp_path: Path, condition: str, model: pc.Expression) -> None:
+    """compaction.key.index false: the table's pushed key filter is answered from a scan of the ledger's keys."""
+    data = compacted_then_appended(tmp_path / "data", {**TINY, "compaction.key.index": "false"})
+    frame = spark.read.format("ledgerview").option("topic", TOPIC).option("view", "compacted").load(str(data))
+    answer = expected(data, view="compacted", where=model)
+    assert answer and rows_of(frame.where(condition)) == answer
 
 
 ZERO_BOUNDS = {"offset > 0": operator.gt, "offset >= 0": operator.ge, "offset < 0": operator.lt,
