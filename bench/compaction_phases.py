@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +133,7 @@ def instrument(steps: Steps) -> None:
     steps.function(CompactedLedgers, "publish", "publish the cursor", phase="3: finish")
 
 
-def measure(spec: ChangelogSpec, config: dict[str, int], *, incremental: bool, append_messages: int
+def measure(spec: ChangelogSpec, config: Mapping[str, object], *, incremental: bool, append_messages: int
             ) -> tuple[Steps, float, float]:
     """One compaction of ``spec``'s dataset in a fresh store, appended ``append_messages`` at a time, after an
     untimed one of a small prefix (imports and first calls); returns the steps, the run's wall and process CPU
@@ -178,10 +178,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure the run after the first, with the incremental workload's new messages")
     parser.add_argument("--append-messages", type=int, default=APPEND_ROWS,
                         help="messages per append, so per stored batch (default %(default)s)")
+    parser.add_argument("--no-key-index", action="store_true", help="compaction.key.index false")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args(argv)
     spec = datasets.spec_of(args)
-    config = {} if args.memory is None else {"compaction.memory.bytes": args.memory}
+    config: dict[str, object] = {} if args.memory is None else {"compaction.memory.bytes": args.memory}
+    if args.no_key_index:
+        config["compaction.key.index"] = False
     command = shlex.join(["python", "-m", "bench.compaction_phases", *(argv if argv is not None else sys.argv[1:])])
     text = report.heading(["compaction-phases"], datasets.describe(spec), command, 1)
     steps, wall, cpu = measure(spec, config, incremental=args.incremental, append_messages=args.append_messages)
