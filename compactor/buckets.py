@@ -21,11 +21,11 @@ from compactor.key_codes import KeyCoding
 
 REPEAT_SAMPLE_KEYS = 4_096
 REPEAT_SHARE = 0.5
-"""A group of messages whose first REPEAT_SAMPLE_KEYS keys hold at most this share of distinct keys is reduced to
-one pair per key before it is cut: on skewed keys that leaves about a fifth of the pairs to cut, hold and aggregate
-again (Zipf-scattered over 1M key ids, groups of 233k messages; bench/RESULTS.md, issue 19). Keys that rarely
-repeat within a group are cut as they are (a sample of 4,096 uniform keys over 200k ids or more holds 99% distinct
-ones): hashing them first would cost more than it frees."""
+"""A group of messages whose REPEAT_SAMPLE_KEYS keys taken evenly across it hold at most this share of distinct keys
+is reduced to one pair per key before it is cut: on skewed keys that leaves about a fifth of the pairs to cut, hold
+and aggregate again (Zipf-scattered over 1M key ids, groups of 233k messages; bench/RESULTS.md, issue 19). Keys
+that rarely repeat within a group are cut as they are (a sample of 4,096 uniform keys over 200k ids or more holds
+99% distinct ones): hashing them first would cost more than it frees."""
 Pairs = tuple[pa.Array, npt.NDArray[np.int64]]
 """Codes and numbers of some keyed messages, in the same order."""
 
@@ -77,9 +77,11 @@ def bucketed(batches: list[pa.RecordBatch], coding: KeyCoding, bits: int) -> Buc
 
 
 def _keys_repeat(codes: pa.Array) -> bool:
-    """Whether a sample from the start of ``codes`` holds at most REPEAT_SHARE distinct keys."""
-    sample = codes.slice(0, REPEAT_SAMPLE_KEYS)
-    return len(sample) == REPEAT_SAMPLE_KEYS and len(pc.unique(sample)) <= REPEAT_SAMPLE_KEYS * REPEAT_SHARE
+    """Whether REPEAT_SAMPLE_KEYS codes taken evenly across ``codes`` hold at most REPEAT_SHARE distinct keys."""
+    if len(codes) < REPEAT_SAMPLE_KEYS:
+        return False
+    sample = codes.take(pa.array(np.linspace(0, len(codes) - 1, REPEAT_SAMPLE_KEYS).astype(np.int64)))
+    return len(pc.unique(sample)) <= REPEAT_SAMPLE_KEYS * REPEAT_SHARE
 
 
 def latest_per_key(parts: list[Pairs]) -> Pairs:

@@ -73,7 +73,8 @@ MAX_GROUP_MESSAGES: Final = 1 << 20
 many enough that the Python work per bucket and group stays small (about 2**bits slices per group)."""
 GROUP_BYTES_PER_MESSAGE_PAIR: Final = 6
 """A group being made holds about this many times its pairs' bytes (keys, numbers, codes, hashes, bucket order,
-the sorted copies)."""
+the sorted copies; or, for a group reduced first because its keys repeat, the hash table that reduces it: 19 MB
+at the peak for a 233k-message group of word codes, against 22 MB this allows)."""
 SPILL_FOLDER_PREFIX: Final = "ledgerview-compaction-"
 
 

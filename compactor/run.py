@@ -124,8 +124,7 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
         key_index = log.config.compaction_key_index or tiered
         # a layered or unindexed view of a topic that has since turned remote.storage.enable on is rewritten whole
         # even with nothing new: the remote tier copies only views of one ledger with its key index
-        tiered_rewrite = tiered and previous_cursor is not None and previous_view is not None and (
-            bool(previous_cursor.lower_layers) or not previous_view.key_indexed)
+        tiered_rewrite = tiered and previous_cursor is not None and not ledgers.tier_can_copy(previous_cursor)
         if (end_offset - 1 <= horizon and not tiered_rewrite) or end_offset == log.log_start_offset == 0:
             return _unchanged(log.partition, previous_cursor)
         raw_start = max(horizon + 1, log.log_start_offset)

@@ -1,6 +1,7 @@
 """The automatic trigger: compact a partition when the raw bytes above its horizon pass
 ``compaction.threshold.bytes`` (0 turns the trigger off), checked every ``interval_s`` seconds, as Pulsar's broker
-does with its compaction threshold."""
+does with its compaction threshold; and, on a topic with remote.storage.enable, as soon as its view is one the
+remote tier cannot copy (storage/compacted.py ``tier_can_copy``)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,11 @@ class CompactionScheduler(PeriodicLoop[list[tuple[str, CompactionResult]]]):
             for partition in range(metadata.partitions):
                 log = self.store.partition_log(topic, partition)
                 log.refresh()
-                cursor = CompactedLedgers(log.folder).read_cursor()
-                if log.bytes_above(cursor.horizon if cursor else -1) <= threshold:
+                ledgers = CompactedLedgers(log.folder)
+                cursor = ledgers.read_cursor()
+                # a view the remote tier cannot copy (compacted before remote.storage.enable) is rewritten at once
+                untiered = metadata.config.remote_storage_enable and cursor and not ledgers.tier_can_copy(cursor)
+                if log.bytes_above(cursor.horizon if cursor else -1) <= threshold and not untiered:
                     continue
                 try:
                     done.append((topic, compact_partition(log, clock=self.store.clock)))

@@ -3,7 +3,9 @@
 State:
 
 - the ledger the compaction cursor names, kept open. Point lookups go through its rocksdict key index
-  (``Ledger.lookup``: one RocksDB seek, a search of one group of keys and one batch decode), never a scan.
+  (``Ledger.lookup``: one RocksDB seek, a search of one group of keys and one batch decode), never a scan. A
+  ledger written without one (compaction.key.index false) has its keys read once, by the first lookup (the
+  tail's folding makes one when the tail holds keys), and searched in memory (storage/scanned_keys.py).
   Ledgers hold no tombstones.
 - the tail: for each key written to the raw log above the horizon, its last message (offset, timestamp, value;
   a null value is a tombstone), and whether the ledger holds the key too. It is folded columnar: a group-by on the
@@ -112,7 +114,8 @@ class PartitionTable:
     # --------------------------------------------------------------------------------------------------- reads
     def get(self, key: bytes) -> tuple[int, bytes] | None:
         """(timestamp, value) of the key's live message; None if absent or tombstoned. No scan: a dict lookup,
-        then one key-index lookup in the ledger."""
+        then one key-index lookup in the ledger (a search in memory of its keys, read once, for a ledger without a
+        key index)."""
         entry = self._tail.get(key)
         if entry is not None:
             return None if entry.value is None else (entry.timestamp, entry.value)

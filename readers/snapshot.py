@@ -12,7 +12,8 @@ Reading a snapshot up to ``end_offset``, in this order:
    tail's distinct keys, not its length. Keyless messages are not rows of a table and are left out. If
    retention or delete-records moves the log start meanwhile, the tail is folded again from the new start.
 3. Serve the ledger's rows whose key the tail does not hold (one vectorised membership test per ledger batch; with
-   keys pushed down, key-index lookups instead of a scan), then the tail's last messages that are not tombstones.
+   keys pushed down, key-index lookups instead of a scan, or a filtered read of a ledger without a key index),
+   then the tail's last messages that are not tombstones.
 
 Cost: the tail plus the ledger scan (or lookups). Rows come in offset order within each part. A key that
 producers put into several partitions has a row in each (a snapshot is per partition, as Kafka's partitioner
@@ -119,6 +120,24 @@ class LedgerRemovedError(LedgerviewError):
                          "file.delete.delay.ms ago). Run the read again: it plans on the current ledger.")
 
 
+def ledger_rows_of_keys(ledger: LedgerReads, keys: Iterable[bytes], low: int, stop: int) -> Iterator[pa.RecordBatch]:
+    """The ledger's messages of ``keys`` with ``low <= offset < stop``, in offset order: looked up one key at a time
+    through its key index; or, for a view with a ledger written without one (compaction.key.index false), read
+    from that offset range and filtered, since a lookup there would first read every key of the ledger."""
+    if not ledger.key_indexed:
+        wanted = pa.array(list(keys), pa.binary())
+        for batch in ledger.read_batches(low, stop) if len(wanted) else ():
+            selected = batch.filter(pc.is_in(batch.column("key"), value_set=wanted))
+            if selected.num_rows:
+                yield selected
+        return
+    found = [hit for key in keys if (hit := ledger.lookup(key)) is not None]
+    found.sort(key=lambda batch: batch.column("offset")[0].as_py())
+    for batch in found:
+        if low <= batch.column("offset")[0].as_py() < stop:
+            yield batch
+
+
 def _ledger_rows(ledger: LedgerReads, partition: int, tail: pa.Table | None, keys: frozenset[bytes] | None,
                  offsets: tuple[int, int | None], horizon: int) -> Iterator[pa.RecordBatch]:
     shadowed = tail["key"].combine_chunks() if tail is not None else pa.array([], pa.binary())
@@ -126,12 +145,8 @@ def _ledger_rows(ledger: LedgerReads, partition: int, tail: pa.Table | None, key
     stop = horizon + 1 if high is None else min(high, horizon + 1)
     if keys is not None:
         hidden = set(shadowed.to_pylist())
-        found = [hit for key in keys if key not in hidden and (hit := ledger.lookup(key)) is not None]
-        found.sort(key=lambda batch: batch.column("offset")[0].as_py())
-        for batch in found:
-            offset = batch.column("offset")[0].as_py()
-            if low <= offset < stop:
-                yield with_partition_column(batch, partition)
+        for batch in ledger_rows_of_keys(ledger, [key for key in keys if key not in hidden], low, stop):
+            yield with_partition_column(batch, partition)
         return
     if low >= stop:
         return

@@ -31,6 +31,7 @@ from storage.files import (
     ledgers_folder,
     parse_ledger_file,
 )
+from storage.key_index import UNINDEXED_MARKER
 from storage.ledger import Ledger, LedgerReads
 from storage.ledger_layers import LayeredLedger, LowerLayer, read_layer_record
 from storage.locks import FileLock
@@ -276,6 +277,13 @@ class CompactedLedgers:
                     except FileNotFoundError:
                         continue
         return None
+
+    def tier_can_copy(self, cursor: CompactionCursor) -> bool:
+        """Whether the remote tier can copy the view ``cursor`` names: one ledger, with its key index. A layered or
+        unindexed view, compacted before its topic turned remote.storage.enable on, is rewritten by the next
+        compaction first."""
+        return not cursor.lower_layers and not (
+            key_index_folder(self.partition_folder, cursor.ledger_id) / UNINDEXED_MARKER).exists()
 
     def next_ledger_id(self) -> int:
         ids = [parsed[0] for name in _names(self.folder) if (parsed := parse_ledger_file(name))]

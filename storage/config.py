@@ -146,9 +146,9 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
               choices=("compact", "delete")),
     ConfigKey("compaction.key.index", "boolean", True,
               "Whether two-phase compaction writes a key index beside each compacted ledger, for point lookups "
-              "(TableView.get, Spark SQL's key = filters). Without it a run takes less time and a reader's first "
-              "lookup in a ledger reads all its keys instead. Views on a remote tier (remote.storage.enable, and "
-              "compaction as Spark work) always get one."),
+              "(TableView.get, Spark SQL's key = filters). Without it a run takes less time; a TableView then reads "
+              "all the ledger's keys once, and Spark's key filters read the ledger's rows. Views on a remote tier "
+              "(remote.storage.enable, and compaction as Spark work) always get one."),
     ConfigKey("compaction.max.layers", "int", 4,
               "Ledgers a two-phase compacted view may read: while under half the rows of its ledgers are replaced, "
               "a run writes only what changed, over them, up to this many; 1 = every run rewrites the view whole "

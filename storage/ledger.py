@@ -245,7 +245,7 @@ class Ledger:
             except KeyIndexError as error:
                 logger.warning("%s Meanwhile, lookups in ledger %s answer from a scan of it.", error, self.source)
         if self._scanned_keys is None:
-            self._scanned_keys = scanned_keys(list(self.read_batches()))
+            self._scanned_keys = scanned_keys(self.read_batches())
         return self._scanned_keys.offset_of(key)
 
     def lookup(self, key: bytes) -> pa.RecordBatch | None:

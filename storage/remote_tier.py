@@ -228,9 +228,9 @@ def _sync_compacted(log: PartitionLog, writer: RemoteLogWriter, manifest: Remote
         cursor, ledger = opened
         try:
             known = manifest.compacted
-            if not isinstance(ledger, Ledger) or not ledger.key_indexed:
-                # a layered or unindexed view (made before remote.storage.enable): the next compaction makes one
-                return known
+            if not ledgers.tier_can_copy(cursor):
+                return known  # the next compaction rewrites it (the scheduler's next check does, when it runs)
+            assert isinstance(ledger, Ledger)
             if (known and (known.ledger_id, known.horizon) == (cursor.ledger_id, cursor.horizon)) or (
                     cursor.horizon >= manifest.end_offset):
                 return known
@@ -313,6 +313,10 @@ def enforce_tiered_retention(log: PartitionLog, writer: RemoteLogWriter, *, hold
             return enforce_partition_retention(log, read_hold=lambda: hold, now_ms=now_ms)
         if manifest.compacted is not None:  # readers of the remote tier alone read the raw log above its horizon
             hold = min(manifest.compacted.horizon + 1, hold if hold is not None else manifest.compacted.horizon + 1)
+        elif CompactedLedgers(log.folder).cursor_path.exists():
+            # a local view not yet on the tier (its raw log not all uploaded, or a view the tier cannot copy yet):
+            # readers of the tier alone read the raw log whole, so none of it goes until the view is uploaded
+            hold = manifest.log_start_offset
         tiered = log.tiered_segments()
         plan = plan_retention(tiered, end_offset=log.end_offset, log_start_offset=log.log_start_offset, hold=hold,
                               config=log.config, now_ms=now_ms)

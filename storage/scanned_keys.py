@@ -7,6 +7,8 @@ beside the keys themselves, where a search of the keys would read them all on ev
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
@@ -38,11 +40,16 @@ class ScannedKeys:
         return None
 
 
-def scanned_keys(batches: list[pa.RecordBatch]) -> ScannedKeys:
-    """The keyed messages' keys and offsets of a ledger's batches (columns 0 and 2 of STORED_SCHEMA)."""
-    if not batches:
+def scanned_keys(batches: Iterable[pa.RecordBatch]) -> ScannedKeys:
+    """The keyed messages' keys and offsets of a ledger's batches (columns 0 and 2 of STORED_SCHEMA), read one batch
+    at a time: only their key and offset columns are kept, not the values."""
+    keys: list[pa.Array] = []
+    offsets: list[npt.NDArray[np.int64]] = []
+    for batch in batches:
+        keys.append(batch.column(2))
+        offsets.append(batch.column(0).to_numpy())
+    if not keys:
         return ScannedKeys(pa.array([], pa.binary()), np.empty(0, np.int64))
-    keys = pa.concat_arrays([batch.column(2) for batch in batches])
-    offsets = np.concatenate([batch.column(0).to_numpy() for batch in batches])
-    keyed = pc.is_valid(keys)
-    return ScannedKeys(keys.filter(keyed), offsets[keyed.to_numpy(zero_copy_only=False)])
+    all_keys = pa.concat_arrays(keys)
+    keyed = pc.is_valid(all_keys)
+    return ScannedKeys(all_keys.filter(keyed), np.concatenate(offsets)[keyed.to_numpy(zero_copy_only=False)])

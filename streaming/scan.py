@@ -19,7 +19,8 @@ ledger planned on too.
 table is always read whole, as of planning (filter ``offset`` to narrow it).
 
 Reading (executor processes): batches stay Arrow from the segment to Spark. With keys pushed down, the ledger is
-answered through its key index instead of a scan.
+answered through its key index instead of a scan (a ledger written without one: the task's offset range of it is
+read and filtered).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
 from readers.partition_read import PartitionRead
-from readers.snapshot import LedgerRemovedError, fold_tail, live_rows, snapshot_batches
+from readers.snapshot import LedgerRemovedError, fold_tail, ledger_rows_of_keys, live_rows, snapshot_batches
 from storage.compacted import CompactionCursor
 from storage.readable import ReadableStore
 from storage.schema import with_partition_column
@@ -282,17 +283,13 @@ def _pinned_read(store: ReadableStore, topic: str, planned: ScanPartition) -> Pa
 
 
 def _ledger_lookups(read: PartitionRead, keys: frozenset[bytes]) -> Iterator[pa.RecordBatch]:
-    """The ledger messages of ``keys`` through the ledger's key index (or a scan of its keys, for a ledger written
-    without one: storage/ledger.py ``offset_of``), in offset order, within the offsets the
-    read's ledger part serves (``PartitionRead.batches``): from ``ledger_start`` to the horizon (or
+    """The ledger messages of ``keys`` (readers/snapshot.py ``ledger_rows_of_keys``), in offset order, within the
+    offsets the read's ledger part serves (``PartitionRead.batches``): from ``ledger_start`` to the horizon (or
     ``ledger_end``), below ``end_offset``."""
     assert read.ledger is not None
     stop = min(read.horizon + 1 if read.ledger_end is None else read.ledger_end, read.end_offset)
-    found = [hit for key in keys if (hit := read.ledger.lookup(key)) is not None]
-    found.sort(key=lambda batch: batch.column("offset")[0].as_py())
-    for batch in found:
-        if read.ledger_start <= batch.column("offset")[0].as_py() < stop:
-            yield with_partition_column(batch, read.partition)
+    for batch in ledger_rows_of_keys(read.ledger, keys, read.ledger_start, stop):
+        yield with_partition_column(batch, read.partition)
 
 
 def segment_runs(segments: Sequence[Any], start: int, end: int, max_bytes: int) -> list[tuple[int, int]]:

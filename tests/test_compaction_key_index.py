@@ -8,8 +8,10 @@ import random
 from pathlib import Path
 
 import pytest
+from pyspark.sql.datasource import In
 
 from compactor import Compactor
+from compactor.scheduler import CompactionScheduler
 from readers import TableView
 from storage import Store
 from storage.compacted import CompactedLedgers
@@ -18,6 +20,7 @@ from storage.key_index import UNINDEXED_MARKER
 from storage.object_store import open_object_store
 from storage.remote_log import RemoteLog
 from storage.verification import verify_topics
+from streaming.scan import ScanOptions, TopicScan
 from tests.conftest import ManualClock
 from tests.test_layered_views import Pair, changes, compacted_rows, cursor_of
 
@@ -87,28 +90,66 @@ def test_a_bad_setting_is_refused_with_what_is_allowed(store: Store) -> None:
     assert store.list_topics() == []
 
 
-def test_a_view_on_the_remote_tier_always_has_its_key_index(data_dir: Path, s3_uri: str) -> None:
-    """A view compacted without a key index is not uploaded once the topic turns remote.storage.enable on: the
-    next run rewrites it with one (nothing new to compact), and that view goes up and answers lookups from the
-    tier alone."""
-    clock = ManualClock()
+def test_a_view_on_the_remote_tier_always_has_its_key_index(data_dir: Path, s3_uri: str,
+                                                             clock: ManualClock) -> None:
+    """A view compacted without a key index is not uploaded once the topic turns remote.storage.enable on. Until
+    a view is, the tier keeps its whole raw log, which its readers then read (retention would otherwise leave them
+    without the keys only the local view holds); the scheduler's next check rewrites the view with an index, with
+    nothing new to compact, and that view goes up."""
     log: list[Pair] = [(b"k%03d" % (i % 50), b"v%d" % i) for i in range(500)]
     with Store.open(data_dir, remote=s3_uri, clock=clock) as store:
-        store.create_topic("t", config={"segment.bytes": "4096", "file.delete.delay.ms": "0", **UNINDEXED})
+        store.create_topic("t", config={"segment.bytes": "4096", "file.delete.delay.ms": "0", "retention.ms": "1000",
+                                        "compaction.threshold.bytes": "1000000", **UNINDEXED})
         store.append("t", log, partition=0)
         store.roll("t", 0)
         Compactor(store).compact("t")
         assert index_folders(store, "t") == {1: [UNINDEXED_MARKER]}
         store.alter_topic_config("t", {"remote.storage.enable": "true"})
+        clock.advance(10_000)
+        store.append("t", [(b"new", b"x")], partition=0)
+        store.roll("t", 0)
         store.sync_remote()
+        store.enforce_retention("t")
         manifest = RemoteLog(open_object_store(s3_uri), "t", 0).latest()
         assert manifest is not None and manifest.compacted is None  # the unindexed view stayed local
-        [result] = Compactor(store).compact("t")
-        assert not result.skipped and result.horizon == 499
+        with TableView(s3_uri, "t") as view:  # the tier alone: its raw log, kept whole
+            assert [view.get(b"k000"), view.get(b"k049"), view.get(b"new")] == [b"v450", b"v499", b"x"]
+        [(_, result)] = CompactionScheduler(store).check_once()  # nothing new above the threshold, yet due
+        assert not result.skipped and result.horizon == 500
         assert UNINDEXED_MARKER not in index_folders(store, "t")[result.ledger_id]
         store.sync_remote()
+        store.enforce_retention("t")
     manifest = RemoteLog(open_object_store(s3_uri), "t", 0).latest()
     assert manifest is not None and manifest.compacted is not None
-    assert manifest.compacted.ledger_id == result.ledger_id
+    assert manifest.compacted.ledger_id == result.ledger_id and manifest.log_start_offset > 0  # retention went on
     with TableView(s3_uri, "t") as view:
-        assert [view.get(b"k%03d" % key) for key in (0, 49)] == [b"v450", b"v499"]
+        assert [view.get(b"k000"), view.get(b"k049"), view.get(b"new")] == [b"v450", b"v499", b"x"]
+
+
+@pytest.mark.parametrize("view", ["compacted", "read_compacted"])
+def test_pushed_key_filters_read_a_ledger_without_a_key_index_as_one_with_it(data_dir: Path, view: str) -> None:
+    """The scan's key filters (Spark's key = and IN), over a ledger cut into several tasks: each task reads its own
+    share of an unindexed ledger and filters it, and the rows are those an indexed ledger's lookups give."""
+    # 1,200 keys of 2 KB values: a ledger of three batches (of at most 1 MiB each)
+    log: list[Pair] = [(b"k%04d" % (i % 1200), None if i % 7 == 0 else (b"v%d" % i).ljust(2000, b"."))
+                       for i in range(3000)]
+    with Store.open(data_dir) as store:
+        for topic, config in (("indexed", {}), ("unindexed", UNINDEXED)):
+            store.create_topic(topic, config=config)
+            store.append(topic, log[:2500], partition=0)
+            Compactor(store).compact(topic)
+            store.append(topic, log[2500:], partition=0)
+    keys = (b"k0002", b"k0600", b"k1198", b"never")
+
+    def rows(topic: str) -> list[tuple[int, bytes, bytes | None]]:
+        scan = TopicScan(ScanOptions.parse({"path": str(data_dir), "topic": topic, "view": view,
+                                            "maxPartitionBytes": "1000000"}))
+        assert list(scan.pushFilters([In(("key",), tuple(bytearray(key) for key in keys))])) == []  # pushed
+        pieces = list(scan.partitions())
+        assert len(pieces) > 2 or view == "read_compacted"  # the table's ledger is cut into tasks
+        return sorted((row["offset"], row["key"], row["value"])
+                      for piece in pieces for batch in scan.read(piece) for row in batch.to_pylist())
+
+    found = rows("unindexed")
+    assert found == rows("indexed")
+    assert {key for _, key, _ in found} == set(keys[:3])
