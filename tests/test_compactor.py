@@ -6,13 +6,14 @@ from __future__ import annotations
 import hashlib
 import shutil
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from rocksdict import Options, Rdict
 
-from compactor import CompactionInProgressError, CompactionState, Compactor
+from compactor import CompactionInProgressError, CompactionState, Compactor, buckets
 from compactor.scheduler import CompactionScheduler
 from ledgerview.changelog import ChangelogSpec, generate
 from storage import Store
@@ -152,6 +153,27 @@ def test_many_messages_over_few_keys_fit_a_small_budget_in_one_run(data_dir: Pat
         pairs = list(zip(data["key"].to_pylist(), data["value"].to_pylist(), strict=True))
         assert result.passes == 1
         assert [row["offset"] for row in ledger_rows(store, "t")] == latest_live(pairs)
+
+
+@pytest.mark.parametrize("key_of", [lambda i: b"k%d" % i, lambda i: b"%06d%06d" % (i * 7919 % 10**6, i)],
+                         ids=["binary keys of several lengths", "fixed-width keys without a shared prefix"])
+def test_groups_of_repeating_keys_reduced_first_give_the_models_ledger(
+        data_dir: Path, key_of: Callable[[int], bytes], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Phase one reduces a group whose keys repeat before cutting it (compactor/buckets.py REPEAT_SHARE), whatever
+    the key coding: 60k messages over 300 keys, in several groups at this budget, tombstones and keyless messages
+    among them."""
+    reduced = []
+    keys_repeat = buckets._keys_repeat
+    monkeypatch.setattr(buckets, "_keys_repeat", lambda codes: reduced.append(keys_repeat(codes)) or reduced[-1])
+    messages: list[tuple[bytes | None, bytes | None]] = [
+        (None if i % 97 == 0 else key_of(i % 150 + (150 if i >= 30_000 else 0)), None if i % 11 == 0 else b"v%d" % i)
+        for i in range(60_000)]  # half the keys only in the first half: their latest messages are in reduced groups
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config={"compaction.memory.bytes": str(8 * 1024 * 1024)})
+        store.append("t", messages, partition=0)
+        Compactor(store).compact("t")
+        assert [row["offset"] for row in ledger_rows(store, "t")] == latest_live(messages)
+    assert sum(reduced) > 2  # several groups were reduced first (a last one shorter than the sample is not)
 
 
 def test_the_key_index_of_a_run_split_into_passes_finds_every_live_key(data_dir: Path) -> None:
