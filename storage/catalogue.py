@@ -22,7 +22,6 @@ from storage.checkpoints import read_checkpoint, update_checkpoint
 from storage.config import CONFIG_KEYS, InvalidConfigError, TopicConfig, UnknownConfigError
 from storage.errors import (
     CorruptDataError,
-    LedgerviewError,
     OrphanPartitionFolderError,
     TopicExistsError,
     UnknownTopicError,
@@ -42,6 +41,7 @@ from storage.files import (
     partitions_on_disk,
     topic_metadata_file,
     topic_sinks_folder,
+    validate_partition_count,
     validate_topic_name,
 )
 from storage.locks import FileLock
@@ -72,8 +72,7 @@ class TopicCatalogue:
 
     def create(self, topic: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
         validate_topic_name(topic)
-        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
-            raise LedgerviewError(f"partitions must be an integer >= 1, got {partitions!r}.")
+        validate_partition_count(partitions)
         topic_config = TopicConfig.from_overrides(config or {})
         metadata = TopicMetadata(topic, partitions, topic_config.to_overrides(), self._clock())
         with self._store_lock:

@@ -12,7 +12,7 @@ import re
 import uuid
 from pathlib import Path
 
-from storage.errors import InvalidTopicNameError
+from storage.errors import InvalidTopicNameError, LedgerviewError
 
 LOG_SUFFIX = ".log"
 OFFSET_INDEX_SUFFIX = ".index"
@@ -42,6 +42,10 @@ REMOTE_TIER_RECORD = "remote-tier.json"
 """In the data folder: the URI of its remote tier."""
 
 MAX_TOPIC_NAME_LENGTH = 249
+MAX_PARTITIONS = 100_000
+"""Partitions a topic may have. Kafka sets no such bound, but each partition is a folder with its own files here,
+so a mistyped count would create folders for hours: 100,000 took 9 s and 394 MB of metadata, checkpoints and
+folders on this project's test machine."""
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _PARTITION_FOLDER = re.compile(r"(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)")
 _SEGMENT_FILE = re.compile(r"(?P<base>\d{20})(?P<suffix>\.log|\.index|\.timeindex)(?P<temp>\.[a-z]+)?")
@@ -59,6 +63,13 @@ def validate_topic_name(name: str) -> str:
         bad = sorted({c for c in name if not _TOPIC_NAME.fullmatch(c)})
         raise InvalidTopicNameError(name, f"it contains {''.join(bad)!r}")
     return name
+
+
+def validate_partition_count(partitions: int) -> int:
+    """Return ``partitions`` if a topic may have that many (1 to MAX_PARTITIONS), else raise LedgerviewError."""
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
+        raise LedgerviewError(f"partitions must be an integer from 1 to {MAX_PARTITIONS:,}, got {partitions!r}.")
+    return partitions
 
 
 def partition_folder(root: Path, topic: str, partition: int) -> Path:

@@ -23,7 +23,7 @@ import pyarrow as pa
 from storage.compacted import CompactionCursor
 from storage.config import TopicConfig
 from storage.errors import LedgerviewError, OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError
-from storage.files import TOPIC_METADATA, TOPICS_FOLDER, validate_topic_name
+from storage.files import TOPIC_METADATA, TOPICS_FOLDER, validate_partition_count, validate_topic_name
 from storage.ledger import Ledger
 from storage.object_store import DEFAULT_TIMEOUT_S, ObjectStore, RemoteObjectMissingError, open_object_store
 from storage.remote_ledger import RemoteLedger
@@ -132,8 +132,7 @@ class RemoteStore:
         A topic already there with as many partitions is returned as it is (its config too); with another count,
         RemoteTopicExistsError."""
         validate_topic_name(topic)
-        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
-            raise LedgerviewError(f"partitions must be an integer >= 1, got {partitions!r}.")
+        validate_partition_count(partitions)
         metadata = TopicMetadata(topic, partitions, TopicConfig.from_overrides(config or {}).to_overrides(),
                                  self.clock())
         key = remote_topic_key(topic)

@@ -101,8 +101,9 @@ def test_bad_input_changed_nothing(one_topic_store: Path) -> None:
     assert run_cli(one_topic_store, "consume", "prices", "--from-beginning", "--until-end").out == ""
 
 
-@pytest.mark.parametrize("args", [["a/b"], ["t", "--config", "cleanup.policy=shred"], ["t", "--partitions", "0"]],
-                         ids=["bad name", "bad config", "no partitions"])
+@pytest.mark.parametrize("args", [["a/b"], ["t", "--config", "cleanup.policy=shred"], ["t", "--partitions", "0"],
+                                  ["t", "--partitions", "100001"]],
+                         ids=["bad name", "bad config", "no partitions", "too many partitions"])
 def test_a_refused_topic_creation_makes_no_data_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                        args: list[str]) -> None:
     """A typo in the first command of a new store left an empty store behind, which later commands then took for

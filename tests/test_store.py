@@ -31,8 +31,9 @@ from storage.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from storage.files import LOG_SUFFIX, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
+from storage.files import LOG_SUFFIX, MAX_PARTITIONS, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX
 from storage.partitioner import partition_for_keys
+from storage.remote_store import RemoteStore
 from storage.segment import Segment, scan_headers
 from tests.conftest import TINY, ManualClock
 
@@ -82,6 +83,22 @@ def test_bad_topic_names_are_refused(store: Store, data_dir: Path, name: str, re
     with pytest.raises(InvalidTopicNameError, match=reason):
         store.create_topic(name)
     assert sorted(p.name for p in data_dir.iterdir() if not p.name.startswith(".")) == ["__topics"]
+
+
+@pytest.mark.parametrize("partitions", [0, -1, MAX_PARTITIONS + 1, 2**31 - 1, True, 2.0])
+def test_a_partition_count_outside_1_to_the_bound_is_refused_on_both_tiers(store: Store, data_dir: Path,
+                                                                           tmp_path: Path, partitions: int) -> None:
+    """A mistyped count (2**31 - 1 partitions) would have created folders for hours; each tier refuses it at once,
+    saying what is allowed, and creates nothing."""
+    allowed = rf"partitions must be an integer from 1 to {MAX_PARTITIONS:,}, got {partitions!r}"
+    with pytest.raises(LedgerviewError, match=allowed):
+        store.create_topic("t", partitions)
+    assert store.list_topics() == [] and not list(data_dir.glob("t-*"))
+    (tmp_path / "tier").mkdir()
+    remote = RemoteStore.open(f"file://{tmp_path / 'tier'}")
+    with pytest.raises(LedgerviewError, match=allowed):
+        remote.create_topic("t", partitions)
+    assert remote.list_topics() == []
 
 
 def test_a_topic_name_of_249_allowed_characters_is_accepted(store: Store) -> None:
