@@ -43,6 +43,7 @@ from compactor.key_codes import KeyCoding, KeysRefused
 from compactor.parallel import ordered_map
 from compactor.spill import SpilledBuckets
 from storage.batch_groups import grouped
+from storage.dropped_tombstones import Ranges, with_offsets
 
 InputBatches = Callable[[], Iterable[pa.RecordBatch]]
 T = TypeVar("T")
@@ -76,6 +77,9 @@ GROUP_BYTES_PER_MESSAGE_PAIR: Final = 6
 the sorted copies; or, for a group reduced first because its keys repeat, the hash table that reduces it: 19 MB
 at the peak for a 233k-message group of word codes, against 22 MB this allows)."""
 SPILL_FOLDER_PREFIX: Final = "ledgerview-compaction-"
+MAX_DROPPED_HELD: Final = 1 << 16
+"""Offsets of tombstones left out that step 4 holds before folding them into ranges (storage/dropped_tombstones.py):
+a fold per bucket would cost more than the bucket on small ones."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,9 @@ class Survivors:
     arrays: list[np.ndarray] = field(default_factory=list)
     messages_read: int = 0
     runs: int = 0
+    dropped_tombstones: Ranges = ()
+    """Where the tombstones that were their key's latest message (the key leaves the view) lie, as ranges
+    (storage/dropped_tombstones.py)."""
     spill_folder: tempfile.TemporaryDirectory[str] | None = None
 
     @property
@@ -226,9 +233,17 @@ def _finish(in_order: Callable[[Callable[[tuple[list[Pairs], bool]], Pairs], Ite
 
     run: list[Pairs] = []
     run_bytes = 0
+    dropped: list[npt.NDArray[np.int64]] = []  # offsets of the tombstones left out, folded into ranges now and then
+    dropped_count = 0
     for codes, numbers in in_order(latest, bucket_parts()):
         live = (numbers & 1) == 1
         count = int(live.sum())
+        if count < len(numbers):
+            dropped.append(numbers[~live] >> 1)
+            dropped_count += len(dropped[-1])
+            if dropped_count > MAX_DROPPED_HELD:
+                survivors.dropped_tombstones = with_offsets(survivors.dropped_tombstones, np.concatenate(dropped))
+                dropped, dropped_count = [], 0
         if run and (run_bytes + count * pair_bytes) * RUN_BYTES_PER_KEY + held.bytes > run_limit:
             _end_run(run, coding, survivors, last=False, on_pass=on_pass)
             run, run_bytes = [], 0
@@ -237,6 +252,8 @@ def _finish(in_order: Callable[[Callable[[tuple[list[Pairs], bool]], Pairs], Ite
             run_bytes += count * pair_bytes
     if run or not survivors.runs:
         _end_run(run, coding, survivors, last=True, on_pass=on_pass)
+    if dropped:
+        survivors.dropped_tombstones = with_offsets(survivors.dropped_tombstones, np.concatenate(dropped))
 
 
 def _end_run(run: list[Pairs], coding: KeyCoding, survivors: Survivors, *, last: bool,

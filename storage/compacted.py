@@ -18,6 +18,7 @@ from pathlib import Path
 
 from storage import faults
 from storage.compaction_status import CompactionStatus, published_a_view, read_status
+from storage.dropped_tombstones import Ranges
 from storage.errors import CorruptDataError, LedgerviewError, PartitionLockedError
 from storage.fileio import holds_temporary_files, remove_stray_temporary_files, write_atomically
 from storage.files import (
@@ -38,10 +39,10 @@ from storage.locks import FileLock
 from storage.records import CorruptRecordError, decode_record, encode_record
 
 CURSOR_RECORD = "compaction-cursor"
-CURSOR_VERSION = 3
+CURSOR_VERSION = 4
 """1: the unchecksummed record of earlier releases (still read); 2: storage/records.py's format; 3: layered views
 (``lower_layers``, ``layer_records_from``), which releases that read up to 2 refuse (they could not read this
-release's batches either: docs/FORMAT.md, "Implied columns")."""
+release's batches either: docs/FORMAT.md, "Implied columns"); 4: ``dropped_tombstones``."""
 
 
 class CorruptCompactionCursorError(CorruptDataError):
@@ -98,6 +99,9 @@ class CompactionCursor:
     layer_records_from: int = 0
     """Ledgers from this id on were published with a layer record; a ledger below it was published by an earlier
     release, as a view of one ledger (0: the cursor of an earlier release, every ledger is such)."""
+    dropped_tombstones: Ranges = ()
+    """Offset ranges that hold every tombstone a compaction of the partition left out, being its key's latest
+    message (storage/dropped_tombstones.py; empty: none, or the views were published by an earlier release)."""
 
     @property
     def ledger_ids(self) -> tuple[int, ...]:
@@ -109,7 +113,8 @@ class CompactionCursor:
         return bool(self.layer_records_from) and ledger_id >= self.layer_records_from
 
     def __post_init__(self) -> None:
-        if self.ledger_id < 0 or self.horizon < -1 or min(self.messages_read, self.messages_kept) < 0:
+        if self.ledger_id < 0 or self.horizon < -1 or min(self.messages_read, self.messages_kept) < 0 or any(
+                not 0 <= first <= last <= self.horizon for first, last in self.dropped_tombstones):
             raise ValueError(f"invalid compaction cursor {self}")
 
     @property
@@ -152,6 +157,7 @@ class CompactedLedgers:
             _, record = decode_record(self.cursor_path, data, CURSOR_RECORD, max_version=CURSOR_VERSION, legacy=True)
             record["retiring"] = tuple(tuple(pair) for pair in record.get("retiring", ()))
             record["lower_layers"] = tuple(record.get("lower_layers", ()))
+            record["dropped_tombstones"] = tuple(tuple(pair) for pair in record.get("dropped_tombstones", ()))
             return CompactionCursor(**record)
         except CorruptRecordError as error:
             raise CorruptCompactionCursorError(self.cursor_path, error.reason) from error

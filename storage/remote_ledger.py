@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from storage.codec import BatchHeader
 from storage.compacted import CompactionCursor
+from storage.dropped_tombstones import Ranges
 from storage.errors import CorruptDataError, CorruptRemoteLedgerError
 from storage.ledger import Ledger
 from storage.object_store import ObjectStore
@@ -60,6 +61,8 @@ class RemoteCompactedView:
     published_ms: int
     batches: tuple[tuple[int, ...], ...]
     """Each ledger batch's header fields in BatchHeader's order, then the index in ``ledger_keys`` of its object."""
+    dropped_tombstones: Ranges = ()
+    """As the local cursor's (storage/compacted.py): where the tombstones compactions left out lie."""
 
     @property
     def object_sizes(self) -> list[tuple[str, int]]:
@@ -96,7 +99,8 @@ class RemoteCompactedView:
     def cursor(self) -> CompactionCursor:
         """The view as a local compaction cursor says it (readers plan on that)."""
         return CompactionCursor(self.ledger_id, self.horizon, self.messages_read, self.messages_kept,
-                                self.ledger_bytes, self.published_ms)
+                                self.ledger_bytes, self.published_ms,
+                                dropped_tombstones=self.dropped_tombstones)
 
     def to_record(self) -> dict[str, Any]:
         return {**asdict(self), "ledger_keys": list(self.ledger_keys), "batches": [list(b) for b in self.batches],
@@ -110,6 +114,7 @@ class RemoteCompactedView:
                     "key_indexes": [[body.pop("key_index_key"), body.pop("key_index_bytes"), ""]]}
         return cls(**{**body, "ledger_keys": tuple(body["ledger_keys"]),
                       "batches": tuple(tuple(batch) for batch in body["batches"]),
+                      "dropped_tombstones": tuple(tuple(pair) for pair in body.get("dropped_tombstones", ())),
                       "key_indexes": tuple(KeyIndexPiece(key, size, bytes.fromhex(first))
                                            for key, size, first in body["key_indexes"])})
 
@@ -119,7 +124,7 @@ class RemoteCompactedView:
         """The view of a ledger compacted in one process and uploaded as one object with one key index."""
         return cls(cursor.ledger_id, cursor.horizon, cursor.messages_read, cursor.messages_kept, (ledger_key,),
                    ledger.size_bytes, (KeyIndexPiece(key_index_key, key_index_bytes, b""),), cursor.published_ms,
-                   tuple((*astuple(header), 0) for header in ledger.headers))
+                   tuple((*astuple(header), 0) for header in ledger.headers), cursor.dropped_tombstones)
 
 
 class RemoteLedger(Ledger):

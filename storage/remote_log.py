@@ -54,8 +54,9 @@ logger = logging.getLogger(__name__)
 
 MANIFEST_RECORD = "remote-log-manifest"
 EPOCH_RECORD = "remote-epoch"
-MANIFEST_VERSION = 2
-"""Version 2 added segments stored from offset 0 (``offset_shift``), sink commits, and ledgers in pieces."""
+MANIFEST_VERSION = 3
+"""Version 2 added segments stored from offset 0 (``offset_shift``), sink commits, and ledgers in pieces; version 3
+the compacted view's ``dropped_tombstones``. Earlier versions are still read."""
 EPOCH_VERSION = 2
 """Version 2 added the id of the claim that gave the epoch, and the claim under way; version 1 is still read."""
 _MANIFEST_NAME = re.compile(r"(\d{20})\.json")

@@ -46,6 +46,7 @@ from pyspark.sql import functions as F
 
 from compactor import CompactionResult
 from storage.codec import BatchHeader, encode_batch
+from storage.dropped_tombstones import Ranges, merged, with_offsets
 from storage.errors import LedgerviewError, WriterConflictError
 from storage.files import KEY_INDEX_SUFFIX, LEDGER_SUFFIX
 from storage.ledger import BATCH_BYTES, bounded_slices
@@ -62,6 +63,7 @@ INPUT_SCHEMA = "partition int, version long, start long, end long"
 MESSAGES_SCHEMA = "partition int, key binary, number long"
 LEDGER_PIECE_SCHEMA = "partition int, object string, first_offset long, rows long, bytes long, batches string"
 KEY_PIECE_SCHEMA = "partition int, object string, first_key binary, bytes long"
+DROPPED_RANGE_SCHEMA = "partition int, first long, last long"
 
 
 class CompactionConflictError(WriterConflictError):
@@ -147,10 +149,12 @@ def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes:
     if not plans:
         return results
     parallelism = spark.sparkContext.defaultParallelism
-    live, kept, messages = _phase_one(spark, uri, topic, plans, budget, parallelism,
-                                      retain_null_key=config.compaction_retain_null_key)
+    latest, messages = _phase_one(spark, uri, topic, plans, budget, parallelism,
+                                  retain_null_key=config.compaction_retain_null_key)
     try:
+        live, kept = _kept(latest, messages, retain_null_key=config.compaction_retain_null_key)
         stats = live.agg(F.count("*").alias("rows"), F.sum(F.length("key")).alias("key_bytes")).collect()[0]
+        dropped = _dropped_tombstones(latest)
         # The ledger also keeps the keyless messages it retains: count them (from phase one's persisted output).
         kept_rows = stats["rows"] + (messages.where(F.col("key").isNull()).count()
                                      if config.compaction_retain_null_key else 0)
@@ -166,12 +170,12 @@ def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes:
         key_rows = live.repartitionByRange(key_tasks, "partition", "key").sortWithinPartitions("partition", "key") \
             .mapInArrow(_key_piece_writer(uri, topic, versions), KEY_PIECE_SCHEMA).collect()
     finally:
-        live.unpersist()
+        latest.unpersist()
         messages.unpersist()
     for plan in plans:
         results.append(_publish(store, topic, plan, [row for row in ledger_rows if row["partition"] == plan.partition],
                                 [row for row in key_rows if row["partition"] == plan.partition],
-                                config.file_delete_delay_ms))
+                                dropped.get(plan.partition, ()), config.file_delete_delay_ms))
     return sorted(results, key=lambda result: result.partition)
 
 
@@ -202,10 +206,10 @@ def _plan(store: RemoteStore, topic: str, partition: int) -> _Plan | None:
 
 
 def _phase_one(spark: SparkSession, uri: str, topic: str, plans: list[_Plan], budget: int, parallelism: int, *,
-               retain_null_key: bool) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """The live keys with their latest offsets (persisted), every offset the ledger keeps, and the tasks' output
-    (persisted when keyless messages are kept: both the count of them and the ledger's tasks read it, and the
-    input is read once)."""
+               retain_null_key: bool) -> tuple[DataFrame, DataFrame]:
+    """Every key with its latest message's number, ``last`` (persisted), and the tasks' output (persisted when
+    keyless messages are kept: both the count of them and the ledger's tasks read it, and the input is read
+    once)."""
     input_bytes = sum(plan.input_bytes for plan in plans)
     aggregation_tasks = task_count(input_bytes, budget, parallelism, sum(plan.messages_read for plan in plans))
     piece_bytes = math.ceil(input_bytes / aggregation_tasks)
@@ -218,14 +222,41 @@ def _phase_one(spark: SparkSession, uri: str, topic: str, plans: list[_Plan], bu
     # One long per message, 2 * offset + (1 if live): its max is the key's latest message and says whether it is
     # live, and a max of a long aggregates in Spark's hash aggregation (a max of a struct would sort every row).
     latest = messages.where(F.col("key").isNotNull()).repartition(aggregation_tasks, "partition", "key") \
-        .groupBy("partition", "key").agg(F.max("number").alias("last"))
-    live = latest.where((F.col("last") % 2) == 1) \
-        .select("partition", "key", F.shiftright("last", 1).alias("offset")).persist(StorageLevel.MEMORY_AND_DISK)
+        .groupBy("partition", "key").agg(F.max("number").alias("last")).persist(StorageLevel.MEMORY_AND_DISK)
+    return latest, messages
+
+
+def _kept(latest: DataFrame, messages: DataFrame, *, retain_null_key: bool) -> tuple[DataFrame, DataFrame]:
+    """The live keys with their latest offsets, and every offset the ledger keeps."""
+    live = latest.where((F.col("last") % 2) == 1).select("partition", "key", F.shiftright("last", 1).alias("offset"))
     kept = live.select("partition", "offset")
     if retain_null_key:
         kept = kept.unionByName(messages.where(F.col("key").isNull())
                                 .select("partition", F.shiftright("number", 1).alias("offset")))
-    return live, kept, messages
+    return live, kept
+
+
+def _dropped_tombstones(latest: DataFrame) -> dict[int, Ranges]:
+    """Per partition, where the tombstones this run leaves out lie (storage/dropped_tombstones.py): each task
+    folds its own into ranges, and the driver merges the tasks' few."""
+
+    def fold(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        received = [batch for batch in batches if batch.num_rows]
+        if not received:
+            return
+        table = pa.Table.from_batches(received)
+        partitions, offsets = table.column("partition").to_numpy(), table.column("offset").to_numpy()
+        for partition in np.unique(partitions).tolist():
+            firsts, lasts = zip(*with_offsets((), offsets[partitions == partition]), strict=True)
+            yield pa.RecordBatch.from_arrays([pa.array([partition] * len(firsts), pa.int32()),
+                                              pa.array(firsts, pa.int64()), pa.array(lasts, pa.int64())],
+                                             names=["partition", "first", "last"])
+
+    tombstones = latest.where((F.col("last") % 2) == 0).select("partition", F.shiftright("last", 1).alias("offset"))
+    found: dict[int, Ranges] = {}
+    for row in tombstones.mapInArrow(fold, DROPPED_RANGE_SCHEMA).collect():
+        found[row["partition"]] = merged(found.get(row["partition"], ()), ((row["first"], row["last"]),))
+    return found
 
 
 def _view_batches(store: RemoteStore, log: RemoteLog, manifest: RemoteLogManifest, start: int, end: int) -> (
@@ -403,8 +434,10 @@ def _empty_key_index(store: RemoteStore, topic: str, plan: _Plan) -> dict[str, A
 
 
 def _publish(store: RemoteStore, topic: str, plan: _Plan, ledger_rows: list[Any], key_rows: list[Any],
-             grace_ms: int) -> DistributedCompactionResult:
-    """Name the pieces in the partition's manifest as its compacted view; sweep what is no longer needed."""
+             dropped: Ranges, grace_ms: int) -> DistributedCompactionResult:
+    """Name the pieces in the partition's manifest as its compacted view (``dropped``: where the tombstones this
+    run left out lie); sweep what is no longer needed."""
+    previous = plan.manifest.compacted
     ledger_rows = sorted(ledger_rows, key=lambda row: row["first_offset"])
     key_rows = sorted(key_rows, key=lambda row: row["first_key"])
     if ledger_rows and not key_rows:  # only keyless messages kept: readers need a key index, an empty one
@@ -416,8 +449,8 @@ def _publish(store: RemoteStore, topic: str, plan: _Plan, ledger_rows: list[Any]
         plan.ledger_id, plan.manifest.end_offset - 1, plan.messages_read, kept,
         tuple(row["object"] for row in ledger_rows), sum(row["bytes"] for row in ledger_rows),
         tuple(KeyIndexPiece(row["object"], row["bytes"], row["first_key"]) for row in key_rows),
-        wall_clock_ms(), batches)
-    planned = plan.manifest.compacted.ledger_id if plan.manifest.compacted else None
+        wall_clock_ms(), batches, merged(previous.dropped_tombstones if previous else (), dropped))
+    planned = previous.ledger_id if previous else None
 
     def with_view(latest: RemoteLogManifest) -> RemoteLogManifest:
         found = latest.compacted.ledger_id if latest.compacted else None

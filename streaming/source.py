@@ -33,7 +33,10 @@ query first starts), ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` with ``m
 
 Data loss: retention (or delete_records) may delete raw offsets a query has not read yet, and the compacted view
 loses them too when its ledger does not cover them. With failOnDataLoss the query fails with DataLossError naming
-the partition and the lost range; without it the source skips to the log start and goes on, as Kafka's does.
+the partition and the lost range; without it the source skips to the log start and goes on, as Kafka's does. When
+the ledger does cover them but the query read raw below them, the ledger cannot show the deletions among them (it
+leaves deleted keys out): if the compaction cursor says a compaction left out a tombstone there, the query fails
+with DeletionLossError, and without failOnDataLoss it goes on from the ledger.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from readers.partition_read import open_partition_read
 from readers.positions import Resume
 from storage.compacted import CompactionCursor
+from storage.dropped_tombstones import meeting
 from storage.readable import ReadableStore
 from storage.segment import JOINED_READ_BYTES
 from streaming.options import STREAM_READ, InvalidOptionError, Options, resolve_offsets, topic_offsets
@@ -58,6 +62,7 @@ from streaming.scan import DEFAULT_MAX_PARTITION_BYTES, segment_runs
 from streaming.source_offsets import (
     EARLIEST,
     LATEST,
+    DeletionLossError,
     TopicRecreatedError,
     TopicReplacedError,
     admitted,
@@ -271,7 +276,11 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Where a read planned from ``wanted`` starts. Raw offsets it needs that retention deleted are data loss
         (DataLossError with failOnDataLoss; else the read goes on from the log start). The compacted view needs
         raw offsets from ``wanted``, or only from above the horizon when it serves the ledger (as
-        ``Resume`` does: the tag matches, or ``wanted`` is 0 or below the log start)."""
+        ``Resume`` does: the tag matches, or ``wanted`` is 0 or below the log start).
+
+        Where the ledger stands in for deleted offsets the query would have read raw (``wanted`` below the log
+        start, under another tag), a tombstone a compaction left out among them is data loss too
+        (DeletionLossError), as the ledger cannot show the deletion."""
         topic = self.options.topic
         log_start = self.store.start_offset(topic, partition)
         fail = self.options.fail_on_data_loss
@@ -282,6 +291,10 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if cursor is not None and wanted <= cursor.horizon and (
                 wanted == 0 or wanted < log_start or ledger == cursor.ledger_id):
             needed = cursor.horizon + 1
+            stands_in = 0 < wanted < log_start and ledger != cursor.ledger_id
+            dropped = meeting(cursor.dropped_tombstones, wanted, log_start - 1) if stands_in else None
+            if fail and dropped is not None:
+                raise DeletionLossError(topic, partition, wanted, log_start, dropped)
         checked_start(topic, partition, needed, log_start, fail_on_data_loss=fail)
         return wanted
 

@@ -26,6 +26,29 @@ class DataLossError(LedgerviewError):
         )
 
 
+class DeletionLossError(DataLossError):
+    """The compacted view stands in for raw offsets retention deleted, but it leaves deleted keys out rather than
+    keeping their tombstones, so a query that holds keys from before those offsets cannot learn of deletions in
+    them."""
+
+    def __init__(self, topic: str, partition: int, wanted: int, log_start: int, dropped: tuple[int, int]) -> None:
+        first, last = dropped
+        where = f"at offset {first}" if first == last else f"at offsets {first} to {last}"
+        LedgerviewError.__init__(
+            self,
+            f"Data loss in {topic}-{partition}: the query read the raw log up to offset {wanted}, and retention "
+            f"has since deleted everything below {log_start}. The compacted view stands in for the deleted "
+            f"offsets, but it leaves deleted keys out, and a compaction left out a deletion (a tombstone) {where}: "
+            "a key the query read may have been deleted without it seeing so. Set failOnDataLoss=false to go on "
+            "from the compacted view (such keys then stay), or start the query again on a new checkpoint to read "
+            "the whole view afresh."
+        )
+        self.topic, self.partition, self.wanted, self.log_start = topic, partition, wanted, log_start
+        self.dropped = dropped
+        """Offsets, first and last, among the deleted ones, that hold such a tombstone (or may: see
+        storage/dropped_tombstones.py)."""
+
+
 class TopicRecreatedError(LedgerviewError):
     def __init__(self, topic: str, partition: int, position: int, end: int) -> None:
         self.topic, self.partition, self.position, self.end = topic, partition, position, end

@@ -22,7 +22,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from compactor import Compactor
 from storage import Store
 from streaming.source import SourceOptions, TopicStream
-from streaming.source_offsets import DataLossError
+from streaming.source_offsets import DataLossError, DeletionLossError
 
 PARTITIONS = 2
 CONFIG = {"segment.bytes": "1024", "index.interval.bytes": "128"}
@@ -71,7 +71,11 @@ class CompactedStreamModel(RuleBasedStateMachine):
     def micro_batch(self, limit: int | None, compact_between: bool) -> None:
         read_limit: ReadLimit = ReadAllAvailable() if limit is None else ReadMaxRows(limit)
         end = json.loads(json.dumps(self.source.latestOffset(self.offsets, read_limit)))
-        planned = self.source.partitions(self.offsets, end)
+        try:
+            planned = self.source.partitions(self.offsets, end)
+        except DeletionLossError as error:
+            self.start_again_on_a_new_checkpoint(error)
+            return
         if compact_between:
             self.compact()
         for task in planned:
@@ -84,6 +88,17 @@ class CompactedStreamModel(RuleBasedStateMachine):
                     else:
                         self.seen[(batch["partition"][0].as_py(), key)] = value
         self.offsets = end
+
+    def start_again_on_a_new_checkpoint(self, error: DeletionLossError) -> None:
+        """What the error tells a user to do, once it is shown to be true: a tombstone lies in the offsets the
+        error names, which are deleted ones at or above the query's position (ranges are exact on logs this
+        small)."""
+        first, last = error.dropped
+        assert error.wanted <= first <= last < error.log_start
+        assert any(key is not None and value is None for key, value in self.logs[error.partition][first:last + 1])
+        self.source = stream(self.folder, startingOffsets="earliest")
+        self.offsets = json.loads(json.dumps(self.source.initialOffset()))
+        self.seen = {}
 
     @rule()
     def restart_from_the_checkpoint(self) -> None:
@@ -195,15 +210,11 @@ def test_a_tombstone_retention_left_is_delivered_to_a_query_behind_the_log_start
         model.teardown()
 
 
-@pytest.mark.xfail(strict=True, reason="open defect, found by the model on 2026-11-28: a query behind the log start "
-                   "misses a tombstone that the ledger dropped and retention removed (see the docstring)")
-def test_a_tombstone_the_ledger_dropped_and_retention_removed_is_not_silently_lost() -> None:
+def test_a_tombstone_the_ledger_dropped_and_retention_removed_is_data_loss() -> None:
     """Found by the model: a query reads a's value raw (offset 14), a's tombstone comes at 26, a compaction up to 26
     drops the key (the ledger keeps no tombstones), and delete-records removes every raw offset up to 27. The query
-    resumes at 15: the ledger stands in for the removed offsets, but it cannot say that a was deleted, so the query
-    keeps a. It should either be told (a DataLossError naming the lost offsets, as for raw offsets no ledger covers)
-    or see the deletion; it is neither. A fix needs the compaction to record the last tombstone it dropped, so the
-    source can tell a removed range that held one."""
+    resumes at 15: the ledger stands in for the removed offsets, but it cannot show that a was deleted. The query
+    is told (failOnDataLoss); without failOnDataLoss it goes on from the ledger, and a stays."""
     model = CompactedStreamModel()
     try:
         model.append([(None, None)] * 11 + [(b"c", b"C")], 1)
@@ -212,10 +223,30 @@ def test_a_tombstone_the_ledger_dropped_and_retention_removed_is_not_silently_lo
         model.append([(None, None)] * 11 + [(b"a", None)], 1)  # a's tombstone at 26
         model.compact()
         model.store.delete_records("t", 1, 27)
-        try:
-            model.micro_batch(limit=None, compact_between=False)
-        except DataLossError:
-            return  # told: what a fix may do
-        model.caught_up_the_consumer_holds_every_live_key()  # or the deletion was seen
+        end = model.source.latestOffset(model.offsets, ReadAllAvailable())
+        with pytest.raises(DeletionLossError, match=r"Data loss in t-1: the query read the raw log up to offset 15, "
+                           r"and retention has since deleted everything below 27\..* \(a tombstone\) at offset 26:"):
+            model.source.partitions(model.offsets, end)
+        lenient = stream(model.folder, startingOffsets="earliest", failOnDataLoss="false")
+        rows = [(row["offset"], row["key"], row["value"]) for task in lenient.partitions(model.offsets, end)
+                for batch in lenient.read(task) for row in batch.to_pylist()]
+        assert rows == []  # the ledger holds no key in 15-26: a's deletion is not shown, and a stays
+    finally:
+        model.teardown()
+
+
+def test_a_query_behind_the_log_start_with_no_tombstone_dropped_at_or_above_it_goes_on(tmp_path: Path) -> None:
+    """The ledger may stand in for deleted offsets when no deletion it left out lies at or above the query's
+    position: the query goes on, with failOnDataLoss, and ends holding every live key."""
+    model = CompactedStreamModel()
+    try:
+        model.append([(b"a", None), (b"b", b"B")], 0)  # a's tombstone at 0 is dropped, below the query
+        model.micro_batch(limit=1, compact_between=False)  # reads offset 0 raw
+        model.append([(b"c", b"C"), (b"b", b"B2")], 0)
+        model.compact()
+        model.store.delete_records("t", 0, 4)
+        model.micro_batch(limit=None, compact_between=False)
+        model.caught_up_the_consumer_holds_every_live_key()
+        assert model.seen == {(0, b"b"): b"B2", (0, b"c"): b"C"}
     finally:
         model.teardown()

@@ -66,6 +66,11 @@ def assert_same_views(store: Store, uri: str, partitions: int) -> None:
         local_cursor, local_ledger = store.compacted_ledgers(TOPIC, partition).open_current()
         remote_cursor, remote_ledger = remote.compacted_ledgers(TOPIC, partition).open_current()
         assert remote_cursor.horizon == local_cursor.horizon
+        latest = {m.key: m for m in Reader(store, TOPIC, partitions=[partition])
+                  if m.key is not None and m.offset <= remote_cursor.horizon}
+        left_out = [m.offset for m in latest.values() if m.value is None]
+        assert left_out and all(any(first <= offset <= last for first, last in remote_cursor.dropped_tombstones)
+                                for offset in left_out)
         assert pa.Table.from_batches(list(remote_ledger.read_batches())).equals(
             pa.Table.from_batches(list(local_ledger.read_batches())))
         local_ledger.close(), remote_ledger.close()
