@@ -20,8 +20,8 @@ from ledgerview.commands.common import (
 from ledgerview.errors import UsageError
 from ledgerview.exit_codes import ExitCode
 from storage.config import CONFIG_KEYS, TopicConfig
-from storage.errors import CorruptDataError
-from storage.files import MAX_PARTITIONS, validate_topic_name
+from storage.errors import CorruptDataError, LedgerviewError
+from storage.files import validate_partition_count, validate_topic_name
 
 CONFIG_HELP = "topic config key=value, repeatable; keys: " + ", ".join(key.name for key in CONFIG_KEYS)
 
@@ -60,9 +60,10 @@ def register(subparsers: Subparsers) -> None:
 def run_create(args: argparse.Namespace) -> int:
     config = parse_pairs(args.config, "--config")
     # Checked before the store opens: it would make a data folder for a topic never created.
-    if not 1 <= args.partitions <= MAX_PARTITIONS:
-        raise UsageError(f"--partitions {args.partitions}: a topic has at least one partition and at most "
-                         f"{MAX_PARTITIONS:,}; give --partitions from 1 to {MAX_PARTITIONS}. Nothing was created.")
+    try:
+        validate_partition_count(args.partitions)
+    except LedgerviewError as error:
+        raise UsageError(f"--partitions {args.partitions}: {error} Nothing was created.") from None
     validate_topic_name(args.topic)
     TopicConfig.from_overrides(config)
     with open_store(args) as store:
