@@ -18,7 +18,7 @@ from pathlib import Path
 
 from storage import faults
 from storage.compaction_status import CompactionStatus, published_a_view, read_status
-from storage.dropped_tombstones import Ranges
+from storage.dropped_tombstones import Ranges, unknown_below
 from storage.errors import CorruptDataError, LedgerviewError, PartitionLockedError
 from storage.fileio import holds_temporary_files, remove_stray_temporary_files, write_atomically
 from storage.files import (
@@ -101,7 +101,8 @@ class CompactionCursor:
     release, as a view of one ledger (0: the cursor of an earlier release, every ledger is such)."""
     dropped_tombstones: Ranges = ()
     """Offset ranges that hold every tombstone a compaction of the partition left out, being its key's latest
-    message (storage/dropped_tombstones.py; empty: none, or the views were published by an earlier release)."""
+    message, and every raw offset no compaction read (storage/dropped_tombstones.py). A record of an earlier
+    release, which keeps none, reads as everything up to its horizon."""
 
     @property
     def ledger_ids(self) -> tuple[int, ...]:
@@ -157,7 +158,8 @@ class CompactedLedgers:
             _, record = decode_record(self.cursor_path, data, CURSOR_RECORD, max_version=CURSOR_VERSION, legacy=True)
             record["retiring"] = tuple(tuple(pair) for pair in record.get("retiring", ()))
             record["lower_layers"] = tuple(record.get("lower_layers", ()))
-            record["dropped_tombstones"] = tuple(tuple(pair) for pair in record.get("dropped_tombstones", ()))
+            record["dropped_tombstones"] = tuple(tuple(pair) for pair in record["dropped_tombstones"]) if (
+                "dropped_tombstones" in record) else unknown_below(record["horizon"])
             return CompactionCursor(**record)
         except CorruptRecordError as error:
             raise CorruptCompactionCursorError(self.cursor_path, error.reason) from error

@@ -6,9 +6,12 @@ offsets retention deleted, can learn of the deletion only from the tombstone its
 therefore keeps ranges of offsets, ``(first, last)`` inclusive, that hold every tombstone any compaction of the
 partition left out; a reader that needs deleted raw offsets meeting one of them may have lost a deletion.
 
-The ranges are kept few (at most MAX_RANGES): where there would be more, the ones nearest each other are merged,
-so a range may also cover offsets that hold no such tombstone. The answer errs only that way: a range never misses
-a tombstone left out.
+Where nothing is known, the ranges say so by covering it: the raw offsets a compaction never read (retention had
+removed them before the first compaction, or before a rebuild), and everything below the horizon of a view an
+earlier release published. The ranges are kept few (at most MAX_RANGES): where there would be more, the ones
+nearest each other are merged. So a range may also cover offsets that hold no tombstone left out; the answer errs
+only that way. Ranges never shrink: a tombstone whose key came back later is still covered, and on a topic that
+deletes keys all the time they come to cover most of its history.
 """
 
 from __future__ import annotations
@@ -40,8 +43,21 @@ def merged(*parts: Ranges, limit: int = MAX_RANGES) -> Ranges:
                     limit)
 
 
+def never_read(horizon: int, raw_start: int) -> Ranges:
+    """The raw offsets a run reads nothing of: those between the previous view's ``horizon`` (-1: none) and the
+    ``raw_start`` it reads from, which retention removed first."""
+    return ((horizon + 1, raw_start - 1),) if raw_start > horizon + 1 else ()
+
+
+def unknown_below(horizon: int) -> Ranges:
+    """The ranges of a view whose record keeps none (an earlier release's): anything up to its horizon."""
+    return ((0, horizon),) if horizon >= 0 else ()
+
+
 def meeting(ranges: Ranges, first: int, last: int) -> tuple[int, int] | None:
     """The part of the first range that meets offsets ``first`` to ``last`` (inclusive) within them, or None."""
+    if first > last:
+        return None
     for low, high in ranges:
         if low <= last and high >= first:
             return max(low, first), min(high, last)

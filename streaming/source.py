@@ -9,7 +9,8 @@ Arrow batches through.
 
 Offsets (the checkpoint's JSON) are per partition, each the next offset to read: ``{"0": 120, "1": 98}`` for the raw
 log, with the topic's creation time beside them (``"created_ms"``, below). The compacted view adds the ledger that
-the messages below it came from, ``{"0": {"offset": 120, "ledger": 3}}``, because continuing on a different ledger
+the messages below it came from, and that ledger's horizon, ``{"0": {"offset": 120, "ledger": 3, "horizon": 99}}``
+(the horizon says which deletions the query may not have seen, below), because continuing on a different ledger
 would skip tombstones: a consumer that got key k's value from ledger 3 must see k's tombstone even if ledger 4,
 published since, no longer holds k. So a micro-batch [s, e) of the compacted view serves the current ledger from s
 (then the raw tail) when the messages below s came from that very ledger, or s is 0; otherwise it reads the raw log
@@ -113,6 +114,9 @@ class Position:
 
     offset: int
     ledger: int | None = None
+    horizon: int = -1
+    """The horizon of ``ledger``: a key the query holds from it is live there, so only a deletion above it can be
+    one the query has not seen. -1 without a ledger (and in offsets checkpointed before it was kept)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,8 @@ class OffsetRange(InputPartition):
     end_offset: int
     ledger: int | None
     """Compacted view: the tag of ``start_offset`` (see the module docstring); raw view: None."""
+    horizon: int = -1
+    """The tag's horizon (Position.horizon)."""
 
 
 class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -144,13 +150,13 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _encode(self, positions: dict[int, Position]) -> dict[str, Any]:
         offsets: dict[str, Any] = {CREATED_MS: self._created_ms()}
         if self.options.compacted:
-            return offsets | {str(p): {"offset": pos.offset, "ledger": pos.ledger}
+            return offsets | {str(p): {"offset": pos.offset, "ledger": pos.ledger, "horizon": pos.horizon}
                               for p, pos in sorted(positions.items())}
         return offsets | {str(p): pos.offset for p, pos in sorted(positions.items())}
 
     def _decode(self, offsets: dict[str, Any]) -> dict[int, Position]:
-        return {int(p): Position(int(v["offset"]), v["ledger"]) if isinstance(v, dict) else Position(int(v))
-                for p, v in offsets.items() if p != CREATED_MS}
+        return {int(p): Position(int(v["offset"]), v["ledger"], int(v.get("horizon", -1))) if isinstance(v, dict)
+                else Position(int(v)) for p, v in offsets.items() if p != CREATED_MS}
 
     def _created_ms(self) -> int:
         return self.store.topic_metadata(self.options.topic).created_ms
@@ -206,7 +212,7 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 checked_start(topic, p, offset, earliest[p], fail_on_data_loss=self.options.fail_on_data_loss)
         # A chosen start is a fresh read of the view as it is now: the messages below it count as the current
         # ledger's, so the ledger is served from there.
-        return self._encode({p: Position(offset, _ledger_id(self._cursor(p))) for p, offset in chosen.items()})
+        return self._encode({p: _served(offset, self._cursor(p)) for p, offset in chosen.items()})
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets is None:
@@ -245,12 +251,12 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not self.options.compacted:
             return Position(end)
         if end <= begin.offset:
-            return Position(begin.offset, begin.ledger)
+            return begin
         cursor = self._cursor(partition)
         if cursor is None:
             return Position(end)
         reads_raw = 0 < begin.offset <= cursor.horizon and begin.ledger != cursor.ledger_id
-        return Position(end, None if reads_raw else cursor.ledger_id)
+        return Position(end) if reads_raw else _served(end, cursor)
 
     def reportLatestOffset(self) -> dict[str, Any]:
         return {str(p): end for p, end in sorted(self._end_offsets().items())}
@@ -261,18 +267,18 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = []
         for partition, end_position in sorted(stop.items()):
             first = begin[partition]
-            start_offset = self._checked_start(partition, first.offset, first.ledger)
+            start_offset = self._checked_start(partition, first)
             if start_offset >= end_position.offset:
                 continue
             if self.options.compacted:  # the ledger tag belongs to the range's start: one task
-                ranges.append(OffsetRange(partition, start_offset, end_position.offset, first.ledger))
+                ranges.append(OffsetRange(partition, start_offset, end_position.offset, first.ledger, first.horizon))
                 continue
             segments = self.store.segments(self.options.topic, partition)
             ranges += [OffsetRange(partition, low, high, None) for low, high in
                        segment_runs(segments, start_offset, end_position.offset, self.options.max_partition_bytes)]
         return ranges
 
-    def _checked_start(self, partition: int, wanted: int, ledger: int | None) -> int:
+    def _checked_start(self, partition: int, position: Position) -> int:
         """Where a read planned from ``wanted`` starts. Raw offsets it needs that retention deleted are data loss
         (DataLossError with failOnDataLoss; else the read goes on from the log start). The compacted view needs
         raw offsets from ``wanted``, or only from above the horizon when it serves the ledger (as
@@ -280,7 +286,9 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         Where the ledger stands in for deleted offsets the query would have read raw (``wanted`` below the log
         start, under another tag), a tombstone a compaction left out among them is data loss too
-        (DeletionLossError), as the ledger cannot show the deletion."""
+        (DeletionLossError), as the ledger cannot show the deletion; with an older ledger's tag, only one above
+        that ledger's horizon (the keys the query holds from it were live there)."""
+        wanted, ledger = position.offset, position.ledger
         topic = self.options.topic
         log_start = self.store.start_offset(topic, partition)
         fail = self.options.fail_on_data_loss
@@ -292,7 +300,8 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 wanted == 0 or wanted < log_start or ledger == cursor.ledger_id):
             needed = cursor.horizon + 1
             stands_in = 0 < wanted < log_start and ledger != cursor.ledger_id
-            dropped = meeting(cursor.dropped_tombstones, wanted, log_start - 1) if stands_in else None
+            unseen = max(wanted, position.horizon + 1)
+            dropped = meeting(cursor.dropped_tombstones, unseen, log_start - 1) if stands_in else None
             if fail and dropped is not None:
                 raise DeletionLossError(topic, partition, wanted, log_start, dropped)
         checked_start(topic, partition, needed, log_start, fail_on_data_loss=fail)
@@ -305,7 +314,7 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._read(partition)
 
     def _read(self, planned: OffsetRange) -> Iterator[pa.RecordBatch]:
-        start = self._checked_start(planned.partition, planned.start_offset, planned.ledger)
+        start = self._checked_start(planned.partition, Position(planned.start_offset, planned.ledger, planned.horizon))
         if not self.options.compacted:
             for batch in self.store.read_batches(self.options.topic, planned.partition, start, planned.end_offset,
                                                  join_bytes=JOINED_READ_BYTES):
@@ -325,8 +334,9 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to release: the store keeps no per-query state for readers."""
 
 
-def _ledger_id(cursor: CompactionCursor | None) -> int | None:
-    return None if cursor is None else cursor.ledger_id
+def _served(offset: int, cursor: CompactionCursor | None) -> Position:
+    """``offset`` as the end of messages served by the current view: tagged with its ledger, if it has one."""
+    return Position(offset) if cursor is None else Position(offset, cursor.ledger_id, cursor.horizon)
 
 
 class RefusedStream(DataSourceStreamReader):

@@ -33,12 +33,13 @@ class DeletionLossError(DataLossError):
 
     def __init__(self, topic: str, partition: int, wanted: int, log_start: int, dropped: tuple[int, int]) -> None:
         first, last = dropped
-        where = f"at offset {first}" if first == last else f"at offsets {first} to {last}"
+        where = f"offset {first}" if first == last else f"offsets {first} to {last}"
         LedgerviewError.__init__(
             self,
-            f"Data loss in {topic}-{partition}: the query read the raw log up to offset {wanted}, and retention "
-            f"has since deleted everything below {log_start}. The compacted view stands in for the deleted "
-            f"offsets, but it leaves deleted keys out, and a compaction left out a deletion (a tombstone) {where}: "
+            f"Data loss in {topic}-{partition}: the query goes on from offset {wanted} of a view it did not read "
+            f"from the current compacted ledger, and retention (or delete-records) has since removed every raw "
+            f"offset below {log_start}. The compacted view stands in for the removed offsets, but it leaves deleted "
+            f"keys out, and its compaction cursor says deletions (tombstones) it cannot show may lie in {where}: "
             "a key the query read may have been deleted without it seeing so. Set failOnDataLoss=false to go on "
             "from the compacted view (such keys then stay), or start the query again on a new checkpoint to read "
             "the whole view afresh."

@@ -90,11 +90,15 @@ class CompactedStreamModel(RuleBasedStateMachine):
         self.offsets = end
 
     def start_again_on_a_new_checkpoint(self, error: DeletionLossError) -> None:
-        """What the error tells a user to do, once it is shown to be true: a tombstone lies in the offsets the
-        error names, which are deleted ones at or above the query's position (ranges are exact on logs this
-        small)."""
+        """What the error tells a user to do, once it is shown to be true: the ledger stands in for raw offsets
+        the query needs, and a tombstone lies in those the error names, above the horizon of the ledger the query
+        read from, if any (ranges are exact on logs this small)."""
+        position = self.offsets[str(error.partition)]
+        cursor = self.store.compacted_ledgers("t", error.partition).read_cursor()
+        assert cursor is not None and position["ledger"] != cursor.ledger_id  # the ledger stands in
+        assert position["offset"] == error.wanted < error.log_start == self.store.start_offset("t", error.partition)
         first, last = error.dropped
-        assert error.wanted <= first <= last < error.log_start
+        assert first > position["horizon"]  # not a deletion the query's ledger already showed
         assert any(key is not None and value is None for key, value in self.logs[error.partition][first:last + 1])
         self.source = stream(self.folder, startingOffsets="earliest")
         self.offsets = json.loads(json.dumps(self.source.initialOffset()))
@@ -134,7 +138,7 @@ def test_from_earliest_the_snapshot_comes_first_then_every_change(tmp_path: Path
         store.append("t", [(b"b", None), (b"a", b"3")])
     source = stream(tmp_path, startingOffsets="earliest")
     start = source.initialOffset()
-    assert start["0"] == {"offset": 0, "ledger": 1}
+    assert start["0"] == {"offset": 0, "ledger": 1, "horizon": 3}
     end = source.latestOffset(start, ReadAllAvailable())
     rows = [(row["offset"], row["key"], row["value"]) for task in source.partitions(start, end)
             for batch in source.read(task) for row in batch.to_pylist()]
@@ -224,8 +228,8 @@ def test_a_tombstone_the_ledger_dropped_and_retention_removed_is_data_loss() -> 
         model.compact()
         model.store.delete_records("t", 1, 27)
         end = model.source.latestOffset(model.offsets, ReadAllAvailable())
-        with pytest.raises(DeletionLossError, match=r"Data loss in t-1: the query read the raw log up to offset 15, "
-                           r"and retention has since deleted everything below 27\..* \(a tombstone\) at offset 26:"):
+        with pytest.raises(DeletionLossError, match=r"Data loss in t-1: the query goes on from offset 15 .* every raw "
+                           r"offset below 27\..* \(tombstones\) it cannot show may lie in offset 26:"):
             model.source.partitions(model.offsets, end)
         lenient = stream(model.folder, startingOffsets="earliest", failOnDataLoss="false")
         rows = [(row["offset"], row["key"], row["value"]) for task in lenient.partitions(model.offsets, end)
@@ -250,3 +254,61 @@ def test_a_query_behind_the_log_start_with_no_tombstone_dropped_at_or_above_it_g
         assert model.seen == {(0, b"b"): b"B2", (0, b"c"): b"C"}
     finally:
         model.teardown()
+
+
+def read_all(source: TopicStream, start: dict[str, Any]) -> tuple[list[tuple[int, bytes, bytes | None]], Any]:
+    end = json.loads(json.dumps(source.latestOffset(start, ReadAllAvailable())))
+    rows = [(row["offset"], row["key"], row["value"]) for task in source.partitions(start, end)
+            for batch in source.read(task) for row in batch.to_pylist()]
+    return rows, end
+
+
+@pytest.mark.parametrize("deleted_after", [False, True])
+def test_a_query_that_read_an_older_ledger_is_told_only_of_deletions_above_its_horizon(
+        tmp_path: Path, deleted_after: bool) -> None:
+    """A query read ledger 1 (horizon 3) up to offset 3: a@0 and c@2, not b, whose deletion at 3 ledger 1 had
+    already folded in. Ledger 2 is published and retention removes the raw offsets below 5, so ledger 2 stands in
+    for them. b's deletion is nothing the query missed, so it goes on; a deletion of c at 4, above ledger 1's
+    horizon, is one it did miss, so it is told."""
+    with Store.open(tmp_path) as store:
+        store.create_topic("t", config={**CONFIG, "file.delete.delay.ms": "0"})  # no hold for ledger 1's readers
+        store.append("t", [(b"a", b"A"), (b"b", b"B"), (b"c", b"C"), (b"b", None)])
+        Compactor(store).compact("t")
+    source = stream(tmp_path, startingOffsets="earliest")
+    start = source.initialOffset()
+    end = json.loads(json.dumps(source.latestOffset(start, ReadMaxRows(3))))
+    assert end["0"] == {"offset": 3, "ledger": 1, "horizon": 3}
+    assert [row["key"] for task in source.partitions(start, end) for batch in source.read(task)
+            for row in batch.to_pylist()] == [b"a", b"c"]
+    with Store.open(tmp_path) as store:
+        store.append("t", [(b"c", None) if deleted_after else (b"d", b"D"), (b"e", b"E")])
+        Compactor(store).compact("t")
+        store.enforce_retention("t")  # ledger 1 retired: its hold on the raw log goes
+        store.delete_records("t", 0, 5)
+    if deleted_after:
+        with pytest.raises(DeletionLossError, match=r"may lie in offset 4:"):
+            read_all(source, end)
+    else:
+        rows, _ = read_all(source, end)
+        assert rows == [(4, b"d", b"D"), (5, b"e", b"E")]
+
+
+def test_a_first_compaction_after_retention_covers_the_offsets_it_never_read(tmp_path: Path) -> None:
+    """Found in review: the query read a at offset 0 raw, a's tombstone came at 2, delete-records removed the raw
+    offsets below 5 before any compaction, and then the first compaction read from 5. It never saw the tombstone,
+    so the cursor counts offsets 0 to 4 as possibly holding one, and the resumed query is told."""
+    with Store.open(tmp_path) as store:
+        store.create_topic("t", config=CONFIG)
+        store.append("t", [(b"a", b"A"), (b"x", b"X")])
+    source = stream(tmp_path, startingOffsets="earliest")
+    start = source.initialOffset()
+    end = json.loads(json.dumps(source.latestOffset(start, ReadMaxRows(1))))
+    list(source.read(source.partitions(start, end)[0]))
+    with Store.open(tmp_path) as store:
+        store.append("t", [(b"a", None), (b"x", b"X2")] + [(b"k%02d" % n, b"v" * 30) for n in range(60)])
+        store.delete_records("t", 0, 5)
+        Compactor(store).compact("t")
+        cursor = store.compacted_ledgers("t", 0).read_cursor()
+        assert cursor is not None and cursor.dropped_tombstones == ((0, 4),)
+    with pytest.raises(DeletionLossError, match=r"may lie in offsets 1 to 4:"):
+        read_all(source, end)

@@ -4,7 +4,9 @@ and are exact while there are few."""
 
 from __future__ import annotations
 
+import json
 import random
+from dataclasses import asdict
 from pathlib import Path
 
 import hypothesis.strategies as st
@@ -13,9 +15,12 @@ import pytest
 from hypothesis import given
 
 from compactor import Compactor, latest_offsets
+from compactor.run import compact_partition
 from storage import Store
-from storage.compacted import CompactedLedgers
+from storage.compacted import CURSOR_RECORD, CompactedLedgers
 from storage.dropped_tombstones import Ranges, meeting, merged, with_offsets
+from storage.records import encode_record
+from storage.remote_ledger import RemoteCompactedView
 
 offsets = st.lists(st.integers(0, 500), max_size=200)
 
@@ -60,6 +65,7 @@ def test_meeting_names_the_part_of_the_first_range_within_the_offsets() -> None:
     assert meeting(ranges, 6, 9) is None
     assert meeting(ranges, 4, 12) == (4, 5)
     assert meeting(ranges, 12, 30) == (12, 20)
+    assert meeting(ranges, 4, 3) is None  # no offsets at all
 
 
 def dropped_now(log: list[tuple[bytes | None, bytes | None]]) -> set[int]:
@@ -107,3 +113,45 @@ def test_a_topic_without_deletions_records_none(data_dir: Path) -> None:
         Compactor(store).compact("t")
         cursor = CompactedLedgers(store.partition_log("t", 0).folder).read_cursor()
         assert cursor is not None and cursor.dropped_tombstones == ()
+
+
+def test_a_rebuild_counts_the_offsets_retention_removed_as_holding_deletions(data_dir: Path) -> None:
+    """Found in review: a rebuild (``verify --repair``) reads the raw log from its start, so it cannot see the
+    tombstones earlier runs left out below it; its cursor covers every removed offset instead of forgetting them."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config={"segment.bytes": "1024"})
+        store.append("t", [(b"a", b"A"), (b"x", b"X"), (b"a", None)] + [(b"k%02d" % n, b"v" * 30) for n in range(60)])
+        Compactor(store).compact("t")
+        store.delete_records("t", 0, 10)
+        compact_partition(store.partition_log("t", 0), clock=store.clock, rebuild=True)
+        cursor = CompactedLedgers(store.partition_log("t", 0).folder).read_cursor()
+        assert cursor is not None and cursor.dropped_tombstones == ((0, 9),)
+
+
+def test_a_cursor_of_an_earlier_release_reads_as_knowing_nothing_below_its_horizon(data_dir: Path) -> None:
+    """Its views never recorded the tombstones they left out: any offset up to the horizon may hold one."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t")
+        store.append("t", [(b"a", b"1"), (b"b", b"2")])
+        Compactor(store).compact("t")
+        ledgers = CompactedLedgers(store.partition_log("t", 0).folder)
+        cursor = ledgers.read_cursor()
+        assert cursor is not None and cursor.dropped_tombstones == ()
+        body = {name: value for name, value in asdict(cursor).items() if name != "dropped_tombstones"}
+        ledgers.cursor_path.write_bytes(encode_record(CURSOR_RECORD, 3, body))
+        earlier = ledgers.read_cursor()
+        assert earlier is not None and earlier.dropped_tombstones == ((0, 1),)
+        store.append("t", [(b"c", b"3")])
+        Compactor(store).compact("t")  # the next run carries the unknown on
+        assert (ledgers.read_cursor() or cursor).dropped_tombstones == ((0, 1),)
+
+
+def test_the_remote_tier_reads_a_view_of_an_earlier_release_as_unknown_and_refuses_bad_ranges() -> None:
+    view = RemoteCompactedView(3, 99, 120, 7, ("t-0/compacted/3.ledger",), 0, (), 0, (), ((5, 5), (40, 60)))
+    record = view.to_record()
+    assert RemoteCompactedView.from_record(json.loads(json.dumps(record))) == view
+    del record["dropped_tombstones"]
+    assert RemoteCompactedView.from_record(record).dropped_tombstones == ((0, 99),)
+    for bad in ([[40, 60], [5, 5]], [[90, 120]], [[-1, 3]]):
+        with pytest.raises(ValueError, match="not sorted ranges within the horizon 99"):
+            RemoteCompactedView.from_record({**record, "dropped_tombstones": bad})
