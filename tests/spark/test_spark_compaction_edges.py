@@ -4,6 +4,7 @@ incremental. Each publishes the view the single-process compactor writes from th
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,9 @@ from pyspark.sql import SparkSession
 from compactor import Compactor
 from readers import Reader, TableView
 from storage import Store
-from storage.remote_log import RemoteLogOwnedError
-from storage.remote_store import RemoteStore
+from storage.object_store import open_object_store
+from storage.remote_log import RemoteLog, RemoteLogOwnedError, change_unowned
+from storage.remote_store import RemoteStore, wall_clock_ms
 from streaming.compaction import compact_with_spark
 from tests.spark_cluster.test_cluster_compaction import TOPIC, tier_alone
 
@@ -167,3 +169,22 @@ def test_kept_keyless_messages_are_spread_over_tasks_of_task_bytes(spark: SparkS
         Compactor(store).compact(TOPIC)
         assert [(m.offset, m.key, m.value) for m in Reader(uri, TOPIC, read_compacted=True)] == \
             [(m.offset, m.key, m.value) for m in Reader(store, TOPIC, read_compacted=True)]
+
+
+def test_offsets_retention_removed_before_the_first_run_count_as_holding_deletions(spark: SparkSession,
+                                                                                  tmp_path: Path) -> None:
+    """Found in review: a first run that reads from a log start above 0 never sees the tombstones below it, so
+    both compactors record those offsets as possibly holding one (streaming/source.py tells a query behind them)."""
+    uri = (tmp_path / "tier").as_uri()
+    with Store.open(tmp_path / "data") as store:
+        store.create_topic(TOPIC, 1, CONFIG)
+        store.append(TOPIC, [(b"a", b"1"), (b"a", None)] + [(f"k{i}".encode(), b"v" * 100) for i in range(100)])
+        store.roll(TOPIC, 0)
+        tier_alone(store, uri, 1)
+        start = store.segments(TOPIC, 0)[1].base_offset
+        store.delete_records(TOPIC, 0, start)
+        change_unowned(RemoteLog(open_object_store(uri), TOPIC, 0),
+                       lambda manifest: replace(manifest, log_start_offset=start), wall_clock_ms)
+        compact_both(spark, store, uri)
+        view = RemoteStore.open(uri).manifest(TOPIC, 0).compacted
+        assert view is not None and view.dropped_tombstones[0] == (0, start - 1)
