@@ -19,6 +19,7 @@ start past the requested start (Pulsar bug #11287: never skip the snapshot).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -27,10 +28,13 @@ import pyarrow as pa
 from readers.batches import first_offset_at_or_after
 from readers.positions import Earliest, Latest, Position, Resume, Timestamp
 from storage.compacted import CompactionCursor
+from storage.dropped_tombstones import meeting
 from storage.errors import OffsetOutOfRangeError
 from storage.ledger import LedgerReads
 from storage.readable import ReadableStore
 from storage.schema import with_partition_column
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -142,7 +146,9 @@ def _resolve_compacted(read: PartitionRead, position: Position, log_start: int) 
       newer ledger folded away); otherwise it reads raw from o, every version:
       serving the new ledger would skip the tombstones between the old and the new horizon (Pulsar PR #26190).
       When the raw log no longer holds o, L stands in for what retention removed: L below the raw log start,
-      then every raw version from there (the tombstones retention left are still delivered).
+      then every raw version from there (the tombstones retention left are still delivered). L cannot show the
+      deletions among the removed offsets; where its cursor says some may lie, a warning is logged (a streaming
+      query fails instead: streaming/source.py).
     """
     assert read.cursor is not None and read.ledger is not None
     horizon, end = read.cursor.horizon, read.end_offset
@@ -167,6 +173,7 @@ def _resolve_compacted(read: PartitionRead, position: Position, log_start: int) 
             read.ledger_start, read.raw_start = offset, tail_start
         elif offset < log_start:
             read.ledger_start, read.ledger_end, read.raw_start = offset, min(log_start, horizon + 1), log_start
+            _warn_of_deletions_not_shown(read, offset, log_start)
         else:
             read.raw_start = offset
     else:
@@ -176,6 +183,16 @@ def _resolve_compacted(read: PartitionRead, position: Position, log_start: int) 
             read.ledger_start, read.raw_start = position, tail_start
         else:
             read.raw_start = position
+
+
+def _warn_of_deletions_not_shown(read: PartitionRead, offset: int, log_start: int) -> None:
+    assert read.cursor is not None
+    dropped = meeting(read.cursor.dropped_tombstones, offset, log_start - 1)
+    if dropped is not None:
+        log.warning("%s-%d: a compacted read goes on from offset %d, below the raw log start %d; the compacted "
+                    "ledger stands in for the removed offsets but cannot show deletions, and deletions may lie at "
+                    "offsets %d to %d: a key this reader holds may have been deleted without it being told",
+                    read.topic, read.partition, offset, log_start, *dropped)
 
 
 def _ledger_batches_reaching(ledger: LedgerReads, timestamp_ms: int) -> Iterator[pa.RecordBatch]:

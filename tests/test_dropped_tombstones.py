@@ -5,6 +5,7 @@ and are exact while there are few."""
 from __future__ import annotations
 
 import json
+import logging
 import random
 from dataclasses import asdict
 from pathlib import Path
@@ -16,6 +17,7 @@ from hypothesis import given
 
 from compactor import Compactor, latest_offsets
 from compactor.run import compact_partition
+from readers import Reader
 from storage import Store
 from storage.compacted import CURSOR_RECORD, CompactedLedgers
 from storage.dropped_tombstones import Ranges, meeting, merged, with_offsets
@@ -155,3 +157,22 @@ def test_the_remote_tier_reads_a_view_of_an_earlier_release_as_unknown_and_refus
     for bad in ([[40, 60], [5, 5]], [[90, 120]], [[-1, 3]]):
         with pytest.raises(ValueError, match="not sorted ranges within the horizon 99"):
             RemoteCompactedView.from_record({**record, "dropped_tombstones": bad})
+
+
+def test_a_reader_behind_the_log_start_is_warned_of_deletions_it_cannot_be_shown(
+        data_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A Reader (and a Consumer) has no failOnDataLoss: it goes on from the ledger, as Pulsar's compacted reads
+    do, and the log says which deletions it may have missed."""
+    with Store.open(data_dir) as store:
+        store.create_topic("t", config={"segment.bytes": "1024"})
+        store.append("t", [(b"a", b"A"), (b"x", b"X")])
+        with Reader(store, "t", read_compacted=True) as reader:
+            assert [m.key for m in reader] == [b"a", b"x"]  # raw: never compacted yet
+            store.append("t", [(b"a", None)] + [(b"k%02d" % n, b"v" * 30) for n in range(60)])
+            Compactor(store).compact("t")
+            store.delete_records("t", 0, 10)
+            with caplog.at_level(logging.WARNING, logger="readers.partition_read"):
+                keys = [m.key for m in reader]
+        assert b"a" not in keys and keys[-1] == b"k59"
+        assert "t-0: a compacted read goes on from offset 2, below the raw log start 10" in caplog.text
+        assert "deletions may lie at offsets 2 to 2" in caplog.text
