@@ -279,10 +279,10 @@ class TopicStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ranges
 
     def _checked_start(self, partition: int, position: Position) -> int:
-        """Where a read planned from ``wanted`` starts. Raw offsets it needs that retention deleted are data loss
-        (DataLossError with failOnDataLoss; else the read goes on from the log start). The compacted view needs
-        raw offsets from ``wanted``, or only from above the horizon when it serves the ledger (as
-        ``Resume`` does: the tag matches, or ``wanted`` is 0 or below the log start).
+        """Where a read planned from ``position`` (its offset: ``wanted``) starts. Raw offsets it needs that
+        retention deleted are data loss (DataLossError with failOnDataLoss; else the read goes on from the log
+        start). The compacted view needs raw offsets from ``wanted``, or only from above the horizon when it serves
+        the ledger (as ``Resume`` does: the tag matches, or ``wanted`` is 0 or below the log start).
 
         Where the ledger stands in for deleted offsets the query would have read raw (``wanted`` below the log
         start, under another tag), a tombstone a compaction left out among them is data loss too
