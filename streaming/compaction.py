@@ -9,8 +9,9 @@ themselves; the driver plans and publishes, and no message passes through it.
 - Phase one: each task reads its range and emits (partition, key, 2 * offset + live) columns; Spark
   hash-partitions them by (partition, key) and keeps each key's latest offset (a ``max`` of that number per key,
   in its hash aggregation, which spills to a sort when a task's keys outgrow its memory). Keys whose latest
-  message is a tombstone drop out; keyless messages are kept when ``compaction.retain.null.key`` says so. The
-  result is persisted: both writes below read it.
+  message is a tombstone drop out (one more aggregation, which also counts the live keys, sums up where their
+  tombstones lie for the view's ``dropped_tombstones``); keyless messages are kept when
+  ``compaction.retain.null.key`` says so. The result is persisted: both writes below read it.
 - Phase two: the kept offsets, range-partitioned by (partition, offset) and sorted: each task reads the messages
   of its offset range from the tier, keeps exactly its offsets, and writes one ledger object per log partition in
   the segment batch format, in batches bounded as the local compactor bounds them. The live keys,
@@ -46,7 +47,7 @@ from pyspark.sql import functions as F
 
 from compactor import CompactionResult
 from storage.codec import BatchHeader, encode_batch
-from storage.dropped_tombstones import Ranges, merged, never_read, with_offsets
+from storage.dropped_tombstones import Ranges, merged, never_read
 from storage.errors import LedgerviewError, WriterConflictError
 from storage.files import KEY_INDEX_SUFFIX, LEDGER_SUFFIX
 from storage.ledger import BATCH_BYTES, bounded_slices
@@ -63,7 +64,9 @@ INPUT_SCHEMA = "partition int, version long, start long, end long"
 MESSAGES_SCHEMA = "partition int, key binary, number long"
 LEDGER_PIECE_SCHEMA = "partition int, object string, first_offset long, rows long, bytes long, batches string"
 KEY_PIECE_SCHEMA = "partition int, object string, first_key binary, bytes long"
-DROPPED_RANGE_SCHEMA = "partition int, first long, last long"
+SUMMARY_BUCKETS = 1024
+"""Stretches of a partition's offsets whose tombstones left out are summed up as one range each (then merged to
+storage/dropped_tombstones.py's MAX_RANGES on the driver)."""
 
 
 class CompactionConflictError(WriterConflictError):
@@ -153,8 +156,7 @@ def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes:
                                   retain_null_key=config.compaction_retain_null_key)
     try:
         live, kept = _kept(latest, messages, retain_null_key=config.compaction_retain_null_key)
-        stats = live.agg(F.count("*").alias("rows"), F.sum(F.length("key")).alias("key_bytes")).collect()[0]
-        dropped = _dropped_tombstones(latest)
+        stats, dropped = _summary(latest, max(plan.manifest.end_offset for plan in plans))
         # The ledger also keeps the keyless messages it retains: count them (from phase one's persisted output).
         kept_rows = stats["rows"] + (messages.where(F.col("key").isNull()).count()
                                      if config.compaction_retain_null_key else 0)
@@ -236,27 +238,22 @@ def _kept(latest: DataFrame, messages: DataFrame, *, retain_null_key: bool) -> t
     return live, kept
 
 
-def _dropped_tombstones(latest: DataFrame) -> dict[int, Ranges]:
-    """Per partition, where the tombstones this run leaves out lie (storage/dropped_tombstones.py): each task
-    folds its own into ranges, and the driver merges the tasks' few."""
-
-    def fold(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        received = [batch for batch in batches if batch.num_rows]
-        if not received:
-            return
-        table = pa.Table.from_batches(received)
-        partitions, offsets = table.column("partition").to_numpy(), table.column("offset").to_numpy()
-        for partition in np.unique(partitions).tolist():
-            firsts, lasts = zip(*with_offsets((), offsets[partitions == partition]), strict=True)
-            yield pa.RecordBatch.from_arrays([pa.array([partition] * len(firsts), pa.int32()),
-                                              pa.array(firsts, pa.int64()), pa.array(lasts, pa.int64())],
-                                             names=["partition", "first", "last"])
-
-    tombstones = latest.where((F.col("last") % 2) == 0).select("partition", F.shiftright("last", 1).alias("offset"))
-    found: dict[int, Ranges] = {}
-    for row in tombstones.mapInArrow(fold, DROPPED_RANGE_SCHEMA).collect():
-        found[row["partition"]] = merged(found.get(row["partition"], ()), ((row["first"], row["last"]),))
-    return found
+def _summary(latest: DataFrame, end_offset: int) -> tuple[dict[str, int], dict[int, Ranges]]:
+    """The live keys' count and key bytes, and per partition where the tombstones this run leaves out lie
+    (storage/dropped_tombstones.py), from one aggregation of phase one's result: each partition's offsets are cut
+    into at most SUMMARY_BUCKETS stretches, and a stretch's tombstones, first to last, become one range, merged on
+    the driver. No row goes through Python."""
+    width = end_offset // SUMMARY_BUCKETS + 1
+    offset, live = F.shiftright("last", 1), (F.col("last") % 2) == 1
+    rows = latest.groupBy("partition", F.floor(offset / width)).agg(
+        F.count(F.when(live, 1)).alias("rows"), F.sum(F.when(live, F.length("key"))).alias("key_bytes"),
+        F.min(F.when(~live, offset)).alias("first"), F.max(F.when(~live, offset)).alias("last")).collect()
+    stretches: dict[int, list[tuple[int, int]]] = {}
+    for row in rows:
+        if row["first"] is not None:
+            stretches.setdefault(row["partition"], []).append((row["first"], row["last"]))
+    stats = {"rows": sum(row["rows"] for row in rows), "key_bytes": sum(row["key_bytes"] or 0 for row in rows)}
+    return stats, {partition: merged(tuple(found)) for partition, found in stretches.items()}
 
 
 def _view_batches(store: RemoteStore, log: RemoteLog, manifest: RemoteLogManifest, start: int, end: int) -> (
