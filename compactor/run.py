@@ -32,7 +32,7 @@ from compactor.latest_offsets import LiveKeys, Survivors, find_survivors
 from storage import faults
 from storage.compacted import CompactedLedgers, CompactionCursor
 from storage.compaction_status import CompactionState, CompactionStatus, read_status, write_status
-from storage.dropped_tombstones import merged, never_read
+from storage.dropped_tombstones import after_run
 from storage.errors import PartitionLockedError
 from storage.ledger import Ledger, LedgerReads, LedgerWriter
 from storage.ledger_layers import LayeredLedger, LowerLayer, deleted_rows, write_layer_record
@@ -171,10 +171,10 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
             raise
         kept = writer.messages + sum(int((~layer.deleted).sum()) for layer in lower)
         size = writer.size_bytes + (previous_view.size_bytes if lower and previous_view else 0)
-        # earlier runs' tombstones left out are not in this run's input: carry them on (a rebuild knows none of
-        # them, but reads from the log start, so what it never reads covers every one that retention removed)
-        dropped = merged(previous_cursor.dropped_tombstones if previous_cursor else (), never_read(horizon, raw_start),
-                         survivors.dropped_tombstones)
+        # a rebuild knows none of the earlier runs' ranges, but reads from the log start: what it never reads
+        # covers every tombstone retention removed
+        dropped = after_run(previous_cursor.dropped_tombstones if previous_cursor else (), horizon, raw_start,
+                            survivors.dropped_tombstones)
         cursor = CompactionCursor(ledger_id, end_offset - 1, survivors.messages_read, kept, size, clock(),
                                   lower_layers=tuple(layer.ledger_id for layer in lower),
                                   dropped_tombstones=dropped)

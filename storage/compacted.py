@@ -18,7 +18,7 @@ from pathlib import Path
 
 from storage import faults
 from storage.compaction_status import CompactionStatus, published_a_view, read_status
-from storage.dropped_tombstones import Ranges, unknown_below
+from storage.dropped_tombstones import Ranges, check, of_record
 from storage.errors import CorruptDataError, LedgerviewError, PartitionLockedError
 from storage.fileio import holds_temporary_files, remove_stray_temporary_files, write_atomically
 from storage.files import (
@@ -114,9 +114,9 @@ class CompactionCursor:
         return bool(self.layer_records_from) and ledger_id >= self.layer_records_from
 
     def __post_init__(self) -> None:
-        if self.ledger_id < 0 or self.horizon < -1 or min(self.messages_read, self.messages_kept) < 0 or any(
-                not 0 <= first <= last <= self.horizon for first, last in self.dropped_tombstones):
+        if self.ledger_id < 0 or self.horizon < -1 or min(self.messages_read, self.messages_kept) < 0:
             raise ValueError(f"invalid compaction cursor {self}")
+        check(self.dropped_tombstones, self.horizon)
 
     @property
     def messages_removed(self) -> int:
@@ -158,8 +158,7 @@ class CompactedLedgers:
             _, record = decode_record(self.cursor_path, data, CURSOR_RECORD, max_version=CURSOR_VERSION, legacy=True)
             record["retiring"] = tuple(tuple(pair) for pair in record.get("retiring", ()))
             record["lower_layers"] = tuple(record.get("lower_layers", ()))
-            record["dropped_tombstones"] = tuple(tuple(pair) for pair in record["dropped_tombstones"]) if (
-                "dropped_tombstones" in record) else unknown_below(record["horizon"])
+            record["dropped_tombstones"] = of_record(record.get("dropped_tombstones"), record["horizon"])
             return CompactionCursor(**record)
         except CorruptRecordError as error:
             raise CorruptCompactionCursorError(self.cursor_path, error.reason) from error

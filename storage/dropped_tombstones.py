@@ -43,15 +43,29 @@ def merged(*parts: Ranges, limit: int = MAX_RANGES) -> Ranges:
                     limit)
 
 
-def never_read(horizon: int, raw_start: int) -> Ranges:
-    """The raw offsets a run reads nothing of: those between the previous view's ``horizon`` (-1: none) and the
-    ``raw_start`` it reads from, which retention removed first."""
-    return ((horizon + 1, raw_start - 1),) if raw_start > horizon + 1 else ()
+def after_run(carried: Ranges, horizon: int, raw_start: int, found: Ranges) -> Ranges:
+    """What a compaction run records: the ranges of the view it replaces (``carried``, with ``horizon``; earlier
+    runs' tombstones are not in its input), the raw offsets it never read (between that horizon and the
+    ``raw_start`` it read from: retention removed them first), and the tombstones it left out (``found``)."""
+    never_read = ((horizon + 1, raw_start - 1),) if raw_start > horizon + 1 else ()
+    return merged(carried, never_read, found)
 
 
-def unknown_below(horizon: int) -> Ranges:
-    """The ranges of a view whose record keeps none (an earlier release's): anything up to its horizon."""
-    return ((0, horizon),) if horizon >= 0 else ()
+def of_record(value: list[list[int]] | None, horizon: int) -> Ranges:
+    """The ranges a record's field holds, checked; None (the record of an earlier release, which keeps none) is
+    anything up to the view's ``horizon``."""
+    if value is None:
+        return ((0, horizon),) if horizon >= 0 else ()
+    ranges = tuple((first, last) for first, last in value)
+    check(ranges, horizon)
+    return ranges
+
+
+def check(ranges: Ranges, horizon: int) -> None:
+    """ValueError unless ``ranges`` are sorted and lie within offsets 0 to ``horizon``."""
+    bounds = [offset for pair in ranges for offset in pair]
+    if bounds != sorted(bounds) or any(not 0 <= offset <= horizon for offset in bounds):
+        raise ValueError(f"dropped_tombstones {list(ranges)} are not sorted ranges within the horizon {horizon}")
 
 
 def meeting(ranges: Ranges, first: int, last: int) -> tuple[int, int] | None:

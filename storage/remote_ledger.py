@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from storage.codec import BatchHeader
 from storage.compacted import CompactionCursor
-from storage.dropped_tombstones import Ranges, unknown_below
+from storage.dropped_tombstones import Ranges, check, of_record
 from storage.errors import CorruptDataError, CorruptRemoteLedgerError
 from storage.ledger import Ledger
 from storage.object_store import ObjectStore
@@ -65,10 +65,7 @@ class RemoteCompactedView:
     """As the local cursor's (storage/compacted.py): where the tombstones compactions left out lie."""
 
     def __post_init__(self) -> None:
-        bounds = [offset for pair in self.dropped_tombstones for offset in pair]
-        if bounds != sorted(bounds) or any(not 0 <= offset <= self.horizon for offset in bounds):
-            raise ValueError(f"dropped_tombstones {list(self.dropped_tombstones)} are not sorted ranges within "
-                             f"the horizon {self.horizon}")
+        check(self.dropped_tombstones, self.horizon)
 
     @property
     def object_sizes(self) -> list[tuple[str, int]]:
@@ -120,8 +117,7 @@ class RemoteCompactedView:
                     "key_indexes": [[body.pop("key_index_key"), body.pop("key_index_bytes"), ""]]}
         return cls(**{**body, "ledger_keys": tuple(body["ledger_keys"]),
                       "batches": tuple(tuple(batch) for batch in body["batches"]),
-                      "dropped_tombstones": tuple(tuple(pair) for pair in body["dropped_tombstones"]) if (
-                          "dropped_tombstones" in body) else unknown_below(body["horizon"]),
+                      "dropped_tombstones": of_record(body.get("dropped_tombstones"), body["horizon"]),
                       "key_indexes": tuple(KeyIndexPiece(key, size, bytes.fromhex(first))
                                            for key, size, first in body["key_indexes"])})
 

@@ -47,7 +47,7 @@ from pyspark.sql import functions as F
 
 from compactor import CompactionResult
 from storage.codec import BatchHeader, encode_batch
-from storage.dropped_tombstones import Ranges, merged, never_read
+from storage.dropped_tombstones import Ranges, after_run, merged
 from storage.errors import LedgerviewError, WriterConflictError
 from storage.files import KEY_INDEX_SUFFIX, LEDGER_SUFFIX
 from storage.ledger import BATCH_BYTES, bounded_slices
@@ -446,8 +446,8 @@ def _publish(store: RemoteStore, topic: str, plan: _Plan, ledger_rows: list[Any]
         plan.ledger_id, plan.manifest.end_offset - 1, plan.messages_read, kept,
         tuple(row["object"] for row in ledger_rows), sum(row["bytes"] for row in ledger_rows),
         tuple(KeyIndexPiece(row["object"], row["bytes"], row["first_key"]) for row in key_rows),
-        wall_clock_ms(), batches, merged(previous.dropped_tombstones if previous else (),
-                                         never_read(previous.horizon if previous else -1, plan.raw_start), dropped))
+        wall_clock_ms(), batches, after_run(previous.dropped_tombstones if previous else (),
+                                            previous.horizon if previous else -1, plan.raw_start, dropped))
     planned = previous.ledger_id if previous else None
 
     def with_view(latest: RemoteLogManifest) -> RemoteLogManifest:

@@ -17,13 +17,13 @@ PartitionKey = TypeVar("PartitionKey", bound=Hashable)
 
 
 class DataLossError(LedgerviewError):
-    def __init__(self, topic: str, partition: int, wanted: int, log_start: int) -> None:
+    def __init__(self, topic: str, partition: int, wanted: int, log_start: int, message: str | None = None) -> None:
         self.topic, self.partition, self.wanted, self.log_start = topic, partition, wanted, log_start
-        super().__init__(
+        super().__init__(message or (
             f"Data loss in {topic}-{partition}: the query needs offsets from {wanted}, but retention deleted "
             f"everything below {log_start} ({log_start - wanted} messages lost). Set failOnDataLoss=false to "
             "skip them and go on from the log start."
-        )
+        ))
 
 
 class DeletionLossError(DataLossError):
@@ -34,8 +34,8 @@ class DeletionLossError(DataLossError):
     def __init__(self, topic: str, partition: int, wanted: int, log_start: int, dropped: tuple[int, int]) -> None:
         first, last = dropped
         where = f"offset {first}" if first == last else f"offsets {first} to {last}"
-        LedgerviewError.__init__(
-            self,
+        super().__init__(
+            topic, partition, wanted, log_start,
             f"Data loss in {topic}-{partition}: the query goes on from offset {wanted} of a view it did not read "
             f"from the current compacted ledger, and retention (or delete-records) has since removed every raw "
             f"offset below {log_start}. The compacted view stands in for the removed offsets, but it leaves deleted "
@@ -44,7 +44,6 @@ class DeletionLossError(DataLossError):
             "from the compacted view (such keys then stay), or start the query again on a new checkpoint to read "
             "the whole view afresh."
         )
-        self.topic, self.partition, self.wanted, self.log_start = topic, partition, wanted, log_start
         self.dropped = dropped
         """Offsets, first and last, among the deleted ones, that hold such a tombstone (or may: see
         storage/dropped_tombstones.py)."""

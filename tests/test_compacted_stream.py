@@ -239,7 +239,7 @@ def test_a_tombstone_the_ledger_dropped_and_retention_removed_is_data_loss() -> 
         model.teardown()
 
 
-def test_a_query_behind_the_log_start_with_no_tombstone_dropped_at_or_above_it_goes_on(tmp_path: Path) -> None:
+def test_a_query_behind_the_log_start_with_no_tombstone_dropped_at_or_above_it_goes_on() -> None:
     """The ledger may stand in for deleted offsets when no deletion it left out lies at or above the query's
     position: the query goes on, with failOnDataLoss, and ends holding every live key."""
     model = CompactedStreamModel()
