@@ -21,6 +21,9 @@ from storage.faults import CRASH_AT_ENV
 SCRIPTS = Path(__file__).resolve().parent
 DEADLINE_S = 120.0
 """How long a test waits for a child's next line or exit before failing: a guard against hangs, not a timing."""
+JVM_LOST = ("ConnectionRefusedError", "Py4JNetworkError", "Answer from Java side is empty",
+            "Error while sending or receiving")
+"""What py4j raises in a Spark driver whose JVM was killed under it (streaming.sink_commit.crash_jvm_at)."""
 
 
 class Child:
@@ -113,3 +116,13 @@ class Child:
         self.kill()
         with self.process:
             pass
+
+
+def assert_killed_with_its_jvm(code: int, lines: list[str], errors: str, point: str) -> None:
+    """A Spark driver child (one that prints a line only when its query ends) died at the crash point ``point``:
+    it exited non-zero with no line, and py4j lost its JVM. A query that failed by itself (its stderr then holds a
+    StreamingQueryException, and py4j none of its errors) is not that, and the failure shows its stderr."""
+    lost = any(marker in errors for marker in JVM_LOST) and "StreamingQueryException" not in errors
+    assert code != 0 and not lines and lost, (
+        f"the query should have died at {point}, its JVM killed: exit status {code}, lines {lines}, stderr:\n"
+        f"{errors[-3000:]}")
