@@ -195,6 +195,10 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("min.compaction.lag.ms", "long", 0, "Shortest time a message stays uncompacted."),
     ConfigKey("remote.storage.enable", "boolean", False,
               "Upload sealed segments to the store's remote tier and read them from there once gone locally."),
+    ConfigKey("remote.unpublished.delete.delay.ms", "long", 86400000,
+              "How long an object of the remote tier that no manifest has named (an upload whose publish is still "
+              "to come, or never will: its writer died) stays before a sweep deletes it. A Spark sink's batch and "
+              "a Spark compaction run publish only within half of it, so no sweep can delete what they name."),
     ConfigKey("retention.bytes", "long", -1,
               "Partition size above which the oldest segments are deleted; -1 = no limit.", minimum=-1),
     ConfigKey("retention.ms", "long", 604800000, "Age after which a segment is deleted; -1 = no limit.",
@@ -235,6 +239,7 @@ class TopicConfig:
     min_cleanable_dirty_ratio: float
     min_compaction_lag_ms: int
     remote_storage_enable: bool
+    remote_unpublished_delete_delay_ms: int
     retention_bytes: int
     retention_ms: int
     segment_bytes: int

@@ -18,9 +18,10 @@ finds its own claim in the remote log instead of being fenced by it.
 
 Uploads go to fresh keys before the manifest that names them is published, so readers never see a segment that is
 not whole; an upload that died before its publish leaves objects that no manifest names, which
-``remove_unreferenced`` deletes once they are older than a grace period. Objects of segments dropped from the
-remote log (retention) are deleted the same way, after the grace period, so a reader that planned on an older
-manifest can finish.
+``remove_unreferenced`` deletes once they are older than a long grace period (remote.unpublished.delete.delay.ms:
+it cannot tell them from uploads whose writer still works towards their publish). Objects of segments dropped from
+the remote log (retention) are deleted after a short one (file.delete.delay.ms), so a reader that planned on an
+older manifest can finish.
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ the compacted view's ``dropped_tombstones``. Earlier versions are still read."""
 EPOCH_VERSION = 2
 """Version 2 added the id of the claim that gave the epoch, and the claim under way; version 1 is still read."""
 _MANIFEST_NAME = re.compile(r"(\d{20})\.json")
+PUBLISH_WITHIN_SHARE = 0.5
+"""A writer publishes objects no manifest names yet only while the oldest is younger than this share of its topic's
+remote.unpublished.delete.delay.ms, after which ``remove_unreferenced`` may delete them; the rest of that period
+is for the publish itself and for clock skew."""
 _LAST_SEEN: dict[tuple[str, str, int], RemoteLogManifest] = {}
 _LAST_SEEN_LOCK = threading.Lock()
 
@@ -317,14 +322,16 @@ class RemoteLog:
         self.objects.upload(segment.log_path, info.log_key)
         return info
 
-    def remove_unreferenced(self, *, now_ms: int, grace_ms: int) -> list[str]:
+    def remove_unreferenced(self, *, now_ms: int, grace_ms: int, unpublished_grace_ms: int) -> list[str]:
         """Sweep what the remote log no longer needs; returns the keys deleted.
 
         A manifest goes once a newer one has been published for ``grace_ms`` (the latest always stays), and with
         it the segments only it named: dropped by retention, they stay readable for ``grace_ms`` to readers that
-        planned on it. Segment objects that no manifest names (an upload that died before its publish) go once
-        their last-modified time is ``grace_ms`` old; that time is the object store's clock, so the grace period
-        must exceed the skew between it and ours.
+        planned on it. Objects that no manifest names go once their last-modified time is
+        ``unpublished_grace_ms`` old: an upload that died before its publish, or one whose writer (a Spark sink's
+        batch, a Spark compaction run) publishes later, which the sweep cannot tell apart, so that period is long.
+        Last-modified times are the object store's clock: the grace periods must exceed the skew between it and
+        ours.
 
         A damaged manifest older than the newest is read by no one (readers read the newest; those that planned
         on it fail its check): it goes once the next readable one has been published for ``grace_ms``, and the
@@ -356,7 +363,7 @@ class RemoteLog:
         kept_keys = {key for manifest in kept for key in manifest.object_keys}
         named = {key for manifest in manifests for key in manifest.object_keys}
         doomed = [info.key for info in listed if info.key not in kept_keys
-                  and (info.key in named or info.modified_ms + grace_ms <= now_ms)]
+                  and (info.key in named or info.modified_ms + unpublished_grace_ms <= now_ms)]
         doomed += [self.manifest_key(manifest.version) for manifest in manifests if manifest not in kept]
         for version in damaged:  # kept while no readable newer one is known (the newest may be swept since listed)
             newer = next((manifest for manifest in manifests if manifest.version > version), None)
@@ -469,6 +476,12 @@ class RemoteLogWriter:
             changed.check(self.log.objects.url(self.log.manifest_key(changed.version)))
             if self.log.publish(changed):
                 return changed
+
+
+def may_still_publish(first_write_ms: int, now_ms: int, unpublished_grace_ms: int) -> bool:
+    """Whether objects written from ``first_write_ms`` on, named by no manifest yet, are safe to publish at
+    ``now_ms``: no sweep may have deleted them (PUBLISH_WITHIN_SHARE)."""
+    return now_ms - first_write_ms <= unpublished_grace_ms * PUBLISH_WITHIN_SHARE
 
 
 def change_unowned(log: RemoteLog, edit: Callable[[RemoteLogManifest], RemoteLogManifest],

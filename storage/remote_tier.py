@@ -347,7 +347,8 @@ def enforce_tiered_retention(log: PartitionLog, writer: RemoteLogWriter, *, hold
                 log.delete_segments_before(log.segments[len(local_plan)].base_offset, now_ms=now_ms,
                                            move_log_start=False)
                 deleted += [_deleted(log, segment, LOCAL_REASONS[reason]) for segment, reason in local_plan]
-        writer.log.remove_unreferenced(now_ms=now_ms, grace_ms=log.config.file_delete_delay_ms)
+        writer.log.remove_unreferenced(now_ms=now_ms, grace_ms=log.config.file_delete_delay_ms,
+                                       unpublished_grace_ms=log.config.remote_unpublished_delete_delay_ms)
         remove_expired_deleted_files(log.folder, now_ms=now_ms, delay_ms=log.config.file_delete_delay_ms)
     return deleted
 

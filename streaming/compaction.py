@@ -19,8 +19,9 @@ themselves; the driver plans and publishes, and no message passes through it.
   disjoint key ranges (storage/remote_key_index.py).
 - Publish (driver): per partition, the pieces' object keys and batch headers become the manifest's compacted
   view, published with the create-once write of the remote log (storage/remote_log.py ``change_unowned``); a
-  run that finds another ledger published since it planned is refused, not merged. Then objects no manifest
-  needs any more are swept.
+  run that finds another ledger published since it planned is refused, not merged, and so is a run that took
+  more than half of ``remote.unpublished.delete.delay.ms`` (a sweep deletes objects no manifest names once they
+  are that old). Then objects no manifest needs any more are swept.
 
 It works on remote logs that no data folder owns (epoch 0: those a Spark sink with an object-store path writes);
 a data folder's tiered partitions are compacted by that folder's compactor.
@@ -28,6 +29,7 @@ a data folder's tiered partitions are compacted by that folder's compactor.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -47,13 +49,21 @@ from pyspark.sql import functions as F
 
 from compactor import CompactionResult
 from storage.codec import BatchHeader, encode_batch
+from storage.config import TopicConfig
 from storage.dropped_tombstones import Ranges, after_run, merged
 from storage.errors import LedgerviewError, WriterConflictError
 from storage.files import KEY_INDEX_SUFFIX, LEDGER_SUFFIX
 from storage.ledger import BATCH_BYTES, bounded_slices
 from storage.remote_key_index import sorted_run_entries, write_flat_key_index
 from storage.remote_ledger import KeyIndexPiece, RemoteCompactedView, RemoteLedger
-from storage.remote_log import RemoteLog, RemoteLogManifest, RemoteLogOwnedError, change_unowned
+from storage.remote_log import (
+    PUBLISH_WITHIN_SHARE,
+    RemoteLog,
+    RemoteLogManifest,
+    RemoteLogOwnedError,
+    change_unowned,
+    may_still_publish,
+)
 from storage.remote_segment import RemoteSegments
 from storage.remote_store import RemoteStore, wall_clock_ms
 from storage.segment import batches_of_segments
@@ -75,6 +85,17 @@ class CompactionConflictError(WriterConflictError):
             f"Another compaction of {topic}-{partition} published ledger {found} while this one, planned on "
             f"ledger {planned}, ran: its work is dropped (its objects are swept later). Run it again to compact "
             f"what is new since."
+        )
+
+
+class CompactionRunTooOldError(LedgerviewError):
+    def __init__(self, topic: str, age_ms: int, delay_ms: int) -> None:
+        super().__init__(
+            f"A Spark compaction of {topic} took {age_ms} ms from its start to its publish, more than "
+            f"{PUBLISH_WITHIN_SHARE:.0%} of the topic's remote.unpublished.delete.delay.ms={delay_ms}, after which a "
+            "sweep may delete the objects it wrote before a manifest names them. Nothing was published, and its "
+            "objects are deleted. Raise remote.unpublished.delete.delay.ms above twice the run's length (or compact "
+            "fewer partitions a run), then run it again."
         )
 
 
@@ -152,6 +173,7 @@ def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes:
     if not plans:
         return results
     parallelism = spark.sparkContext.defaultParallelism
+    started_ms = wall_clock_ms()  # before any object is written
     latest, messages = _phase_one(spark, uri, topic, plans, budget, parallelism,
                                   retain_null_key=config.compaction_retain_null_key)
     try:
@@ -174,10 +196,15 @@ def compact_with_spark(spark: SparkSession, uri: str, topic: str, *, task_bytes:
     finally:
         latest.unpersist()
         messages.unpersist()
+    if not may_still_publish(started_ms, now_ms := wall_clock_ms(), config.remote_unpublished_delete_delay_ms):
+        for row in ledger_rows + key_rows:
+            with contextlib.suppress(LedgerviewError):  # what stays is swept as unnamed
+                store.objects.delete(row["object"])
+        raise CompactionRunTooOldError(topic, now_ms - started_ms, config.remote_unpublished_delete_delay_ms)
     for plan in plans:
         results.append(_publish(store, topic, plan, [row for row in ledger_rows if row["partition"] == plan.partition],
                                 [row for row in key_rows if row["partition"] == plan.partition],
-                                dropped.get(plan.partition, ()), config.file_delete_delay_ms))
+                                dropped.get(plan.partition, ()), config))
     return sorted(results, key=lambda result: result.partition)
 
 
@@ -431,7 +458,7 @@ def _empty_key_index(store: RemoteStore, topic: str, plan: _Plan) -> dict[str, A
 
 
 def _publish(store: RemoteStore, topic: str, plan: _Plan, ledger_rows: list[Any], key_rows: list[Any],
-             dropped: Ranges, grace_ms: int) -> DistributedCompactionResult:
+             dropped: Ranges, config: TopicConfig) -> DistributedCompactionResult:
     """Name the pieces in the partition's manifest as its compacted view (``dropped``: where the tombstones this
     run left out lie); sweep what is no longer needed."""
     previous = plan.manifest.compacted
@@ -458,7 +485,8 @@ def _publish(store: RemoteStore, topic: str, plan: _Plan, ledger_rows: list[Any]
 
     log = RemoteLog(store.objects, topic, plan.partition)
     change_unowned(log, with_view, wall_clock_ms)
-    log.remove_unreferenced(now_ms=wall_clock_ms(), grace_ms=grace_ms)
+    log.remove_unreferenced(now_ms=wall_clock_ms(), grace_ms=config.file_delete_delay_ms,
+                            unpublished_grace_ms=config.remote_unpublished_delete_delay_ms)
     return DistributedCompactionResult(plan.partition, view.ledger_id, view.horizon, view.messages_read, kept,
                                        view.ledger_bytes, 1, skipped=False, ledger_pieces=len(ledger_rows),
                                        key_index_pieces=len(key_rows))

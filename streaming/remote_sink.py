@@ -16,11 +16,12 @@ crash (anywhere: before, between or after the partitions' publishes, before Spar
 exactly once per partition. The objects of a replay that are not published, or of an aborted batch, are deleted
 (best effort; ``RemoteLog.remove_unreferenced`` sweeps what a crash left after the grace period).
 
-That sweep (retention's, a compaction's publish) deletes segment objects no manifest names once they are
-``file.delete.delay.ms`` old, and cannot tell a crashed upload from one whose batch is still running. So a commit
-publishes only when the batch's first upload is younger than half that delay (SAFE_AGE_SHARE; the other half is
-for the publishes themselves and for clock skew); an older batch is refused before any partition is published, and
-its uploads deleted: the write fails instead of publishing segments a sweep may have deleted.
+That sweep (retention's, a compaction's publish) deletes objects no manifest names once they are
+``remote.unpublished.delete.delay.ms`` old (a day by default), and cannot tell a crashed upload from one whose batch
+is still running. So a commit publishes only when the batch's first upload is younger than half that period
+(storage/remote_log.py ``may_still_publish``; the other half is for the publishes themselves and for clock skew);
+an older batch is refused before any partition is published, and its uploads deleted: the write fails instead of
+publishing segments a sweep may have deleted.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from storage import Store
 from storage.config import TopicConfig
 from storage.errors import LedgerviewError
-from storage.remote_log import RemoteLog, RemoteLogManifest, change_unowned
+from storage.remote_log import PUBLISH_WITHIN_SHARE, RemoteLog, RemoteLogManifest, change_unowned, may_still_publish
 from storage.remote_segment import RemoteSegmentInfo
 from storage.remote_store import RemoteStore, wall_clock_ms
 from streaming.sink_commit import crash_jvm_at
@@ -47,8 +48,6 @@ from streaming.store_cache import cached_remote_store
 
 SCRATCH_DROPPED_CONFIG = ("remote.storage.enable",)
 """Topic config the scratch store must not take: it has no remote tier of its own."""
-SAFE_AGE_SHARE = 0.5
-"""A batch is published only while its first upload is younger than this share of file.delete.delay.ms."""
 
 
 class SinkBatchTooOldError(LedgerviewError):
@@ -56,9 +55,10 @@ class SinkBatchTooOldError(LedgerviewError):
         again = "restart the query: it writes the batch again" if streaming else "run the write again"
         super().__init__(
             f"Batch {batch_id} of the sink to {topic}: its first segment was uploaded {age_ms} ms before its commit, "
-            f"more than {SAFE_AGE_SHARE:.0%} of the topic's file.delete.delay.ms={delay_ms}, after which a sweep may "
-            "delete uploads no manifest names yet. Nothing of it was published, and its uploads are deleted. Raise "
-            f"file.delete.delay.ms above twice the longest batch, then {again}."
+            f"more than {PUBLISH_WITHIN_SHARE:.0%} of the topic's remote.unpublished.delete.delay.ms={delay_ms}, "
+            "after which a sweep may delete uploads no manifest names yet. Nothing of it was published, and its "
+            f"uploads are deleted. Raise remote.unpublished.delete.delay.ms above twice the longest batch, then "
+            f"{again}."
         )
 
 
@@ -115,11 +115,12 @@ def commit_uploads(uri: str, topic: str, messages: Sequence[WriterCommitMessage 
     uploads = [message for message in messages if isinstance(message, UploadedSegments) and message.segments]
     remote = cached_remote_store(uri)
     sink_id = uploads[0].sink_id if uploads else None
-    delay_ms = remote.topic_metadata(topic).config.file_delete_delay_ms
+    delay_ms = remote.topic_metadata(topic).config.remote_unpublished_delete_delay_ms
     first_upload_ms = min((upload.uploaded_ms for upload in uploads), default=0)
-    if uploads and (age_ms := clock() - first_upload_ms) > delay_ms * SAFE_AGE_SHARE:
+    if uploads and not may_still_publish(first_upload_ms, now_ms := clock(), delay_ms):
         remove_unpublished(remote, topic, uploads)
-        raise SinkBatchTooOldError(topic, batch_id, age_ms, delay_ms, streaming=sink_id is not None)
+        raise SinkBatchTooOldError(topic, batch_id, now_ms - first_upload_ms, delay_ms,
+                                   streaming=sink_id is not None)
     for partition in sorted({partition for upload in uploads for partition in upload.segments}):
         infos = [info for upload in uploads for info in upload.segments.get(partition, [])]
         change_unowned(RemoteLog(remote.objects, topic, partition),

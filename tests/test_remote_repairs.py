@@ -78,7 +78,7 @@ def test_a_folder_restored_at_the_remote_end_is_refused_and_keeps_its_new_messag
 def test_a_segment_published_while_a_sweep_runs_is_never_deleted(data_dir: Path, s3_server: S3Server, s3_uri: str,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A writer of the tier alone (the Spark sink) uploads a segment and publishes it while a sweep (distributed
-    compaction's) runs with file.delete.delay.ms=0. The sweep read the manifests first and listed the objects
+    compaction's) runs with no grace periods. The sweep read the manifests first and listed the objects
     after: a segment published between was taken for an upload that died before its publish and deleted, and the
     remote log named objects that were gone."""
     RemoteStore.open(s3_uri).create_topic("t", 1)
@@ -95,7 +95,8 @@ def test_a_segment_published_while_a_sweep_runs_is_never_deleted(data_dir: Path,
         relay.armed = True
         try:
             with ThreadPoolExecutor(1) as pool:
-                sweeping = pool.submit(sweeper.remove_unreferenced, now_ms=wall_clock_ms() + 60_000, grace_ms=0)
+                sweeping = pool.submit(sweeper.remove_unreferenced, now_ms=wall_clock_ms() + 60_000, grace_ms=0,
+                                       unpublished_grace_ms=0)
                 assert relay.held.wait(timeout=60)  # the sweep's listing of the segment objects waits
                 info = writer.upload(segment)
                 change_unowned(writer, lambda manifest: dataclasses.replace(manifest, segments=(info,)), wall_clock_ms)

@@ -5,6 +5,7 @@ took deleted, and a log a data folder owns refused."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,8 +13,8 @@ import pytest
 
 from readers import Reader
 from storage import Store
-from storage.remote_log import RemoteLog, RemoteLogOwnedError
-from storage.remote_store import RemoteStore
+from storage.remote_log import RemoteLog, RemoteLogOwnedError, change_unowned
+from storage.remote_store import RemoteStore, wall_clock_ms
 from streaming.remote_sink import (
     SinkBatchTooOldError,
     UploadedSegments,
@@ -80,13 +81,13 @@ def test_uploads_no_manifest_took_are_deleted_and_a_claimed_log_is_refused(tmp_p
 
 
 def test_a_batch_whose_uploads_a_sweep_may_have_deleted_is_refused_not_published(s3_uri: str) -> None:
-    """A sweep deletes segment objects no manifest names once they are file.delete.delay.ms old; it cannot tell a
-    batch still running from a crashed upload. A commit that came that late published a manifest naming objects
+    """A sweep deletes objects no manifest names once they are remote.unpublished.delete.delay.ms old; it cannot tell
+    a batch still running from a crashed upload. A commit that came that late published a manifest naming objects
     the sweep had deleted: the topic could no longer be read. It is refused before any partition is published,
     so running the write again duplicates nothing (a df.write records no batch id to skip a partition by)."""
-    delay_ms = 60_000
+    delay_ms = 600_000
     remote = RemoteStore.open(s3_uri, manifest_max_age_ms=0)
-    remote.create_topic("t", 2, {"file.delete.delay.ms": str(delay_ms)})
+    remote.create_topic("t", 2, {"remote.unpublished.delete.delay.ms": str(delay_ms)})
     commit_uploads(s3_uri, "t", [written(s3_uri, 0, 100, 0, sink=None)], 0)
     logs = [RemoteLog(remote.objects, "t", partition) for partition in range(2)]
     before = [log.latest() for log in logs]
@@ -94,10 +95,11 @@ def test_a_batch_whose_uploads_a_sweep_may_have_deleted_is_refused_not_published
     assert sorted(slow.segments) == [0, 1]
     later = slow.uploaded_ms + delay_ms + 1
     for log in logs:
-        log.remove_unreferenced(now_ms=later, grace_ms=delay_ms)
+        log.remove_unreferenced(now_ms=later, grace_ms=60_000, unpublished_grace_ms=delay_ms)
     assert not any(remote.objects.list(key) for infos in slow.segments.values() for info in infos
                    for key in info.object_keys)  # swept: the sweep cannot tell them from a crashed upload's
-    with pytest.raises(SinkBatchTooOldError, match=r"Batch 1 of the sink to t: .* file.delete.delay.ms=60000.* "
+    with pytest.raises(SinkBatchTooOldError, match=r"Batch 1 of the sink to t: .* "
+                                                   r"remote.unpublished.delete.delay.ms=600000.* "
                                                    r"Nothing of it was published.* run the write again"):
         commit_uploads(s3_uri, "t", [slow], 1, clock=lambda: later)
     assert [log.latest() for log in logs] == before
@@ -105,3 +107,26 @@ def test_a_batch_whose_uploads_a_sweep_may_have_deleted_is_refused_not_published
         value.encode() for value in task_rows(0, 100).column("value").to_pylist())
     commit_uploads(s3_uri, "t", [written(s3_uri, 100, 100, 1, sink=None)], 1)  # the write run again
     assert len(list(Reader(s3_uri, "t"))) == 200
+
+
+def test_a_batch_slower_than_file_delete_delay_is_kept_by_the_sweep_and_published(s3_uri: str) -> None:
+    """The sweep deleted uploads no manifest named once they were file.delete.delay.ms old (60 s by default), and
+    the commit refused a batch whose first upload was older than half of it: a streaming batch of tasks in waves,
+    or a first batch catching up on a backlog, failed every time it ran. Uploads no manifest names now wait
+    remote.unpublished.delete.delay.ms (a day by default); segments a manifest dropped still go after
+    file.delete.delay.ms."""
+    remote = RemoteStore.open(s3_uri, manifest_max_age_ms=0)
+    config = remote.create_topic("t", 1).config
+    assert (config.file_delete_delay_ms, config.remote_unpublished_delete_delay_ms) == (60_000, 86_400_000)
+    commit_uploads(s3_uri, "t", [written(s3_uri, 0, 100, 0, sink=None)], 0)
+    log = RemoteLog(remote.objects, "t", 0)
+    dropped = log.latest().object_keys  # type: ignore[union-attr]
+    change_unowned(log, lambda manifest: dataclasses.replace(manifest, segments=(),
+                                                             log_start_offset=manifest.end_offset), wall_clock_ms)
+    slow = written(s3_uri, 100, 100, 1, sink=None)
+    ten_minutes_on = slow.uploaded_ms + 600_000
+    swept = log.remove_unreferenced(now_ms=ten_minutes_on, grace_ms=config.file_delete_delay_ms,
+                                    unpublished_grace_ms=config.remote_unpublished_delete_delay_ms)
+    assert set(swept) >= dropped and not set(swept) & {key for info in slow.segments[0] for key in info.object_keys}
+    commit_uploads(s3_uri, "t", [slow], 1, clock=lambda: ten_minutes_on)
+    assert [m.offset for m in Reader(s3_uri, "t")] == list(range(100, 200))

@@ -17,7 +17,7 @@ from storage import Store
 from storage.object_store import open_object_store
 from storage.remote_log import RemoteLog, RemoteLogOwnedError, change_unowned
 from storage.remote_store import RemoteStore, wall_clock_ms
-from streaming.compaction import compact_with_spark
+from streaming.compaction import CompactionRunTooOldError, compact_with_spark
 from tests.spark_cluster.test_cluster_compaction import TOPIC, tier_alone
 
 pytestmark = pytest.mark.spark
@@ -64,6 +64,23 @@ def test_a_run_whose_view_keeps_no_key_publishes_an_empty_view(spark: SparkSessi
         compact_both(spark, store, uri)
         store.append(TOPIC, [(b"a", None), (b"c", None), (b"new", None)])
         compact_both(spark, store, uri)
+
+
+def test_a_run_longer_than_half_the_unpublished_delay_publishes_nothing(spark: SparkSession, tmp_path: Path) -> None:
+    """A sweep deletes objects no manifest names once they are remote.unpublished.delete.delay.ms old: a run that
+    took longer than half of it would publish a view naming objects a sweep may have deleted. With 1 ms every run
+    does: it publishes nothing and deletes the objects it wrote."""
+    uri = (tmp_path / "tier").as_uri()
+    with Store.open(tmp_path / "data") as store:
+        store.create_topic(TOPIC, 1, CONFIG | {"remote.unpublished.delete.delay.ms": "1"})
+        store.append(TOPIC, [(b"a", b"1"), (b"b", b"2")])
+        store.roll(TOPIC, 0)
+        tier_alone(store, uri, 1)
+    with pytest.raises(CompactionRunTooOldError, match=r"remote.unpublished.delete.delay.ms=1, .* Nothing was "
+                                                       r"published, and its objects are deleted"):
+        compact_with_spark(spark, uri, TOPIC)
+    assert RemoteStore.open(uri).manifest(TOPIC, 0).compacted is None
+    assert open_object_store(uri).list(f"{TOPIC}-0/compacted") == []
 
 
 def test_a_run_that_keeps_only_keyless_messages(spark: SparkSession, tmp_path: Path) -> None:

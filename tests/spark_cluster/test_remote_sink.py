@@ -33,12 +33,8 @@ from tests.spark_cluster.cluster import SparkCluster
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 PARTITIONS = 3
-SMALL_SEGMENTS = {"segment.bytes": "16384", "index.interval.bytes": "1024", "file.delete.delay.ms": "600000"}
-"""Task outputs are cut into several segments, each with index entries. The sink refuses a batch whose first upload
-is older than half of file.delete.delay.ms at its commit (tests/test_remote_sink_commit.py), and deletes its uploads.
-At the default, 60 s, a cold driver on a loaded machine may pass that: once in CI the crash test's first query died
-before its crash point with nothing uploaded, as a refused batch leaves it (its error was not shown then; it is
-now). These topics give their batches ten minutes, so a slow machine cannot fail the tests of other things."""
+SMALL_SEGMENTS = {"segment.bytes": "16384", "index.interval.bytes": "1024"}
+"""Task outputs are cut into several segments, each with index entries."""
 Stored = dict[int, list[tuple[int, str, str, int]]]
 
 
@@ -162,5 +158,5 @@ def test_a_restart_after_a_kill_in_the_commit_leaves_every_row_exactly_once(
     if point == "sink.remote.commit.after_published":
         assert unnamed == []  # the replay's copies of batch 0 were deleted by its commit
     for log in logs:  # the killed attempt's uploads that no manifest took go with the sweep
-        log.remove_unreferenced(now_ms=time.time_ns() // 1_000_000 + 3_600_000, grace_ms=0)
+        log.remove_unreferenced(now_ms=time.time_ns() // 1_000_000 + 3_600_000, grace_ms=0, unpublished_grace_ms=0)
     assert stored(s3_uri, "events") == expected(rows)
