@@ -196,9 +196,10 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("remote.storage.enable", "boolean", False,
               "Upload sealed segments to the store's remote tier and read them from there once gone locally."),
     ConfigKey("remote.unpublished.delete.delay.ms", "long", 86400000,
-              "How long an object of the remote tier that no manifest has named (an upload whose publish is still "
-              "to come, or never will: its writer died) stays before a sweep deletes it. A Spark sink's batch and "
-              "a Spark compaction run publish only within half of it, so no sweep can delete what they name."),
+              "On a topic that lives on the remote tier alone, how long an object no manifest has named (an "
+              "upload whose publish is still to come, or never will: its writer died) stays before a sweep deletes "
+              "it. A Spark sink's batch and a Spark compaction run publish only within half of it, and are refused "
+              "after: keep it above twice the longest batch or run."),
     ConfigKey("retention.bytes", "long", -1,
               "Partition size above which the oldest segments are deleted; -1 = no limit.", minimum=-1),
     ConfigKey("retention.ms", "long", 604800000, "Age after which a segment is deleted; -1 = no limit.",

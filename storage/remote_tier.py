@@ -347,8 +347,10 @@ def enforce_tiered_retention(log: PartitionLog, writer: RemoteLogWriter, *, hold
                 log.delete_segments_before(log.segments[len(local_plan)].base_offset, now_ms=now_ms,
                                            move_log_start=False)
                 deleted += [_deleted(log, segment, LOCAL_REASONS[reason]) for segment, reason in local_plan]
+        # The folder owns this log: its uploads and publishes run under the .remote.lock held here, so no object
+        # unnamed now is on its way to a publish, and the unnamed go as soon as the retired do.
         writer.log.remove_unreferenced(now_ms=now_ms, grace_ms=log.config.file_delete_delay_ms,
-                                       unpublished_grace_ms=log.config.remote_unpublished_delete_delay_ms)
+                                       unpublished_grace_ms=log.config.file_delete_delay_ms)
         remove_expired_deleted_files(log.folder, now_ms=now_ms, delay_ms=log.config.file_delete_delay_ms)
     return deleted
 

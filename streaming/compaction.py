@@ -91,11 +91,11 @@ class CompactionConflictError(WriterConflictError):
 class CompactionRunTooOldError(LedgerviewError):
     def __init__(self, topic: str, age_ms: int, delay_ms: int) -> None:
         super().__init__(
-            f"A Spark compaction of {topic} took {age_ms} ms from its start to its publish, more than "
+            f"A Spark compaction of {topic} ran {age_ms} ms before it could publish, more than "
             f"{PUBLISH_WITHIN_SHARE:.0%} of the topic's remote.unpublished.delete.delay.ms={delay_ms}, after which a "
             "sweep may delete the objects it wrote before a manifest names them. Nothing was published, and its "
-            "objects are deleted. Raise remote.unpublished.delete.delay.ms above twice the run's length (or compact "
-            "fewer partitions a run), then run it again."
+            "objects are deleted (any left are swept later). Compact fewer partitions a run (partitions=...), then "
+            "run it again."
         )
 
 

@@ -57,7 +57,8 @@ class SinkBatchTooOldError(LedgerviewError):
             f"Batch {batch_id} of the sink to {topic}: its first segment was uploaded {age_ms} ms before its commit, "
             f"more than {PUBLISH_WITHIN_SHARE:.0%} of the topic's remote.unpublished.delete.delay.ms={delay_ms}, "
             "after which a sweep may delete uploads no manifest names yet. Nothing of it was published, and its "
-            f"uploads are deleted. Raise remote.unpublished.delete.delay.ms above twice the longest batch, then "
+            "uploads are deleted (any left are swept later). Make the batches shorter (a source's "
+            "maxOffsetsPerTrigger or maxFilesPerTrigger), or write to a topic created with a longer period, then "
             f"{again}."
         )
 

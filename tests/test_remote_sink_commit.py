@@ -13,7 +13,7 @@ import pytest
 
 from readers import Reader
 from storage import Store
-from storage.remote_log import RemoteLog, RemoteLogOwnedError, change_unowned
+from storage.remote_log import RemoteLog, RemoteLogOwnedError, change_unowned, may_still_publish
 from storage.remote_store import RemoteStore, wall_clock_ms
 from streaming.remote_sink import (
     SinkBatchTooOldError,
@@ -130,3 +130,9 @@ def test_a_batch_slower_than_file_delete_delay_is_kept_by_the_sweep_and_publishe
     assert set(swept) >= dropped and not set(swept) & {key for info in slow.segments[0] for key in info.object_keys}
     commit_uploads(s3_uri, "t", [slow], 1, clock=lambda: ten_minutes_on)
     assert [m.offset for m in Reader(s3_uri, "t")] == list(range(100, 200))
+
+
+def test_writers_of_the_tier_alone_publish_within_half_the_unpublished_delay() -> None:
+    """The other half is for the publishes themselves and the skew between the object store's clock and ours."""
+    assert may_still_publish(1_000, 1_000 + 300_000, 600_000)
+    assert not may_still_publish(1_000, 1_000 + 300_001, 600_000)

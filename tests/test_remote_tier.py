@@ -37,8 +37,6 @@ pytestmark = pytest.mark.slow  # an S3 server and many requests per test: after 
 TIERED = {"segment.bytes": "2048", "index.interval.bytes": "256", "remote.storage.enable": "true",
           "local.retention.ms": "0", "file.delete.delay.ms": "0"}
 """Small segments, uploaded and then dropped locally at once: every read of a sealed segment crosses the tier."""
-SWEPT_AT_ONCE = {"remote.unpublished.delete.delay.ms": "0"}
-"""Objects no manifest names (those of a killed upload) go with the next retention run, not a day later."""
 KEYS = 7
 
 
@@ -223,7 +221,7 @@ def test_a_flipped_byte_in_a_remote_segment_is_an_error_naming_the_object(data_d
 def test_an_upload_killed_before_its_publish_leaves_only_orphans_that_retention_removes(
         data_dir: Path, s3_uri: str, point: str) -> None:
     with Store.open(data_dir, remote=s3_uri) as store:
-        store.create_topic("t", 1, {**TIERED, **SWEPT_AT_ONCE, "local.retention.ms": "-2"})
+        store.create_topic("t", 1, {**TIERED, "local.retention.ms": "-2"})
         produce(store, "t", 200)
     with Child("remote_sync.py", data_dir, "sync", crash_at=point) as child:
         code, _, _ = child.finish()
@@ -369,7 +367,7 @@ def test_of_two_compactors_only_the_current_writer_publishes_remotely(data_dir: 
 def test_a_compaction_killed_before_its_remote_publish_leaves_the_remote_view_as_it_was(data_dir: Path,
                                                                                         s3_uri: str) -> None:
     with Store.open(data_dir, remote=s3_uri) as store:
-        store.create_topic("t", 1, {**TIERED, **SWEPT_AT_ONCE})
+        store.create_topic("t", 1, TIERED)
         produce(store, "t", 200)
         store.roll("t", 0)
         store.sync_remote()
@@ -382,7 +380,7 @@ def test_a_compaction_killed_before_its_remote_publish_leaves_the_remote_view_as
     assert [info.key for info in objects.list("t-0/compacted")]  # the killed run's ledger: an orphan
     with Store.open(data_dir) as store:
         store.sync_remote()  # the local compaction finished before the kill: its ledger goes up now
-        store.enforce_retention("t")  # and the orphan goes (remote.unpublished.delete.delay.ms=0)
+        store.enforce_retention("t")  # and the orphan goes (file.delete.delay.ms=0)
     manifest = RemoteLog(objects, "t", 0).latest()
     assert manifest is not None and manifest.compacted is not None
     assert {info.key for info in objects.list("t-0/compacted")} == set(manifest.compacted.object_keys)

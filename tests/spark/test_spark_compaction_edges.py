@@ -4,6 +4,8 @@ incremental. Each publishes the view the single-process compactor writes from th
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -81,6 +83,32 @@ def test_a_run_longer_than_half_the_unpublished_delay_publishes_nothing(spark: S
         compact_with_spark(spark, uri, TOPIC)
     assert RemoteStore.open(uri).manifest(TOPIC, 0).compacted is None
     assert open_object_store(uri).list(f"{TOPIC}-0/compacted") == []
+
+
+def test_the_publish_sweeps_an_unnamed_object_only_once_it_is_older_than_the_unpublished_delay(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """A run's publish sweeps the log. An object no manifest names, two minutes old (past file.delete.delay.ms,
+    60 s), may be another run's or a sink's upload on its way to a publish: it stays for
+    remote.unpublished.delete.delay.ms (a day), and goes with the next publish once older than that."""
+    uri = (tmp_path / "tier").as_uri()
+    with Store.open(tmp_path / "data") as store:
+        store.create_topic(TOPIC, 1, CONFIG)
+        store.append(TOPIC, [(b"a", b"1"), (b"b", b"2")])
+        store.roll(TOPIC, 0)
+        tier_alone(store, uri, 1)
+        stray = tmp_path / "tier" / f"{TOPIC}-0" / "segments" / "00000000000000000000-stray.log"
+        stray.write_bytes(b"an upload no manifest names yet")
+        two_minutes_ago = time.time() - 120
+        os.utime(stray, (two_minutes_ago, two_minutes_ago))
+        compact_with_spark(spark, uri, TOPIC)
+        assert stray.exists()
+        a_day_ago = time.time() - 86_400 - 60
+        os.utime(stray, (a_day_ago, a_day_ago))
+        store.append(TOPIC, [(b"a", b"3")])
+        store.roll(TOPIC, 0)
+        tier_alone(store, uri, 1)
+        compact_with_spark(spark, uri, TOPIC)
+        assert not stray.exists()
 
 
 def test_a_run_that_keeps_only_keyless_messages(spark: SparkSession, tmp_path: Path) -> None:
