@@ -17,7 +17,7 @@ import pytest
 
 from storage import Store
 from streaming.sink_commit import SinkFolders, SinkRecord, read_committed_batch
-from tests.processes.children import Child, assert_killed_with_its_jvm
+from tests.processes.children import Child, assert_killed_at
 from tests.spark.inputs import numbered_rows, stored_values, write_input_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.fault, pytest.mark.slow]
@@ -27,9 +27,15 @@ FILES = 3
 ROWS = 600
 
 
-def run_job(data: Path, source: Path, checkpoint: Path, crash_at: str | None = None) -> tuple[int, list[str], str]:
-    with Child("spark_sink_job.py", data, source, checkpoint, TOPIC, crash_at=crash_at) as child:
+def run_job(data: Path, source: Path, checkpoint: Path) -> tuple[int, list[str], str]:
+    with Child("spark_sink_job.py", data, source, checkpoint, TOPIC) as child:
         return child.finish()
+
+
+def kill_job_at(point: str, data: Path, source: Path, checkpoint: Path) -> None:
+    """Run the job with ``point`` armed: it must die there, its JVM killed."""
+    with Child("spark_sink_job.py", data, source, checkpoint, TOPIC, crash_at=point) as child:
+        assert_killed_at(child, point)
 
 
 def query_id(checkpoint: Path) -> str:
@@ -44,8 +50,7 @@ def test_a_restart_after_a_crash_in_the_commit_leaves_every_row_exactly_once(tmp
     rows = numbered_rows(ROWS)
     source = write_input_files(tmp_path / "input", rows, FILES)
 
-    code, lines, errors = run_job(data, source, checkpoint, crash_at=point)
-    assert_killed_with_its_jvm(code, lines, errors, point)
+    kill_job_at(point, data, source, checkpoint)
     with Store.open(data) as store:
         record = SinkRecord.read(SinkFolders.of(store, TOPIC, query_id(checkpoint)).record)
         if point == "sink.commit.after_partition_append":
@@ -71,8 +76,7 @@ def test_a_resumed_commit_whose_pending_file_a_power_loss_damaged_rolls_forward_
         store.create_topic(TOPIC, partitions=3)
     rows = numbered_rows(ROWS)
     source = write_input_files(tmp_path / "input", rows, FILES)
-    code, lines, errors = run_job(data, source, checkpoint, crash_at="sink.commit.after_partition_append")
-    assert_killed_with_its_jvm(code, lines, errors, "sink.commit.after_partition_append")
+    kill_job_at("sink.commit.after_partition_append", data, source, checkpoint)
     with Store.open(data) as store:
         folders = SinkFolders.of(store, TOPIC, query_id(checkpoint))
         record = SinkRecord.read(folders.record)

@@ -13,24 +13,26 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import TracebackType
 
-from storage.faults import CRASH_AT_ENV
+from storage.faults import CRASH_AT_ENV, CRASH_RECORD_ENV
 
 SCRIPTS = Path(__file__).resolve().parent
 DEADLINE_S = 120.0
 """How long a test waits for a child's next line or exit before failing: a guard against hangs, not a timing."""
-JVM_LOST = ("ConnectionRefusedError", "Py4JNetworkError", "Answer from Java side is empty",
-            "Error while sending or receiving")
-"""What py4j raises in a Spark driver whose JVM was killed under it (streaming.sink_commit.crash_jvm_at)."""
 
 
 class Child:
     def __init__(self, script: str, *args: object, crash_at: str | None = None) -> None:
-        env = {name: value for name, value in os.environ.items() if name != CRASH_AT_ENV}
+        env = {name: value for name, value in os.environ.items() if name not in (CRASH_AT_ENV, CRASH_RECORD_ENV)}
+        self._crash_record: Path | None = None
         if crash_at is not None:
-            env[CRASH_AT_ENV] = crash_at
+            descriptor, record = tempfile.mkstemp(prefix="ledgerview-crash-record-")
+            os.close(descriptor)
+            self._crash_record = Path(record)
+            env.update({CRASH_AT_ENV: crash_at, CRASH_RECORD_ENV: record})
         self.name = f"{script} {' '.join(map(str, args))}"
         self.process = subprocess.Popen(
             [sys.executable, str(SCRIPTS / "without_pandas.py"), script, *map(str, args)],
@@ -111,18 +113,29 @@ class Child:
         self._unread = b""
         return self.process.returncode, lines, self.stderr
 
+    def crash_point_reached(self) -> str | None:
+        """The crash point the child (or a process it started) reached and died at; None if none (storage/faults.py:
+        the point writes its name before the kill)."""
+        assert self._crash_record is not None, f"{self.name} was started without a crash point"
+        reached = self._crash_record.read_text().split()
+        return reached[0] if reached else None
+
     def close(self) -> None:
         """Kill the child if it still runs, reap it and close its pipes (Popen's own exit does the last two)."""
         self.kill()
         with self.process:
             pass
+        if self._crash_record is not None:
+            self._crash_record.unlink(missing_ok=True)
 
 
-def assert_killed_with_its_jvm(code: int, lines: list[str], errors: str, point: str) -> None:
-    """A Spark driver child (one that prints a line only when its query ends) died at the crash point ``point``:
-    it exited non-zero with no line, and py4j lost its JVM. A query that failed by itself (its stderr then holds a
-    StreamingQueryException, and py4j none of its errors) is not that, and the failure shows its stderr."""
-    lost = any(marker in errors for marker in JVM_LOST) and "StreamingQueryException" not in errors
-    assert code != 0 and not lines and lost, (
-        f"the query should have died at {point}, its JVM killed: exit status {code}, lines {lines}, stderr:\n"
+def assert_killed_at(child: Child, point: str) -> str:
+    """Wait for ``child``, armed with the crash point ``point``: it, or a process it started (a Spark driver's
+    Python worker, which kills the JVM), must have reached the point, and the child must have ended without a
+    whole line. Returns its stderr, which a failure shows: a child that failed in any other way is not this."""
+    code, lines, errors = child.finish()
+    reached = child.crash_point_reached()
+    assert reached == point and code != 0 and not lines, (
+        f"{child.name} should have died at {point}: reached {reached}, exit status {code}, lines {lines}, stderr:\n"
         f"{errors[-3000:]}")
+    return errors

@@ -26,7 +26,7 @@ from storage.object_store import open_object_store
 from storage.partitioner import partition_for_keys
 from storage.remote_log import RemoteLog
 from storage.remote_store import RemoteStore, RemoteTopicExistsError
-from tests.processes.children import Child, assert_killed_with_its_jvm
+from tests.processes.children import Child, assert_killed_at
 from tests.spark.inputs import numbered_rows, write_input_files
 from tests.spark_cluster.cluster import SparkCluster
 
@@ -124,9 +124,15 @@ CRASH_POINTS = ["sink.remote.commit.after_partition", "sink.remote.commit.after_
 restarts two Spark drivers per point, so the suite keeps the points that test recovery)."""
 
 
-def run_query(uri: str, source: Path, checkpoint: Path, crash_at: str | None = None) -> tuple[int, list[str], str]:
-    with Child("cluster_sink_jobs.py", uri, source, checkpoint, "events", crash_at=crash_at) as child:
+def run_query(uri: str, source: Path, checkpoint: Path) -> tuple[int, list[str], str]:
+    with Child("cluster_sink_jobs.py", uri, source, checkpoint, "events") as child:
         return child.finish()
+
+
+def kill_query_at(point: str, uri: str, source: Path, checkpoint: Path) -> str:
+    """Run the query with ``point`` armed: it must die there, its JVM killed; its stderr."""
+    with Child("cluster_sink_jobs.py", uri, source, checkpoint, "events", crash_at=point) as child:
+        return assert_killed_at(child, point)
 
 
 @pytest.mark.fault
@@ -140,8 +146,7 @@ def test_a_restart_after_a_kill_in_the_commit_leaves_every_row_exactly_once(
     objects = open_object_store(s3_uri)
     logs = [RemoteLog(objects, "events", partition) for partition in range(PARTITIONS)]
 
-    code, lines, errors = run_query(s3_uri, source, checkpoint, crash_at=point)
-    assert_killed_with_its_jvm(code, lines, errors, point)
+    errors = kill_query_at(point, s3_uri, source, checkpoint)
     query_id = json.loads((checkpoint / "metadata").read_text())["id"]
     recorded = [log.latest().sinks.get(query_id) for log in logs]  # type: ignore[union-attr]
     uploaded = objects.list("events-0/segments") + objects.list("events-1/segments")
