@@ -51,8 +51,10 @@ SPECS = {spec.name: spec for spec in (
     OptionSpec("maxTriggerDelay", "a duration such as 15m, 30s or 500ms",
                "Stream, with minOffsetsPerTrigger: the longest a micro-batch waits (default 15m)."),
     OptionSpec("maxPartitionBytes", "a positive number of bytes",
-               "Batch reads and raw streams: no task reads more than this (default 128 MiB); a large partition "
-               "(or a micro-batch's share of it) is split into offset ranges along its segments."),
+               "Batch reads and raw streams: about what a task reads (default 128 MiB); a large partition (or a "
+               "micro-batch's share of it) is split into offset ranges along its segments, so a task may read up "
+               "to about twice this, and a read_compacted partition or a table's tail is one task whatever its "
+               "size."),
     OptionSpec("minPartitions", "a positive integer",
                "Batch reads: split partitions into at least this many tasks (default: the planner's cores); "
                "tasks read at least 4 MiB each unless maxPartitionBytes is smaller."),

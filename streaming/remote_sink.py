@@ -16,12 +16,12 @@ crash (anywhere: before, between or after the partitions' publishes, before Spar
 exactly once per partition. The objects of a replay that are not published, or of an aborted batch, are deleted
 (best effort; ``RemoteLog.remove_unreferenced`` sweeps what a crash left after the grace period).
 
-That sweep (retention's, a compaction's publish) deletes objects no manifest names once they are
-``remote.unpublished.delete.delay.ms`` old (a day by default), and cannot tell a crashed upload from one whose batch
-is still running. So a commit publishes only when the batch's first upload is younger than half that period
-(storage/remote_log.py ``may_still_publish``; the other half is for the publishes themselves and for clock skew);
-an older batch is refused before any partition is published, and its uploads deleted: the write fails instead of
-publishing segments a sweep may have deleted.
+That sweep (a Spark compaction's publish: no retention runs on a topic on the tier alone) deletes objects no
+manifest names once they are ``remote.unpublished.delete.delay.ms`` old (a day by default), and cannot tell a
+crashed upload from one whose batch is still running. So a commit publishes only when the batch's first upload is
+younger than half that period (storage/remote_log.py ``may_still_publish``; the other half is for the publishes
+themselves and for clock skew); an older batch is refused before any partition is published, and its uploads
+deleted: the write fails instead of publishing segments a sweep may have deleted.
 """
 
 from __future__ import annotations
