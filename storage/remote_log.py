@@ -18,10 +18,11 @@ finds its own claim in the remote log instead of being fenced by it.
 
 Uploads go to fresh keys before the manifest that names them is published, so readers never see a segment that is
 not whole; an upload that died before its publish leaves objects that no manifest names, which
-``remove_unreferenced`` deletes once they are older than a long grace period (remote.unpublished.delete.delay.ms:
-it cannot tell them from uploads whose writer still works towards their publish). Objects of segments dropped from
-the remote log (retention) are deleted after a short one (file.delete.delay.ms), so a reader that planned on an
-older manifest can finish.
+``remove_unreferenced`` deletes once they are older than a grace period: the long remote.unpublished.delete.delay.ms
+on a log no folder owns, whose sweep cannot tell them from uploads a writer still works towards publishing, and
+file.delete.delay.ms on a folder's own log, whose uploads and sweeps its lock orders. Objects of segments dropped
+from the remote log (retention) are deleted after file.delete.delay.ms, so a reader that planned on an older
+manifest can finish.
 """
 
 from __future__ import annotations
@@ -329,9 +330,9 @@ class RemoteLog:
         it the segments only it named: dropped by retention, they stay readable for ``grace_ms`` to readers that
         planned on it. Objects that no manifest names go once their last-modified time is
         ``unpublished_grace_ms`` old: an upload that died before its publish, or one whose writer (a Spark sink's
-        batch, a Spark compaction run) publishes later, which the sweep cannot tell apart, so that period is long.
-        Last-modified times are the object store's clock: the grace periods must exceed the skew between it and
-        ours.
+        batch, a Spark compaction run) publishes later, which the sweep cannot tell apart; so where such writers
+        may be at work the caller gives a long period. Last-modified times are the object store's clock: the grace
+        periods must exceed the skew between it and ours.
 
         A damaged manifest older than the newest is read by no one (readers read the newest; those that planned
         on it fail its check): it goes once the next readable one has been published for ``grace_ms``, and the
