@@ -28,6 +28,7 @@ import pyarrow as pa
 
 import compactor.buckets
 import compactor.latest_offsets
+import compactor.replaced_rows
 import compactor.run
 import storage.key_index
 import storage.ledger
@@ -121,6 +122,8 @@ def instrument(steps: Steps) -> None:
     steps.function(compactor.latest_offsets, "bucketed", "pairs cut into buckets, all of it (workers)")
     steps.function(compactor.buckets, "latest_per_key", "aggregation while reading: reductions (workers)")
     steps.function(compactor.latest_offsets, "latest_per_key", "aggregation of each bucket at the end (workers)")
+    steps.function(compactor.replaced_rows.ReplacedRows, "mark", "read the view's keys, mark those replaced",
+                   phase="layered: replaced rows (own thread)")
     steps.function(compactor.run, "_take", "take the surviving rows")
     steps.function(storage.ledger.LedgerWriter, "append", "encode, checksum and write ledger batches")
     steps.function(storage.ledger.LedgerWriter, "finish", "fsync the ledger", phase="3: finish")

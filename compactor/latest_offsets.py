@@ -15,8 +15,9 @@ whether the value is null. A hash-partitioned (Grace) aggregation in one read of
 4. At the end each bucket is finished alone (its spills and what is held, aggregated): its latest messages that
    are not tombstones survive. Buckets are gathered into *runs* that fit the budget (see RUN_SHARE); each run's
    keys and offsets go to ``on_pass`` (the key index is written from them, one sorted run each) and its offsets,
-   sorted, are kept (spilled to a memory-mapped file when there are several runs). Every key is in exactly one
-   bucket, so runs hold disjoint keys.
+   sorted, are kept (spilled to a memory-mapped file when there are several runs), as are the keys whose latest
+   message is a tombstone (a layered run marks the view's rows of those keys replaced too: compactor/replaced_rows.py).
+   Every key is in exactly one bucket, so runs hold disjoint keys.
 5. Keyless messages survive only when ``compaction.retain.null.key`` is set (they have no key to be replaced by);
    the workers collect their offsets in step 2, so the input is read once either way.
 
@@ -84,16 +85,13 @@ a fold per bucket would cost more than the bucket on small ones."""
 
 @dataclass(frozen=True)
 class LiveKeys:
-    """The survivors of one run (a set of buckets): their key codes and offsets, in no particular order."""
+    """The keys one run (a set of buckets) finished: the survivors' codes and offsets, in no particular order, and
+    the codes of the keys whose latest message is a tombstone."""
 
     coding: KeyCoding
     codes: pa.Array
     offsets: npt.NDArray[np.int64]
-
-    def above(self, offset: int) -> LiveKeys:
-        """The survivors whose offsets are above ``offset``."""
-        mask = self.offsets > offset
-        return self if mask.all() else LiveKeys(self.coding, self.codes.filter(pa.array(mask)), self.offsets[mask])
+    tombstones: pa.Array
 
     def sorted_by_key(self) -> tuple[pa.Array, npt.NDArray[np.int64]]:
         """The keys (binary) in bytewise order, and their offsets in the same order."""
@@ -136,21 +134,25 @@ class Survivors:
 
 
 def find_survivors(input_batches: InputBatches, *, messages_bound: int, memory_budget_bytes: int,
-                   retain_null_key: bool, on_pass: Callable[[LiveKeys], None] | None = None) -> Survivors:
-    """``messages_bound``: at least the number of messages ``input_batches`` yields."""
+                   retain_null_key: bool, on_pass: Callable[[LiveKeys], None] | None = None,
+                   tombstone_keys: bool = False) -> Survivors:
+    """``messages_bound``: at least the number of messages ``input_batches`` yields; ``tombstone_keys``: hand
+    ``on_pass`` the keys whose latest message is a tombstone too (``LiveKeys.tombstones``, empty otherwise)."""
     keyed = (keys for keys, _, _ in (keyed_numbers([batch]) for batch in input_batches()) if len(keys))
     first_keys = next(keyed, pa.array([], pa.binary()))
     coding = KeyCoding.for_keys(first_keys)
     while True:
         try:
             return _find(input_batches, coding, first_keys, messages_bound=messages_bound,
-                         memory_budget_bytes=memory_budget_bytes, retain_null_key=retain_null_key, on_pass=on_pass)
+                         memory_budget_bytes=memory_budget_bytes, retain_null_key=retain_null_key, on_pass=on_pass,
+                         tombstone_keys=tombstone_keys)
         except KeysRefused as changed:
             coding = coding.widened(changed.refused)
 
 
 def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, *, messages_bound: int,
-          memory_budget_bytes: int, retain_null_key: bool, on_pass: Callable[[LiveKeys], None] | None) -> Survivors:
+          memory_budget_bytes: int, retain_null_key: bool, on_pass: Callable[[LiveKeys], None] | None,
+          tombstone_keys: bool) -> Survivors:
     mean_key_bytes = first_keys.nbytes / max(1, len(first_keys))
     pair_bytes = math.ceil(coding.bytes_per_key(mean_key_bytes)) + 8
     held_limit = max(1, int(memory_budget_bytes * HELD_SHARE))
@@ -185,7 +187,7 @@ def _find(input_batches: InputBatches, coding: KeyCoding, first_keys: pa.Array, 
                         spilled.write(held)
                         held.clear()
             _finish(in_order, held, spilled, coding, survivors, run_limit=int(memory_budget_bytes * RUN_SHARE),
-                    pair_bytes=pair_bytes, on_pass=on_pass)
+                    pair_bytes=pair_bytes, on_pass=on_pass, tombstone_keys=tombstone_keys)
     except BaseException:
         survivors.close()
         raise
@@ -213,9 +215,11 @@ def _bucket_bits(messages_bound: int, pair_bytes: int, memory_budget_bytes: int)
 def _finish(in_order: Callable[[Callable[[tuple[list[Pairs], bool]], Pairs], Iterable[tuple[list[Pairs], bool]]],
                                Iterator[Pairs]],
             held: HeldBuckets, spilled: SpilledBuckets | None, coding: KeyCoding, survivors: Survivors, *,
-            run_limit: int, pair_bytes: int, on_pass: Callable[[LiveKeys], None] | None) -> None:
+            run_limit: int, pair_bytes: int, on_pass: Callable[[LiveKeys], None] | None, tombstone_keys: bool
+            ) -> None:
     """Step 4: each bucket's latest live messages, gathered into runs; a run ends before its survivors (counted
-    RUN_BYTES_PER_KEY times) and the pairs still held pass ``run_limit`` bytes."""
+    RUN_BYTES_PER_KEY times), the tombstones' keys it keeps for ``on_pass`` (counted once) and the pairs still held
+    pass ``run_limit`` bytes."""
 
     def bucket_parts() -> Iterator[tuple[list[Pairs], bool]]:
         """Each bucket's pairs (spilled, then held), and whether they are one per key already; taken here, on the
@@ -232,37 +236,46 @@ def _finish(in_order: Callable[[Callable[[tuple[list[Pairs], bool]], Pairs], Ite
         return parts[0] if one_per_key else latest_per_key(parts)
 
     run: list[Pairs] = []
-    run_bytes = 0
+    tombstones: list[pa.Array] = []
+    run_bytes = tombstone_bytes = 0
     dropped: list[npt.NDArray[np.int64]] = []  # offsets of the tombstones left out, folded into ranges now and then
     dropped_count = 0
     for codes, numbers in in_order(latest, bucket_parts()):
         live = (numbers & 1) == 1
         count = int(live.sum())
-        if count < len(numbers):
+        dead = len(numbers) - count
+        if dead:
             dropped.append(numbers[~live] >> 1)
             dropped_count += len(dropped[-1])
             if dropped_count > MAX_DROPPED_HELD:
                 survivors.dropped_tombstones = with_offsets(survivors.dropped_tombstones, np.concatenate(dropped))
                 dropped, dropped_count = [], 0
-        if run and (run_bytes + count * pair_bytes) * RUN_BYTES_PER_KEY + held.bytes > run_limit:
-            _end_run(run, coding, survivors, last=False, on_pass=on_pass)
-            run, run_bytes = [], 0
+        kept_dead = dead if tombstone_keys else 0
+        if (run or tombstones) and ((run_bytes + count * pair_bytes) * RUN_BYTES_PER_KEY + tombstone_bytes
+                                    + kept_dead * pair_bytes + held.bytes > run_limit):
+            _end_run(run, tombstones, coding, survivors, last=False, on_pass=on_pass)
+            run, tombstones, run_bytes, tombstone_bytes = [], [], 0, 0
         if count:
             run.append((codes.filter(pa.array(live)), numbers[live] >> 1))
             run_bytes += count * pair_bytes
-    if run or not survivors.runs:
-        _end_run(run, coding, survivors, last=True, on_pass=on_pass)
+        if kept_dead:
+            tombstones.append(codes.filter(pa.array(~live)))
+            tombstone_bytes += kept_dead * pair_bytes
+    if run or tombstones or not survivors.runs:
+        _end_run(run, tombstones, coding, survivors, last=True, on_pass=on_pass)
     if dropped:
         survivors.dropped_tombstones = with_offsets(survivors.dropped_tombstones, np.concatenate(dropped))
 
 
-def _end_run(run: list[Pairs], coding: KeyCoding, survivors: Survivors, *, last: bool,
+def _end_run(run: list[Pairs], tombstones: list[pa.Array], coding: KeyCoding, survivors: Survivors, *, last: bool,
              on_pass: Callable[[LiveKeys], None] | None) -> None:
     codes = pa.concat_arrays([codes for codes, _ in run]) if run else pa.array([], coding.arrow_type)
     offsets = np.concatenate([offsets for _, offsets in run]) if run else np.empty(0, np.int64)
+    dead = pa.concat_arrays(tombstones) if tombstones else pa.array([], coding.arrow_type)
     run.clear()
-    if on_pass is not None and len(offsets):
-        on_pass(LiveKeys(coding, codes, offsets))
+    tombstones.clear()
+    if on_pass is not None and (len(offsets) or len(dead)):
+        on_pass(LiveKeys(coding, codes, offsets, dead))
     offsets = np.sort(offsets)
     if not last or survivors.spill_folder is not None:
         path = Path(_spill_folder(survivors)) / f"run-{survivors.runs}.npy"

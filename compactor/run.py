@@ -3,17 +3,19 @@
 1. Under the partition's compaction lock (a second run fails at once), remove orphan ledgers of crashed runs and
    retired ledgers past ``file.delete.delay.ms``; record the status RUNNING.
 2. Take the end offset now: messages appended later are left for the next run.
-3. Phase one reads the current view, then the raw log above its horizon up to that end offset, and finds the
-   latest live message per key (compactor/latest_offsets.py). Each of its runs hands its survivors' keys and
-   offsets to the new ledger's key index as a sorted run (compactor/index_runs.py; the last one on a thread,
-   while phase two runs), unless the topic has compaction.key.index false and no remote tier: then the ledger
-   gets no key index, and lookups in it read its keys.
+3. Phase one reads the current view (not for a layered run), then the raw log above its horizon up to that end
+   offset, and finds the latest live message per key (compactor/latest_offsets.py). Each of its runs hands its
+   keys to a thread (compactor/run_work.py; the last one works while phase two runs): its survivors' keys and
+   offsets go to the new ledger's key index as a sorted run, unless the topic has compaction.key.index false and
+   no remote tier (then the ledger gets no key index, and lookups in it read its keys); a layered run marks the
+   view's rows they replace.
 4. Phase two writes the survivors, in offset order with their original offsets, timestamps and headers, to the
    new ledger; then the ledger is fsynced and the key index's runs ingested. It writes either
    - the whole view, reading phase one's input again (Pulsar's way), or
    - a layered view (storage/ledger_layers.py, see ``_layered``): only the survivors from the raw log, over the
-     current view's ledgers, in each of which the rows that did not survive are marked deleted. What it writes
-     then follows the new messages, not the size of the view.
+     current view's ledgers, in each of which the rows whose keys the new messages hold are marked deleted. Phase
+     one then reads only the raw log above the horizon, and the view's keys are read once, to test each against
+     the new keys (compactor/replaced_rows.py). What it writes follows the new messages, not the size of the view.
 5. Publish: replace the compaction cursor atomically (storage/compacted.py). A crash before it leaves the old view
    and an orphan; after it, the new view and retired or orphaned old ledgers. The raw log is never written.
 """
@@ -27,15 +29,16 @@ import numpy as np
 import pyarrow as pa
 
 from compactor.errors import CompactionInProgressError
-from compactor.index_runs import KeyIndexRuns
-from compactor.latest_offsets import LiveKeys, Survivors, find_survivors
+from compactor.latest_offsets import Survivors, find_survivors
+from compactor.replaced_rows import ReplacedRows
+from compactor.run_work import RunStep, RunWork, index_run
 from storage import faults
 from storage.compacted import CompactedLedgers, CompactionCursor
 from storage.compaction_status import CompactionState, CompactionStatus, read_status, write_status
 from storage.dropped_tombstones import after_run
 from storage.errors import PartitionLockedError
-from storage.ledger import Ledger, LedgerReads, LedgerWriter
-from storage.ledger_layers import LayeredLedger, LowerLayer, deleted_rows, write_layer_record
+from storage.ledger import LedgerReads, LedgerWriter
+from storage.ledger_layers import write_layer_record
 from storage.partition_log import Clock, PartitionLog
 from storage.schema import STORED_SCHEMA, null_headers
 from storage.segment import JOINED_READ_BYTES
@@ -142,27 +145,30 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
             yield from raw_batches()
 
         ledger_id = ledgers.next_ledger_id()
-        layered = _layered(log, ledgers, previous_cursor, previous_view)
+        replaced = None  # set for a layered run: the view's rows the new messages replace
+        if previous_cursor and previous_view and _layered(log, ledgers, previous_cursor, previous_view):
+            replaced = ReplacedRows(previous_cursor, previous_view,
+                                    retain_null_key=log.config.compaction_retain_null_key)
         compression = log.config.compression_type if log.config.compression_type in ("lz4", "zstd") else None
         writer = LedgerWriter(*ledgers.ledger_paths(ledger_id), compression=compression, key_index=key_index)
         try:
-            with KeyIndexRuns(writer.keys) as runs:
-                def index_run(live: LiveKeys) -> None:
-                    runs.submit(live.above(horizon) if layered else live)
-
-                bound = (previous_view.messages if previous_view else 0) + end_offset - raw_start
-                survivors = find_survivors(input_batches, messages_bound=bound,
+            steps: list[RunStep] = [index_run(writer.keys)] if key_index else []
+            if replaced is not None:
+                steps.append(replaced.mark)
+            with RunWork(steps) as runs:
+                phase_one_input = raw_batches if replaced else input_batches
+                bound = (0 if replaced or not previous_view else previous_view.messages) + end_offset - raw_start
+                survivors = find_survivors(phase_one_input, messages_bound=bound,
                                            memory_budget_bytes=log.config.compaction_memory_bytes,
                                            retain_null_key=log.config.compaction_retain_null_key,
-                                           on_pass=index_run if key_index else None)
+                                           on_pass=runs.submit if steps else None,
+                                           tombstone_keys=replaced is not None)
                 try:
                     faults.crash_point("compactor.after_phase_one")
-                    written = raw_batches() if layered else input_batches()
-                    _write_ledger(writer, written, survivors, budget=log.config.compaction_memory_bytes)
-                    lower = _lower_layers(previous_cursor, previous_view, survivors) if (
-                        layered and previous_cursor and previous_view) else []
+                    _write_ledger(writer, phase_one_input(), survivors, budget=log.config.compaction_memory_bytes)
                 finally:
                     survivors.close()
+            lower = replaced.lower_layers() if replaced else []
             write_layer_record(ledgers.layer_record_path(ledger_id), lower)
             writer.finish()
         except BaseException:
@@ -175,7 +181,9 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
         # covers every tombstone retention removed
         dropped = after_run(previous_cursor.dropped_tombstones if previous_cursor else (), horizon, raw_start,
                             survivors.dropped_tombstones)
-        cursor = CompactionCursor(ledger_id, end_offset - 1, survivors.messages_read, kept, size, clock(),
+        # a layered run reads the view's keys apart from phase one (what is read and not kept stays "removed")
+        read = survivors.messages_read + (previous_view.messages if replaced and previous_view else 0)
+        cursor = CompactionCursor(ledger_id, end_offset - 1, read, kept, size, clock(),
                                   lower_layers=tuple(layer.ledger_id for layer in lower),
                                   dropped_tombstones=dropped)
         faults.crash_point("compactor.before_publish")
@@ -188,32 +196,19 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
             previous_view.close()
 
 
-def _layered(log: PartitionLog, ledgers: CompactedLedgers, cursor: CompactionCursor | None,
-             view: LedgerReads | None) -> bool:
+def _layered(log: PartitionLog, ledgers: CompactedLedgers, cursor: CompactionCursor, view: LedgerReads) -> bool:
     """Whether this run writes a layered view over the current one rather than the whole view: not once the view
     would read more than compaction.max.layers ledgers (each costs a point lookup that misses the layers above it
     one more key-index seek, and holds raw data from retention: storage/compacted.py's
     ``retention_hold_offset``), nor once half the rows its ledgers hold are deleted (a reader would read twice
     what it serves), nor for a topic with remote.storage.enable (the remote tier copies a view of one ledger), nor
     over a view an earlier release published (it has no layer record to retire)."""
-    if cursor is None or view is None or log.config.remote_storage_enable:
+    if log.config.remote_storage_enable:
         return False
     if not ledgers.has_layer_record(cursor.ledger_id):
         return False
     stored = sum(header.record_count for header in view.headers)
     return len(cursor.ledger_ids) < log.config.compaction_max_layers and 2 * (stored - view.messages) < stored
-
-
-def _lower_layers(cursor: CompactionCursor, view: LedgerReads, survivors: Survivors) -> list[LowerLayer]:
-    """The current view's ledgers, bottom first, each with the rows phase one did not keep marked deleted."""
-    if isinstance(view, LayeredLedger):
-        layers = [(layer.ledger_id, layer.horizon, ledger) for layer, ledger in view.lower]
-        layers.append((cursor.ledger_id, cursor.horizon, view.top))
-    else:
-        assert isinstance(view, Ledger)
-        layers = [(cursor.ledger_id, cursor.horizon, view)]
-    return [LowerLayer(ledger_id, horizon, deleted_rows(ledger, survivors.within))
-            for ledger_id, horizon, ledger in layers]
 
 
 def _unchanged(partition: int, cursor: CompactionCursor | None) -> CompactionResult:

@@ -16,7 +16,7 @@ See docs/FORMAT.md, "Layered views".
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,20 +77,6 @@ def read_layer_record(path: Path) -> list[LowerLayer]:
         raise CorruptLayerRecordError(path, error.reason) from error
     except (ValueError, TypeError, KeyError) as error:
         raise CorruptLayerRecordError(path, str(error)) from error
-
-
-def deleted_rows(ledger: Ledger, kept_within: Callable[[int, int], npt.NDArray[np.int64]]) -> (
-    npt.NDArray[np.bool_]
-):
-    """A ledger's deletion vector: the rows whose offsets ``kept_within(first, last)`` (the sorted offsets that
-    survive in [first, last]) leaves out."""
-    deleted = np.ones(sum(header.record_count for header in ledger.headers), dtype=bool)
-    for row, batch in ledger.read_numbered_batches():
-        offsets = batch.column(0).to_numpy()
-        kept = kept_within(int(offsets[0]), int(offsets[-1]))
-        if len(kept):
-            deleted[row + np.searchsorted(offsets, kept)] = False
-    return deleted
 
 
 class LayeredLedger:

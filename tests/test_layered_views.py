@@ -57,21 +57,29 @@ def changes(rng: random.Random, count: int, keys: int) -> list[Pair]:
     return pairs
 
 
-@pytest.mark.parametrize("retain_null_key", [False, True])
-def test_a_layered_view_reads_as_the_whole_rewrite_of_the_same_log(store: Store, retain_null_key: bool) -> None:
+@pytest.mark.parametrize(("retain_null_key", "budget"), [(False, "268435456"), (True, "268435456"), (False, "1024")],
+                         ids=["keyless dropped", "keyless kept", "phase one in several runs"])
+def test_a_layered_view_reads_as_the_whole_rewrite_of_the_same_log(store: Store, retain_null_key: bool,
+                                                                    budget: str) -> None:
     """Rounds that touch a few keys (layered) and rounds that touch most (until a rewrite): after each, the
-    layered topic's reads, lookups and reads from any offset equal the model's and the whole-rewrite topic's."""
+    layered topic's reads, lookups and reads from any offset equal the model's and the whole-rewrite topic's. With
+    the smallest budget, a layered run's phase one finishes its keys in several runs, each marking the view's rows
+    its keys replace."""
     rng = random.Random(11)
-    config = {"segment.bytes": "4096", "compaction.retain.null.key": str(retain_null_key).lower()}
+    config = {"segment.bytes": "4096", "compaction.retain.null.key": str(retain_null_key).lower(),
+              "compaction.memory.bytes": budget}
     store.create_topic("layered", config=config)
     store.create_topic("whole", config={**config, "compaction.max.layers": "1"})
     log: list[Pair] = []
     depths = []
+    layered_passes = []
     for round_number in range(10):
         batch = changes(rng, 400 if round_number % 4 == 0 else 40, keys=120 if round_number % 4 == 0 else 15)
         for topic in ("layered", "whole"):
             store.append(topic, batch, partition=0)
-            Compactor(store).compact(topic)
+            [result] = Compactor(store).compact(topic)
+            if topic == "layered" and result.layers > 1:
+                layered_passes.append(result.passes)
         log += batch
         depths.append(len(cursor_of(store, "layered").ledger_ids))
         assert len(cursor_of(store, "whole").ledger_ids) == 1
@@ -86,6 +94,25 @@ def test_a_layered_view_reads_as_the_whole_rewrite_of_the_same_log(store: Store,
                 assert view.get(key) == latest.get(key)
         assert cursor_of(store, "layered").messages_kept == cursor_of(store, "whole").messages_kept
     assert max(depths) == 4 and 1 in depths[1:]  # layers were added, up to the limit, and rewritten whole
+    assert (max(layered_passes) > 1) == (budget == "1024")
+
+
+def test_keyless_rows_a_view_kept_leave_it_at_a_layered_run_once_the_topic_no_longer_keeps_them(
+        store: Store) -> None:
+    """compaction.retain.null.key turned off: the next run drops the keyless rows, layered or not, as Pulsar's
+    compactor drops keyless messages."""
+    for topic in ("layered", "whole"):
+        store.create_topic(topic, config={"compaction.retain.null.key": "true",
+                                          "compaction.max.layers": "4" if topic == "layered" else "1"})
+        store.append(topic, [(b"a", b"1"), (None, b"keyless"), (b"b", b"1"), (b"c", b"1"), (b"d", b"1")], partition=0)
+        Compactor(store).compact(topic)
+        store.alter_topic_config(topic, set={"compaction.retain.null.key": "false"})
+        store.append(topic, [(b"a", b"2"), (None, b"new keyless")], partition=0)
+        Compactor(store).compact(topic)
+    assert cursor_of(store, "layered").lower_layers == (1,)
+    assert compacted_rows(store, "layered") == compacted_rows(store, "whole") == [
+        (2, b"b", b"1"), (3, b"c", b"1"), (4, b"d", b"1"), (5, b"a", b"2")]
+    assert cursor_of(store, "layered").messages_kept == 4
 
 
 def test_a_view_half_of_whose_rows_are_replaced_is_rewritten_whole(store: Store) -> None:
