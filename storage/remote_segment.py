@@ -150,7 +150,7 @@ class RemoteSegment(SegmentReads):
         self.base_offset, self.next_offset, self.size_bytes = info.base_offset, info.next_offset, info.size_bytes
         self.first_timestamp, self.max_timestamp = info.first_timestamp, info.max_timestamp
         self.offset_shift = info.offset_shift
-        self._verified_bytes = 0
+        self._verified_from = self._verified_bytes = 0
         self._indexes: tuple[OffsetIndex, TimeIndex] | None = None
 
     @property
@@ -167,7 +167,7 @@ class RemoteSegment(SegmentReads):
         key = self.info.log_key
         data, fetched = self.cache.get(key, lambda: self.objects.read(key))
         if fetched:
-            self._verified_bytes = 0  # check the CRCs of every fetch, not only the first
+            self.forget_verified()  # check the CRCs of every fetch, not only the first
         if data.size != self.size_bytes:
             raise CorruptSegmentError(self.source, min(data.size, self.size_bytes), self.base_offset,
                                       f"the object holds {data.size} bytes, the remote log's manifest says "

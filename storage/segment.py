@@ -65,7 +65,10 @@ class SegmentReads:
     max_timestamp: int
     offset_index: OffsetIndex
     time_index: TimeIndex
+    _verified_from: int
     _verified_bytes: int
+    """The batches in [_verified_from, _verified_bytes) had their CRC checked by this process (or were written by
+    it): one range of consecutive batches, which the first batch checked starts."""
     offset_shift: int = 0
     """Added to every offset the bytes hold: a segment written before its offsets were known (a Spark task's part
     of a micro-batch on the remote tier) stores them from 0 and is placed in the log by its manifest entry alone."""
@@ -88,14 +91,30 @@ class SegmentReads:
     def scan(self, start_position: int, *, verify: bool = False) -> Iterator[BatchHeader]:
         """Batch headers from ``start_position`` to the end of the bytes valid now.
 
-        With ``verify``, each batch's CRC is checked once per process: batches below the verified watermark (read
-        and checked before, or written by this process) are not checked again.
+        With ``verify``, each batch's CRC is checked once per process: batches in the verified range (read and
+        checked before, or written by this process) are not checked again, and a batch checked next to it extends
+        it. A read that starts inside a segment (a compaction's new messages, a consumer's position) is checked
+        once too, not at every read.
         """
-        verify_from = self._verified_bytes if verify else None
-        for header in scan_headers(memoryview(self.buffer()), start_position, self.size_bytes, verify_from):
-            if verify and header.position == self._verified_bytes:
-                self._verified_bytes = header.end_position
+        view = memoryview(self.buffer())  # first: a remote segment fetched again forgets what it checked
+        checked = (self._verified_from, self._verified_bytes) if verify else None
+        for header in scan_headers(view, start_position, self.size_bytes, checked):
+            if verify:  # every batch so far was checked now or before
+                self._note_verified(start_position, header.end_position)
             yield replace(header, base_offset=header.base_offset + self.offset_shift) if self.offset_shift else header
+
+    def _note_verified(self, start: int, end: int) -> None:
+        """The batches in [start, end) are checked: the verified range becomes their union with it when the two
+        meet (or it when nothing is verified yet)."""
+        low, high = self._verified_from, self._verified_bytes
+        if low == high:
+            self._verified_from, self._verified_bytes = start, end
+        elif start <= high and end >= low:
+            self._verified_from, self._verified_bytes = min(low, start), max(high, end)
+
+    def forget_verified(self) -> None:
+        """Check every batch again at its next read."""
+        self._verified_from = self._verified_bytes = 0
 
     def decode(self, buffer: pa.Buffer, header: BatchHeader) -> pa.RecordBatch:
         """The batch at ``header`` (from ``scan``), its offsets placed where the log has them."""
@@ -221,7 +240,7 @@ class Segment(SegmentReads):
         self.first_timestamp = NO_TIMESTAMP
         self.max_timestamp = NO_TIMESTAMP
         self._bytes_since_index_entry = 0
-        self._verified_bytes = 0
+        self._verified_from = self._verified_bytes = 0
         self._write_fd: int | None = None
         self._map: pa.Buffer | None = None
 
@@ -304,7 +323,7 @@ class Segment(SegmentReads):
             self.next_offset, self.first_timestamp, self.max_timestamp = self.base_offset, NO_TIMESTAMP, NO_TIMESTAMP
         self._bytes_since_index_entry = 0
         failure = None
-        headers = scan_headers(view, start, file_bytes, verify_from)
+        headers = scan_headers(view, start, file_bytes, None if verify_from is None else (0, verify_from))
         self.size_bytes = start
         try:
             for header in headers:
@@ -428,6 +447,7 @@ class Segment(SegmentReads):
         """Cut the log back to ``valid_bytes`` (the end of a verified batch) and rebuild the indexes."""
         self._map = None
         self._verified_bytes = min(self._verified_bytes, valid_bytes)
+        self._verified_from = min(self._verified_from, self._verified_bytes)
         with open(self.log_path, "r+b") as file:
             file.truncate(valid_bytes)
             os.fsync(file.fileno())
@@ -556,12 +576,14 @@ def _path(folder: Path, base_offset: int, suffix: str, temporary_suffix: str | N
     return path if temporary_suffix is None else with_temporary_suffix(path, temporary_suffix)
 
 
-def scan_headers(view: memoryview, position: int, end: int, verify_from: int | None) -> Iterator[BatchHeader]:
-    """Headers of the batches from ``position`` to ``end``, checking the CRC of those at or after ``verify_from``."""
+def scan_headers(view: memoryview, position: int, end: int, checked: tuple[int, int] | None
+                 ) -> Iterator[BatchHeader]:
+    """Headers of the batches from ``position`` to ``end``, checking the CRC of each one that does not start in
+    the range ``checked`` (None: of none)."""
     while position < end:
         try:
             header = read_header(view, position, end - position)
-            if verify_from is not None and position >= verify_from:
+            if checked is not None and not checked[0] <= position < checked[1]:
                 verify_batch(view, header)
         except BatchFormatError as error:
             error.position = position

@@ -28,6 +28,7 @@ from storage.files import REMOTE_TIER_RECORD
 from storage.object_store import RemoteStorageError, open_object_store
 from storage.remote_key_index import TAIL, FlatKeyIndex, sorted_run_entries, write_flat_key_index
 from storage.remote_log import RemoteLog, RemoteLogManifest
+from storage.remote_segment import RemoteSegment
 from storage.remote_store import RemoteStore
 from storage.remote_tier import RemoteLogDivergedError
 from tests.cli_runner import run_cli
@@ -328,6 +329,34 @@ def test_a_remote_segment_whose_index_object_is_gone_is_still_read(data_dir: Pat
         stamps = store.read("t", 0, 0).column("timestamp").to_pylist()
         assert store.offset_for_timestamp("t", 0, stamps[41]) == 41
     assert [message.offset for message in Reader(f"file://{tier}", "t")][:3] == [0, 1, 2]
+
+
+def test_a_remote_segment_fetched_again_has_its_crcs_checked_again(data_dir: Path, tmp_path: Path,
+                                                                    clock: ManualClock) -> None:
+    """A segment read (and checked) once, then dropped from the fetch cache and damaged on the tier, is checked
+    again at its next fetch: the damage is an error, never the damaged bytes served. The read took the range of
+    bytes it had checked before it fetched, so the fetch that forgot it came too late."""
+    tier = tmp_path / "mount" / "tier"
+    segment_bytes = 64 * 1024
+    with Store.open(data_dir, remote=f"file://{tier}", clock=clock) as store:
+        store.create_topic("t", 1, {**TIERED, "segment.bytes": str(segment_bytes)})
+        for start in range(0, 1000, 100):
+            store.append("t", [(f"k{i}", bytes(1024)) for i in range(start, start + 100)], partition=0)
+        store.sync_remote()
+    remote = RemoteStore.open(f"file://{tier}", cache_bytes=segment_bytes)
+    first, second = remote.segments("t", 0)[:2]
+
+    def read(segment: RemoteSegment) -> int:
+        return sum(batch.num_rows for batch in remote.read_batches("t", 0, segment.base_offset, segment.next_offset))
+
+    assert read(first) == first.next_offset
+    read(second)  # the first is dropped from the cache
+    damaged = tier / first.info.log_key
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(CorruptDataError, match=first.info.log_key):
+        read(first)
 
 
 def test_prefetched_segments_nobody_reads_are_held_within_the_cache(data_dir: Path, tmp_path: Path,

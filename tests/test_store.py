@@ -497,9 +497,10 @@ def test_a_writer_reopening_the_active_segment_reads_it_from_the_recovery_points
     assert rebuilt.rebuild_indexes(verify_from=0, persist=False) is None
     starts: list[int] = []
 
-    def recorded(view: memoryview, position: int, end: int, verify_from: int | None) -> Iterator[BatchHeader]:
+    def recorded(view: memoryview, position: int, end: int, checked: tuple[int, int] | None
+                 ) -> Iterator[BatchHeader]:
         starts.append(position)
-        return scan_headers(view, position, end, verify_from)
+        return scan_headers(view, position, end, checked)
 
     monkeypatch.setattr(storage.segment, "scan_headers", recorded)
     with Store.open(data_dir) as store:
@@ -524,6 +525,36 @@ def test_a_damaged_batch_above_the_recovery_point_is_cut_as_a_torn_write_when_re
         assert store.read("t", 0)["offset"].to_pylist() == list(range(195))
         store.append("t", changelog(5, 195), partition=0)
         assert store.read("t", 0)["offset"].to_pylist() == list(range(200))
+
+
+def test_reads_from_inside_a_segment_check_each_batch_once_per_process_and_never_one_they_did_not_read(
+        data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compaction's new messages and a consumer's position start inside a segment: read again, their batches
+    are not checked again; a damaged batch below where they started is still found by the read that reaches it."""
+    log = one_segment_of_many_batches(data_dir)
+    data = bytearray(log.read_bytes())
+    [damaged] = [header for header in scan_headers(memoryview(bytes(data)), 0, len(data), None)
+                 if header.base_offset == 100]
+    data[damaged.end_position - 3] ^= 0xFF
+    log.write_bytes(bytes(data))
+    checked: list[int] = []
+    verify_batch = storage.segment.verify_batch
+
+    def counted(view: memoryview, header: BatchHeader) -> None:
+        checked.append(header.base_offset)
+        verify_batch(view, header)
+
+    monkeypatch.setattr(storage.segment, "verify_batch", counted)
+    with Store.open(data_dir) as store:
+        store.partition_log("t", 0)
+        checked.clear()  # the writer's open checks the last batches (recovery); the reads' checks follow
+        for _ in range(3):
+            assert store.read("t", 0, start_offset=150)["offset"].to_pylist() == list(range(150, 200))
+        assert sorted(checked) == list(range(150, 200, 5))
+        assert store.read("t", 0, start_offset=105)["offset"].to_pylist() == list(range(105, 200))
+        assert sorted(checked) == list(range(105, 200, 5))  # the batches just below were checked, once
+        with pytest.raises(CorruptSegmentError, match=log.name):
+            store.read("t", 0, start_offset=0)
 
 
 @pytest.mark.parametrize("damage", ["scribbled", "shifted"])
