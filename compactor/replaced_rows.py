@@ -18,6 +18,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from compactor.key_codes import KeyCoding, KeysRefused
 from compactor.latest_offsets import LiveKeys
 from storage.compacted import CompactionCursor
 from storage.ledger import Ledger, LedgerReads
@@ -26,9 +27,11 @@ from storage.schema import STORED_SCHEMA
 
 KEY_COLUMN = STORED_SCHEMA.get_field_index("key")
 MARK_GROUP_ROWS = 1 << 20
-"""Rows whose keys are tested in one call: Arrow builds the new keys' hash set again at every call (testing 100
-batches of 5,000 keys one call each took 40 times as long as one call for all of them), and a group holds only
-its keys' buffers."""
+GROUP_ROWS_PER_NEW_KEY = 4
+"""A view's keys are tested a group of rows at a time, at least MARK_GROUP_ROWS and GROUP_ROWS_PER_NEW_KEY times
+the new keys: Arrow builds the new keys' hash set again at every call (against 300k keys, 111 calls of 5,000 keys
+each took about 40 times as long as one call for all of them), so building it costs at most a quarter of what
+the tests do, while a group holds only its keys and their codes."""
 
 
 class ReplacedRows:
@@ -49,7 +52,7 @@ class ReplacedRows:
         """Mark the rows whose key is one of ``keys`` (the survivors and the tombstones of one run of phase one)."""
         codes = pa.concat_arrays([keys.codes, keys.tombstones])
         if len(codes):
-            self._pass(pc.SetLookupOptions(value_set=keys.coding.decode(codes)))
+            self._pass(_NewKeys(keys.coding, codes))
 
     def lower_layers(self) -> list[LowerLayer]:
         """The layers beneath the new top, as its layer record names them."""
@@ -57,20 +60,47 @@ class ReplacedRows:
             self._pass(None)
         return [LowerLayer(ledger_id, horizon, deleted) for ledger_id, horizon, _, deleted in self._layers]
 
-    def _pass(self, new_keys: pc.SetLookupOptions | None) -> None:
+    def _pass(self, new_keys: _NewKeys | None) -> None:
         """One read of every ledger's keys: mark those among ``new_keys`` and, unless kept, the keyless rows."""
+        group_rows = max(MARK_GROUP_ROWS, GROUP_ROWS_PER_NEW_KEY * (new_keys.count if new_keys else 0))
         for _, _, ledger, deleted in self._layers:
-            for row, keys in _key_groups(ledger):
+            for row, keys in _key_groups(ledger, group_rows):
                 mine = deleted[row : row + len(keys)]
+                keyed = keys.is_valid().to_numpy(zero_copy_only=False) if keys.null_count else None
                 if new_keys is not None:
-                    mine |= pc.is_in(keys, options=new_keys).to_numpy()
-                if not self._retain_null_key and keys.null_count:
-                    mine |= keys.is_null().to_numpy()
+                    if keyed is None:
+                        mine |= new_keys.among(keys)
+                    else:
+                        mine[keyed] |= new_keys.among(keys.filter(pa.array(keyed)))
+                if keyed is not None and not self._retain_null_key:
+                    mine |= ~keyed
         self._marked_keyless = True
 
 
-def _key_groups(ledger: Ledger) -> Iterator[tuple[int, pa.ChunkedArray]]:
-    """The ledger's keys, MARK_GROUP_ROWS rows or so at a time, each group with the number of its first row."""
+class _NewKeys:
+    """One run's keys, which a view's keys are tested against as codes of the run's coding; as bytes where some
+    key does not take the coding (another length: it is none of the new keys, but the coding refuses it)."""
+
+    def __init__(self, coding: KeyCoding, codes: pa.Array) -> None:
+        self.coding, self.count = coding, len(codes)
+        self._codes = codes
+        self._as_codes = pc.SetLookupOptions(value_set=codes)
+        self._as_bytes: pc.SetLookupOptions | None = None
+
+    def among(self, keys: pa.Array) -> npt.NDArray[np.bool_]:
+        """Whether each of ``keys`` (none null) is one of the new keys."""
+        try:
+            hits = pc.is_in(self.coding.encode(keys), options=self._as_codes)
+        except KeysRefused:
+            if self._as_bytes is None:
+                self._as_bytes = pc.SetLookupOptions(value_set=self.coding.decode(self._codes))
+            hits = pc.is_in(keys, options=self._as_bytes)
+        among: npt.NDArray[np.bool_] = hits.to_numpy(zero_copy_only=False)
+        return among
+
+
+def _key_groups(ledger: Ledger, group_rows: int) -> Iterator[tuple[int, pa.Array]]:
+    """The ledger's keys, ``group_rows`` rows or so at a time, each group with the number of its first row."""
     first = rows = 0
     chunks: list[pa.Array] = []
     for row, batch in ledger.read_numbered_batches():
@@ -78,8 +108,8 @@ def _key_groups(ledger: Ledger) -> Iterator[tuple[int, pa.ChunkedArray]]:
             first = row
         chunks.append(batch.column(KEY_COLUMN))
         rows += batch.num_rows
-        if rows >= MARK_GROUP_ROWS:
-            yield first, pa.chunked_array(chunks, pa.binary())
+        if rows >= group_rows:
+            yield first, pa.concat_arrays(chunks)
             chunks, rows = [], 0
     if chunks:
-        yield first, pa.chunked_array(chunks, pa.binary())
+        yield first, pa.concat_arrays(chunks)
