@@ -95,7 +95,9 @@ class KeyCoding:
         (and shares the prefix)."""
         if not self.width:
             return keys
-        if _single_length(keys) != self.width and len(keys):
+        if not len(keys):
+            return pa.array([], self.arrow_type)
+        if _single_length(keys) != self.width:
             raise KeysRefused(keys)
         matrix = _key_matrix(keys, self.width)
         if self.prefix is None:

@@ -15,9 +15,10 @@ whether the value is null. A hash-partitioned (Grace) aggregation in one read of
 4. At the end each bucket is finished alone (its spills and what is held, aggregated): its latest messages that
    are not tombstones survive. Buckets are gathered into *runs* that fit the budget (see RUN_SHARE); each run's
    keys and offsets go to ``on_pass`` (the key index is written from them, one sorted run each) and its offsets,
-   sorted, are kept (spilled to a memory-mapped file when there are several runs), as are the keys whose latest
-   message is a tombstone (a layered run marks the view's rows of those keys replaced too: compactor/replaced_rows.py).
-   Every key is in exactly one bucket, so runs hold disjoint keys.
+   sorted, are kept (spilled to a memory-mapped file when there are several runs). When asked
+   (``tombstone_keys``), the keys whose latest message is a tombstone go to ``on_pass`` with the run too (a layered
+   run marks the view's rows of those keys replaced: compactor/replaced_rows.py). Every key is in exactly one
+   bucket, so runs hold disjoint keys.
 5. Keyless messages survive only when ``compaction.retain.null.key`` is set (they have no key to be replaced by);
    the workers collect their offsets in step 2, so the input is read once either way.
 

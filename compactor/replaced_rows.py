@@ -3,10 +3,15 @@
 A layered run's phase one reads only the new messages (compactor/run.py); the view's rows are not aggregated with
 them again. A row of the view is replaced when the new messages hold its key at all, live or as a tombstone: every
 new offset is above the view's horizon, so the new message is the later one. So each run of phase one hands over
-the keys it finished (``LiveKeys``: survivors and tombstones), and one pass over the view's ledgers marks the rows
+the keys it finished (``LiveKeys``: survivors and tombstones), and a pass over the view's ledgers marks the rows
 whose key is among them: a membership test of the view's keys against the new keys, not a hash aggregation of
-both. Rows marked by an earlier run stay marked, and keyless rows are marked too unless compaction.retain.null.key
-keeps them (it may have been turned off since they were kept).
+both. Phase one usually finishes in one run, so the view's keys are read once; a budget that splits it into runs
+reads them once a run. Rows marked by an earlier run stay marked, and keyless rows are marked too unless
+compaction.retain.null.key keeps them (it may have been turned off since they were kept).
+
+Memory: the view's deletion flags (a byte a row), a group of the view's keys with their codes and flags (within
+MARK_GROUP_SHARE of the budget), and the hash set Arrow builds of the run's keys, beside the run phase one hands
+over.
 """
 
 from __future__ import annotations
@@ -26,18 +31,20 @@ from storage.ledger_layers import LayeredLedger, LowerLayer
 from storage.schema import STORED_SCHEMA
 
 KEY_COLUMN = STORED_SCHEMA.get_field_index("key")
-MARK_GROUP_ROWS = 1 << 20
-GROUP_ROWS_PER_NEW_KEY = 4
-"""A view's keys are tested a group of rows at a time, at least MARK_GROUP_ROWS and GROUP_ROWS_PER_NEW_KEY times
-the new keys: Arrow builds the new keys' hash set again at every call (against 300k keys, 111 calls of 5,000 keys
-each took about 40 times as long as one call for all of them), so building it costs at most a quarter of what
-the tests do, while a group holds only its keys and their codes."""
+MARK_GROUP_SHARE = 8
+MARK_BYTES_PER_ROW = 16
+"""A view's keys are tested a group of rows at a time, as large as 1/MARK_GROUP_SHARE of compaction.memory.bytes
+holds, counting each row's key bytes and MARK_BYTES_PER_ROW more (its code, offset and flag): Arrow builds the new
+keys' hash set again at every call (against 300k keys, 111 calls of 5,000 keys each took about 40 times as long as
+one call for all of them), so the fewer groups the better (at the default budget, about a million rows of 16-byte
+keys a group)."""
 
 
 class ReplacedRows:
     """The current view's ledgers, bottom first, and the rows of each that the new messages replace so far."""
 
-    def __init__(self, cursor: CompactionCursor, view: LedgerReads, *, retain_null_key: bool) -> None:
+    def __init__(self, cursor: CompactionCursor, view: LedgerReads, *, retain_null_key: bool,
+                 memory_budget_bytes: int) -> None:
         if isinstance(view, LayeredLedger):
             layers = [(layer.ledger_id, layer.horizon, ledger, layer.deleted.copy()) for layer, ledger in view.lower]
             layers.append((cursor.ledger_id, cursor.horizon, view.top, np.zeros(view.top.messages, bool)))
@@ -47,6 +54,7 @@ class ReplacedRows:
         self._layers: list[tuple[int, int, Ledger, npt.NDArray[np.bool_]]] = layers
         self._retain_null_key = retain_null_key
         self._marked_keyless = retain_null_key
+        self._group_bytes = memory_budget_bytes // MARK_GROUP_SHARE
 
     def mark(self, keys: LiveKeys) -> None:
         """Mark the rows whose key is one of ``keys`` (the survivors and the tombstones of one run of phase one)."""
@@ -62,9 +70,8 @@ class ReplacedRows:
 
     def _pass(self, new_keys: _NewKeys | None) -> None:
         """One read of every ledger's keys: mark those among ``new_keys`` and, unless kept, the keyless rows."""
-        group_rows = max(MARK_GROUP_ROWS, GROUP_ROWS_PER_NEW_KEY * (new_keys.count if new_keys else 0))
         for _, _, ledger, deleted in self._layers:
-            for row, keys in _key_groups(ledger, group_rows):
+            for row, keys in _key_groups(ledger, self._group_bytes):
                 mine = deleted[row : row + len(keys)]
                 keyed = keys.is_valid().to_numpy(zero_copy_only=False) if keys.null_count else None
                 if new_keys is not None:
@@ -82,7 +89,7 @@ class _NewKeys:
     key does not take the coding (another length: it is none of the new keys, but the coding refuses it)."""
 
     def __init__(self, coding: KeyCoding, codes: pa.Array) -> None:
-        self.coding, self.count = coding, len(codes)
+        self.coding = coding
         self._codes = codes
         self._as_codes = pc.SetLookupOptions(value_set=codes)
         self._as_bytes: pc.SetLookupOptions | None = None
@@ -99,17 +106,19 @@ class _NewKeys:
         return among
 
 
-def _key_groups(ledger: Ledger, group_rows: int) -> Iterator[tuple[int, pa.Array]]:
-    """The ledger's keys, ``group_rows`` rows or so at a time, each group with the number of its first row."""
-    first = rows = 0
+def _key_groups(ledger: Ledger, group_bytes: int) -> Iterator[tuple[int, pa.Array]]:
+    """The ledger's keys, about ``group_bytes`` at a time (see MARK_BYTES_PER_ROW; a batch at least), each group
+    with the number of its first row."""
+    first = held = 0
     chunks: list[pa.Array] = []
     for row, batch in ledger.read_numbered_batches():
         if not chunks:
             first = row
-        chunks.append(batch.column(KEY_COLUMN))
-        rows += batch.num_rows
-        if rows >= group_rows:
+        keys = batch.column(KEY_COLUMN)
+        chunks.append(keys)
+        held += keys.nbytes + MARK_BYTES_PER_ROW * len(keys)
+        if held >= group_bytes:
             yield first, pa.concat_arrays(chunks)
-            chunks, rows = [], 0
+            chunks, held = [], 0
     if chunks:
         yield first, pa.concat_arrays(chunks)

@@ -14,8 +14,9 @@
    - the whole view, reading phase one's input again (Pulsar's way), or
    - a layered view (storage/ledger_layers.py, see ``_layered``): only the survivors from the raw log, over the
      current view's ledgers, in each of which the rows whose keys the new messages hold are marked deleted. Phase
-     one then reads only the raw log above the horizon, and the view's keys are read once, to test each against
-     the new keys (compactor/replaced_rows.py). What it writes follows the new messages, not the size of the view.
+     one then reads only the raw log above the horizon, and the view's keys are read to test each against the new
+     keys, once for each run of phase one (compactor/replaced_rows.py). What it writes follows the new messages,
+     not the size of the view.
 5. Publish: replace the compaction cursor atomically (storage/compacted.py). A crash before it leaves the old view
    and an orphan; after it, the new view and retired or orphaned old ledgers. The raw log is never written.
 """
@@ -67,8 +68,8 @@ class CompactionResult:
     messages_kept: int
     ledger_bytes: int
     passes: int
-    """Runs phase one finished its keys in (one sorted run of the key index each): 1 unless its survivors had to
-    be split to stay within compaction.memory.bytes."""
+    """Runs phase one finished its keys in (one sorted run of the key index each, but for a run of tombstones
+    only): 1 unless its survivors had to be split to stay within compaction.memory.bytes."""
     skipped: bool
     """True when nothing new was above the horizon, so the previous ledger stays."""
     layers: int = 1
@@ -148,7 +149,8 @@ def _run(log: PartitionLog, ledgers: CompactedLedgers, clock: Clock, *, rebuild:
         replaced = None  # set for a layered run: the view's rows the new messages replace
         if previous_cursor and previous_view and _layered(log, ledgers, previous_cursor, previous_view):
             replaced = ReplacedRows(previous_cursor, previous_view,
-                                    retain_null_key=log.config.compaction_retain_null_key)
+                                    retain_null_key=log.config.compaction_retain_null_key,
+                                    memory_budget_bytes=log.config.compaction_memory_bytes)
         compression = log.config.compression_type if log.config.compression_type in ("lz4", "zstd") else None
         writer = LedgerWriter(*ledgers.ledger_paths(ledger_id), compression=compression, key_index=key_index)
         try:

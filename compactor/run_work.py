@@ -7,10 +7,11 @@ phase two runs (sorting, Arrow's kernels and file writes release the GIL, so the
 - its survivors are sorted by key and written as one sorted run of the ledger's key index (storage/key_index.py);
 - for a layered run, the view's rows its keys replace are marked (compactor/replaced_rows.py).
 
-A run is handed over only once every step is done with the run before it, so memory holds one run being worked on
-at a time, as
-the budget's run rule counts: a run ends before its survivors (counted RUN_BYTES_PER_KEY times) and the pairs
-still held pass the run share, and the next run's survivors are never more than the held pairs they come from.
+A run is handed over only once every step is done with the run before it, so memory holds one run being worked
+on at a time. The budget's run rule counts what the key index needs: a run ends before its survivors (counted
+RUN_BYTES_PER_KEY times) and the pairs still held pass the run share, and the next run's survivors are never more
+than the held pairs they come from. The marking's hash set of the run's keys and its group of the view's keys
+(compactor/replaced_rows.py) come on top.
 """
 
 from __future__ import annotations

@@ -69,6 +69,8 @@ class SegmentReads:
     _verified_bytes: int
     """The batches in [_verified_from, _verified_bytes) had their CRC checked by this process (or were written by
     it): one range of consecutive batches, which the first batch checked starts."""
+    _verified_generation: int = 0
+    """Moves on whenever the range is forgotten or cut, so that a scan begun before records nothing after."""
     offset_shift: int = 0
     """Added to every offset the bytes hold: a segment written before its offsets were known (a Spark task's part
     of a micro-batch on the remote tier) stores them from 0 and is placed in the log by its manifest entry alone."""
@@ -98,8 +100,10 @@ class SegmentReads:
         """
         view = memoryview(self.buffer())  # first: a remote segment fetched again forgets what it checked
         checked = (self._verified_from, self._verified_bytes) if verify else None
+        generation = self._verified_generation
         for header in scan_headers(view, start_position, self.size_bytes, checked):
-            if verify:  # every batch so far was checked now or before
+            # every batch so far was checked now or lies in the range (a header that passes its end is checked)
+            if verify and generation == self._verified_generation:
                 self._note_verified(start_position, header.end_position)
             yield replace(header, base_offset=header.base_offset + self.offset_shift) if self.offset_shift else header
 
@@ -113,8 +117,9 @@ class SegmentReads:
             self._verified_from, self._verified_bytes = min(low, start), max(high, end)
 
     def forget_verified(self) -> None:
-        """Check every batch again at its next read."""
+        """Check every batch again at its next read (this segment's bytes were fetched again)."""
         self._verified_from = self._verified_bytes = 0
+        self._verified_generation += 1
 
     def decode(self, buffer: pa.Buffer, header: BatchHeader) -> pa.RecordBatch:
         """The batch at ``header`` (from ``scan``), its offsets placed where the log has them."""
@@ -448,6 +453,7 @@ class Segment(SegmentReads):
         self._map = None
         self._verified_bytes = min(self._verified_bytes, valid_bytes)
         self._verified_from = min(self._verified_from, self._verified_bytes)
+        self._verified_generation += 1
         with open(self.log_path, "r+b") as file:
             file.truncate(valid_bytes)
             os.fsync(file.fileno())
@@ -578,12 +584,13 @@ def _path(folder: Path, base_offset: int, suffix: str, temporary_suffix: str | N
 
 def scan_headers(view: memoryview, position: int, end: int, checked: tuple[int, int] | None
                  ) -> Iterator[BatchHeader]:
-    """Headers of the batches from ``position`` to ``end``, checking the CRC of each one that does not start in
-    the range ``checked`` (None: of none)."""
+    """Headers of the batches from ``position`` to ``end``, checking the CRC of each one that does not lie within
+    the range ``checked`` (None: of none). A header that starts in the range and ends past it is no batch of the
+    range (a read started at a position inside a batch): it is checked."""
     while position < end:
         try:
             header = read_header(view, position, end - position)
-            if checked is not None and not checked[0] <= position < checked[1]:
+            if checked is not None and not checked[0] <= position < header.end_position <= checked[1]:
                 verify_batch(view, header)
         except BatchFormatError as error:
             error.position = position

@@ -97,6 +97,21 @@ def test_a_layered_view_reads_as_the_whole_rewrite_of_the_same_log(store: Store,
     assert (max(layered_passes) > 1) == (budget == "1024")
 
 
+def test_a_layered_run_over_a_layer_of_keyless_rows_only_finds_the_rows_it_replaces(store: Store) -> None:
+    """A run whose new messages are all keyless, kept, tops the view with a ledger of keyless rows only; the next
+    run tests that ledger's keys (none) against its new keys, which take a word coding with a shared prefix."""
+    store.create_topic("t", config={"compaction.retain.null.key": "true"})
+    store.append("t", [(b"user-%08d" % i, b"1") for i in range(100)], partition=0)
+    Compactor(store).compact("t")
+    store.append("t", [(None, b"keyless")] * 3, partition=0)
+    Compactor(store).compact("t")
+    store.append("t", [(b"user-%08d" % 1, b"2")], partition=0)
+    [result] = Compactor(store).compact("t")
+    assert result.layers == 3
+    rows = compacted_rows(store, "t")
+    assert len(rows) == 103 and rows[-1] == (103, b"user-00000001", b"2") and (1, b"user-00000001", b"1") not in rows
+
+
 def test_keyless_rows_a_view_kept_leave_it_at_a_layered_run_once_the_topic_no_longer_keeps_them(
         store: Store) -> None:
     """compaction.retain.null.key turned off: the next run drops the keyless rows, layered or not, as Pulsar's

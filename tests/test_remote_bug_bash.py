@@ -359,6 +359,38 @@ def test_a_remote_segment_fetched_again_has_its_crcs_checked_again(data_dir: Pat
         read(first)
 
 
+def test_a_read_begun_before_its_segment_was_fetched_again_records_nothing_of_the_new_bytes(
+        data_dir: Path, tmp_path: Path, clock: ManualClock) -> None:
+    """Reader A reads a remote segment's batches one by one; meanwhile the segment leaves the cache and reader B
+    fetches it again, damaged. A goes on over the bytes it fetched and checked; what it checked must not count for
+    the new bytes, or reader C would be served the damage."""
+    tier = tmp_path / "mount" / "tier"
+    segment_bytes = 64 * 1024
+    with Store.open(data_dir, remote=f"file://{tier}", clock=clock) as store:
+        store.create_topic("t", 1, {**TIERED, "segment.bytes": str(segment_bytes)})
+        for start in range(0, 300, 10):
+            store.append("t", [(f"k{i}", bytes(1024)) for i in range(start, start + 10)], partition=0)
+        store.sync_remote()
+    remote = RemoteStore.open(f"file://{tier}", cache_bytes=segment_bytes)
+    first, second = remote.segments("t", 0)[:2]
+
+    def read(segment: RemoteSegment) -> int:
+        return sum(batch.num_rows for batch in remote.read_batches("t", 0, segment.base_offset, segment.next_offset))
+
+    reader_a = first.read_batches(first.base_offset, first.next_offset, verify=True)
+    next(reader_a)
+    read(second)  # the first is dropped from the cache
+    damaged = tier / first.info.log_key
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(CorruptDataError, match=first.info.log_key):
+        read(first)  # reader B fetches it again
+    assert sum(batch.num_rows for batch in reader_a) > 0  # A finishes over its own fetch, which is sound
+    with pytest.raises(CorruptDataError, match=first.info.log_key):
+        read(first)  # reader C
+
+
 def test_prefetched_segments_nobody_reads_are_held_within_the_cache(data_dir: Path, tmp_path: Path,
                                                                       clock: ManualClock) -> None:
     """Each read of a remote segment prefetches the next one; a read that stops inside its segment (a point read,

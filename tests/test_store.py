@@ -17,7 +17,7 @@ import storage.loader
 import storage.segment
 from storage import Store
 from storage.checkpoints import CorruptCheckpointError, read_checkpoint
-from storage.codec import BatchHeader
+from storage.codec import HEADER, MAGIC, BatchFormatError, BatchHeader
 from storage.config import InvalidConfigError, UnknownConfigError
 from storage.errors import (
     CorruptSegmentError,
@@ -555,6 +555,18 @@ def test_reads_from_inside_a_segment_check_each_batch_once_per_process_and_never
         assert sorted(checked) == list(range(105, 200, 5))  # the batches just below were checked, once
         with pytest.raises(CorruptSegmentError, match=log.name):
             store.read("t", 0, start_offset=0)
+
+
+def test_a_header_that_starts_in_the_checked_range_and_ends_past_it_is_checked() -> None:
+    """Bytes inside a checked batch that parse as a header (a read started inside a batch by a scribbled offset
+    index) are skipped while they end within the range; one that ends past it is no batch of the range, and passing
+    it unchecked would extend the range over bytes nobody checked."""
+    fake = HEADER.pack(0, 64, 0xDEADBEEF, MAGIC, 0, 0, 0, 0, 0, 0, 0)
+    view = memoryview(bytes(8) + fake + bytes(120))
+    [inside] = scan_headers(view, 8, 72, checked=(0, 80))
+    assert inside.position == 8 and inside.end_position == 72
+    with pytest.raises(BatchFormatError, match="CRC"):
+        list(scan_headers(view, 8, 72, checked=(0, 40)))
 
 
 @pytest.mark.parametrize("damage", ["scribbled", "shifted"])
