@@ -331,32 +331,49 @@ def test_a_remote_segment_whose_index_object_is_gone_is_still_read(data_dir: Pat
     assert [message.offset for message in Reader(f"file://{tier}", "t")][:3] == [0, 1, 2]
 
 
-def test_a_remote_segment_fetched_again_has_its_crcs_checked_again(data_dir: Path, tmp_path: Path,
-                                                                    clock: ManualClock) -> None:
-    """A segment read (and checked) once, then dropped from the fetch cache and damaged on the tier, is checked
-    again at its next fetch: the damage is an error, never the damaged bytes served. The read took the range of
-    bytes it had checked before it fetched, so the fetch that forgot it came too late."""
-    tier = tmp_path / "mount" / "tier"
-    segment_bytes = 64 * 1024
+def upload_topic(data_dir: Path, tier: Path, clock: ManualClock, *, segment_bytes: int, messages: int,
+                 per_append: int) -> None:
+    """Topic t of ``messages`` 1 KiB messages in segments of ``segment_bytes``, all uploaded to ``tier``."""
     with Store.open(data_dir, remote=f"file://{tier}", clock=clock) as store:
         store.create_topic("t", 1, {**TIERED, "segment.bytes": str(segment_bytes)})
-        for start in range(0, 1000, 100):
-            store.append("t", [(f"k{i}", bytes(1024)) for i in range(start, start + 100)], partition=0)
+        for start in range(0, messages, per_append):
+            store.append("t", [(f"k{i}", bytes(1024)) for i in range(start, start + per_append)], partition=0)
         store.sync_remote()
+
+
+def two_remote_segments(data_dir: Path, tier: Path, clock: ManualClock) -> tuple[RemoteStore, RemoteSegment,
+                                                                                  RemoteSegment]:
+    """A topic of a few 64 KiB segments uploaded to ``tier``, read through a cache that holds one segment: the
+    reader and the first two segments."""
+    segment_bytes = 64 * 1024
+    upload_topic(data_dir, tier, clock, segment_bytes=segment_bytes, messages=300, per_append=10)
     remote = RemoteStore.open(f"file://{tier}", cache_bytes=segment_bytes)
     first, second = remote.segments("t", 0)[:2]
+    return remote, first, second
 
-    def read(segment: RemoteSegment) -> int:
-        return sum(batch.num_rows for batch in remote.read_batches("t", 0, segment.base_offset, segment.next_offset))
 
-    assert read(first) == first.next_offset
-    read(second)  # the first is dropped from the cache
-    damaged = tier / first.info.log_key
+def read_segment(remote: RemoteStore, segment: RemoteSegment) -> int:
+    return sum(batch.num_rows for batch in remote.read_batches("t", 0, segment.base_offset, segment.next_offset))
+
+
+def damage_on_the_tier(tier: Path, segment: RemoteSegment) -> None:
+    damaged = tier / segment.info.log_key
     data = bytearray(damaged.read_bytes())
     data[len(data) // 2] ^= 0xFF
     damaged.write_bytes(bytes(data))
+
+
+def test_a_remote_segment_fetched_again_has_its_crcs_checked_again(data_dir: Path, tmp_path: Path,
+                                                                    clock: ManualClock) -> None:
+    """A segment read (and checked) once, then dropped from the fetch cache and damaged on the tier, is checked
+    again at its next fetch: the damage is an error, never the damaged bytes served."""
+    tier = tmp_path / "mount" / "tier"
+    remote, first, second = two_remote_segments(data_dir, tier, clock)
+    assert read_segment(remote, first) == first.next_offset
+    read_segment(remote, second)  # the first is dropped from the cache
+    damage_on_the_tier(tier, first)
     with pytest.raises(CorruptDataError, match=first.info.log_key):
-        read(first)
+        read_segment(remote, first)
 
 
 def test_a_read_begun_before_its_segment_was_fetched_again_records_nothing_of_the_new_bytes(
@@ -365,30 +382,16 @@ def test_a_read_begun_before_its_segment_was_fetched_again_records_nothing_of_th
     fetches it again, damaged. A goes on over the bytes it fetched and checked; what it checked must not count for
     the new bytes, or reader C would be served the damage."""
     tier = tmp_path / "mount" / "tier"
-    segment_bytes = 64 * 1024
-    with Store.open(data_dir, remote=f"file://{tier}", clock=clock) as store:
-        store.create_topic("t", 1, {**TIERED, "segment.bytes": str(segment_bytes)})
-        for start in range(0, 300, 10):
-            store.append("t", [(f"k{i}", bytes(1024)) for i in range(start, start + 10)], partition=0)
-        store.sync_remote()
-    remote = RemoteStore.open(f"file://{tier}", cache_bytes=segment_bytes)
-    first, second = remote.segments("t", 0)[:2]
-
-    def read(segment: RemoteSegment) -> int:
-        return sum(batch.num_rows for batch in remote.read_batches("t", 0, segment.base_offset, segment.next_offset))
-
+    remote, first, second = two_remote_segments(data_dir, tier, clock)
     reader_a = first.read_batches(first.base_offset, first.next_offset, verify=True)
     next(reader_a)
-    read(second)  # the first is dropped from the cache
-    damaged = tier / first.info.log_key
-    data = bytearray(damaged.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    damaged.write_bytes(bytes(data))
+    read_segment(remote, second)  # the first is dropped from the cache
+    damage_on_the_tier(tier, first)
     with pytest.raises(CorruptDataError, match=first.info.log_key):
-        read(first)  # reader B fetches it again
+        read_segment(remote, first)  # reader B fetches it again
     assert sum(batch.num_rows for batch in reader_a) > 0  # A finishes over its own fetch, which is sound
     with pytest.raises(CorruptDataError, match=first.info.log_key):
-        read(first)  # reader C
+        read_segment(remote, first)  # reader C
 
 
 def test_prefetched_segments_nobody_reads_are_held_within_the_cache(data_dir: Path, tmp_path: Path,
@@ -399,11 +402,7 @@ def test_prefetched_segments_nobody_reads_are_held_within_the_cache(data_dir: Pa
     entries now, dropped as any other once past the capacity."""
     tier = tmp_path / "mount" / "tier"
     segment_bytes = 256 * 1024
-    with Store.open(data_dir, remote=f"file://{tier}", clock=clock) as store:
-        store.create_topic("t", 1, {**TIERED, "segment.bytes": str(segment_bytes)})
-        for start in range(0, 6000, 100):
-            store.append("t", [(f"k{i}", bytes(1024)) for i in range(start, start + 100)], partition=0)
-        store.sync_remote()
+    upload_topic(data_dir, tier, clock, segment_bytes=segment_bytes, messages=6000, per_append=100)
     remote = RemoteStore.open(f"file://{tier}", cache_bytes=2 * segment_bytes)
     segments = remote.segments("t", 0)
     assert len(segments) > 20
