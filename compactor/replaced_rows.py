@@ -9,9 +9,9 @@ both. Phase one usually finishes in one run, so the view's keys are read once; a
 reads them once a run. Rows marked by an earlier run stay marked, and keyless rows are marked too unless
 compaction.retain.null.key keeps them (it may have been turned off since they were kept).
 
-Memory: the view's deletion flags (a byte a row), a group of the view's keys with their codes and flags (within
-MARK_GROUP_SHARE of the budget), and the hash set Arrow builds of the run's keys, beside the run phase one hands
-over.
+Memory: the view's deletion flags (a byte a row), a group of the view's keys with their codes and flags (about
+1/MARK_GROUP_SHARE of the budget, or one ledger batch when that is larger), and the hash set Arrow builds of the
+run's keys, beside the run phase one hands over.
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ KEY_COLUMN = STORED_SCHEMA.get_field_index("key")
 MARK_GROUP_SHARE = 8
 MARK_BYTES_PER_ROW = 16
 """A view's keys are tested a group of rows at a time, as large as 1/MARK_GROUP_SHARE of compaction.memory.bytes
-holds, counting each row's key bytes and MARK_BYTES_PER_ROW more (its code, offset and flag): Arrow builds the new
-keys' hash set again at every call (against 300k keys, 111 calls of 5,000 keys each took about 40 times as long as
-one call for all of them), so the fewer groups the better (at the default budget, about a million rows of 16-byte
-keys a group)."""
+holds, counting each row's key bytes twice (the keys, and the copy their coding makes) and MARK_BYTES_PER_ROW more
+(its code and flag; a review measured about 45 bytes a row held for 16-byte keys, 78 for 36-byte keys, which this
+counts as 56 and 96). Arrow builds the new keys' hash set again at every call (against 300k keys, 111 calls of
+5,000 keys each took about 40 times as long as one call for all of them), so the fewer groups the better: at the
+default budget, about 760k rows of the bench's 10-byte keys a group."""
 
 
 class ReplacedRows:
@@ -116,7 +117,7 @@ def _key_groups(ledger: Ledger, group_bytes: int) -> Iterator[tuple[int, pa.Arra
             first = row
         keys = batch.column(KEY_COLUMN)
         chunks.append(keys)
-        held += keys.nbytes + MARK_BYTES_PER_ROW * len(keys)
+        held += 2 * keys.nbytes + MARK_BYTES_PER_ROW * len(keys)
         if held >= group_bytes:
             yield first, pa.concat_arrays(chunks)
             chunks, held = [], 0

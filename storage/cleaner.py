@@ -407,9 +407,9 @@ def _fields(header: BatchHeader) -> dict[str, int]:
 
 
 def _stored_batches(segment: Segment) -> Iterator[tuple[BatchHeader, pa.Buffer]]:
-    buffer = segment.buffer()
-    for header in segment.scan(0, verify=True):
-        yield header, buffer
+    taken = segment.take_bytes()
+    for header in segment.scan(0, verify=True, taken=taken):
+        yield header, taken.buffer
 
 
 def _clean_group(log: PartitionLog, group: list[Segment], group_end: int, key_map: KeyMap, *, now_ms: int,

@@ -151,6 +151,7 @@ class RemoteSegment(SegmentReads):
         self.first_timestamp, self.max_timestamp = info.first_timestamp, info.max_timestamp
         self.offset_shift = info.offset_shift
         self._verified_from = self._verified_bytes = 0
+        self._verified_lock = threading.Lock()
         self._indexes: tuple[OffsetIndex, TimeIndex] | None = None
 
     @property

@@ -12,10 +12,11 @@ import bisect
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Final, NoReturn, TypeVar
+from typing import Final, NamedTuple, NoReturn, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -54,6 +55,13 @@ a hundred messages (batch.size 16 KiB). A joined batch is a copy, so a slice of 
 logger = logging.getLogger(__name__)
 
 
+class TakenBytes(NamedTuple):
+    """A segment's bytes as one read took them, and the generation of the verified range they belong to."""
+
+    buffer: pa.Buffer
+    generation: int
+
+
 class SegmentReads:
     """What reading a segment needs, wherever its bytes are: a local file (Segment) or an object of the remote tier
     (storage/remote_segment.py). A subclass provides the bytes (``buffer``), the indexes and the end state."""
@@ -70,7 +78,9 @@ class SegmentReads:
     """The batches in [_verified_from, _verified_bytes) had their CRC checked by this process (or were written by
     it): one range of consecutive batches, which the first batch checked starts."""
     _verified_generation: int = 0
-    """Moves on whenever the range is forgotten or cut, so that a scan begun before records nothing after."""
+    """Moves on whenever the range is forgotten or cut, so that a read of bytes taken before records nothing."""
+    _verified_lock: threading.Lock
+    """Held to change the range, whose readers may be threads (the HTTP service's)."""
     offset_shift: int = 0
     """Added to every offset the bytes hold: a segment written before its offsets were known (a Spark task's part
     of a micro-batch on the remote tier) stores them from 0 and is placed in the log by its manifest entry alone."""
@@ -90,36 +100,51 @@ class SegmentReads:
     def prefetch(self) -> None:
         """Start bringing the bytes close, for a read that comes next (a local segment has them already)."""
 
-    def scan(self, start_position: int, *, verify: bool = False) -> Iterator[BatchHeader]:
-        """Batch headers from ``start_position`` to the end of the bytes valid now.
+    def take_bytes(self) -> TakenBytes:
+        """The segment's valid bytes now, for one read to take its headers and payloads from."""
+        buffer = self.buffer()  # first: a remote segment fetched again forgets what it checked
+        return TakenBytes(buffer, self._verified_generation)
+
+    def scan(self, start_position: int, *, verify: bool = False, taken: TakenBytes | None = None,
+             check_first: bool = False) -> Iterator[BatchHeader]:
+        """Batch headers from ``start_position`` to the end of ``taken`` (by default, the bytes valid now).
 
         With ``verify``, each batch's CRC is checked once per process: batches in the verified range (read and
         checked before, or written by this process) are not checked again, and a batch checked next to it extends
         it. A read that starts inside a segment (a compaction's new messages, a consumer's position) is checked
-        once too, not at every read.
+        once too, not at every read. Bytes taken before the segment was fetched again are all checked, and what
+        is checked in them counts for nothing after. ``check_first``: check the first batch even in the range
+        (``start_position`` came from an offset index, which has no checksum).
         """
-        view = memoryview(self.buffer())  # first: a remote segment fetched again forgets what it checked
-        checked = (self._verified_from, self._verified_bytes) if verify else None
-        generation = self._verified_generation
-        for header in scan_headers(view, start_position, self.size_bytes, checked):
+        taken = self.take_bytes() if taken is None else taken
+        view = memoryview(taken.buffer)
+        with self._verified_lock:
+            current = taken.generation == self._verified_generation
+            checked = ((self._verified_from, self._verified_bytes) if current else (0, 0)) if verify else None
+        for header in scan_headers(view, start_position, len(view), checked, check_first=check_first):
             # every batch so far was checked now or lies in the range (a header that passes its end is checked)
-            if verify and generation == self._verified_generation:
-                self._note_verified(start_position, header.end_position)
+            if verify and current:
+                self._note_verified(start_position, header.end_position, taken.generation)
             yield replace(header, base_offset=header.base_offset + self.offset_shift) if self.offset_shift else header
 
-    def _note_verified(self, start: int, end: int) -> None:
-        """The batches in [start, end) are checked: the verified range becomes their union with it when the two
-        meet (or it when nothing is verified yet)."""
-        low, high = self._verified_from, self._verified_bytes
-        if low == high:
-            self._verified_from, self._verified_bytes = start, end
-        elif start <= high and end >= low:
-            self._verified_from, self._verified_bytes = min(low, start), max(high, end)
+    def _note_verified(self, start: int, end: int, generation: int) -> None:
+        """The batches in [start, end) of the bytes of ``generation`` are checked: the verified range becomes their
+        union with it when the two meet (or it when nothing is verified yet), unless the bytes were fetched again
+        since."""
+        with self._verified_lock:
+            if generation != self._verified_generation:
+                return
+            low, high = self._verified_from, self._verified_bytes
+            if low == high:
+                self._verified_from, self._verified_bytes = start, end
+            elif start <= high and end >= low:
+                self._verified_from, self._verified_bytes = min(low, start), max(high, end)
 
     def forget_verified(self) -> None:
-        """Check every batch again at its next read (this segment's bytes were fetched again)."""
-        self._verified_from = self._verified_bytes = 0
-        self._verified_generation += 1
+        """Check every batch again at its next read (this segment's bytes were fetched again, or cut)."""
+        with self._verified_lock:
+            self._verified_from = self._verified_bytes = 0
+            self._verified_generation += 1
 
     def decode(self, buffer: pa.Buffer, header: BatchHeader) -> pa.RecordBatch:
         """The batch at ``header`` (from ``scan``), its offsets placed where the log has them."""
@@ -132,23 +157,27 @@ class SegmentReads:
         offsets = pc.add(batch.column(0), pa.scalar(self.offset_shift, pa.int64()))
         return pa.RecordBatch.from_arrays([offsets, *batch.columns[1:]], schema=batch.schema)
 
-    def scan_from_offset(self, offset: int, *, verify: bool = False) -> Iterator[BatchHeader]:
+    def scan_from_offset(self, offset: int, *, verify: bool = False, taken: TakenBytes | None = None
+                         ) -> Iterator[BatchHeader]:
         """Batch headers from the indexed batch at or before ``offset`` to the end (see ``scan``).
 
         The index has no checksum, so its entry is checked against the batch it points at: an entry whose batch
         starts at another offset would skip messages, and one inside a batch would fail the read of an intact log
         (an index scribbled on but still ordered). Then the scan starts from the segment's first batch instead,
-        which is always right, only slower: damage the log really holds is met and reported there.
+        which is always right, only slower: damage the log really holds is met and reported there. With
+        ``verify``, that first batch's CRC is checked even inside the verified range: bytes inside a batch may
+        parse as a header of the right offset.
         """
         indexed_offset, position = self.offset_index.lookup(offset - self.base_offset)
-        headers = self.scan(position, verify=verify)
+        taken = self.take_bytes() if taken is None else taken
+        headers = self.scan(position, verify=verify, taken=taken, check_first=position > 0)
         if position:
             try:
                 first = next(headers, None)
             except BatchFormatError:
                 first = None
             if first is None or first.base_offset != self.base_offset + indexed_offset:
-                yield from self.scan(0, verify=verify)
+                yield from self.scan(0, verify=verify, taken=taken)
                 return
             yield first
         yield from headers
@@ -168,14 +197,15 @@ class SegmentReads:
         batch that large alone, zero-copy), for readers whose costs are per batch rather than per message; 0: as
         stored.
         """
-        buffer = self.buffer()
+        taken = self.take_bytes()  # headers and payloads from the same fetch of a remote segment
+        buffer = taken.buffer
         expected_offset = self.base_offset
         payloads: list[pa.RecordBatch] = []
         headers: list[BatchHeader] = []
         held_bytes = 0
         damage: CorruptSegmentError | None = None
         try:
-            for header in self.scan_from_offset(start_offset, verify=verify):
+            for header in self.scan_from_offset(start_offset, verify=verify, taken=taken):
                 expected_offset = header.next_offset
                 if header.next_offset <= start_offset:
                     continue
@@ -184,7 +214,11 @@ class SegmentReads:
                 if headers and (header.batch_length >= join_bytes or not same_payload_schema(headers[-1], header)):
                     yield from self._joined(payloads, headers, start_offset, end_offset)
                     payloads, headers, held_bytes = [], [], 0
-                payloads.append(read_payload(buffer, header))
+                try:
+                    payloads.append(read_payload(buffer, header))
+                except BatchFormatError as error:
+                    error.position = header.position
+                    raise
                 headers.append(header)
                 held_bytes += header.batch_length
                 if held_bytes >= join_bytes:
@@ -214,10 +248,10 @@ class SegmentReads:
         if there is none here."""
         if self.max_timestamp < timestamp:
             return None
-        buffer = self.buffer()
-        for header in self.scan_from_offset(self.base_offset + self.time_index.lookup(timestamp)):
+        taken = self.take_bytes()
+        for header in self.scan_from_offset(self.base_offset + self.time_index.lookup(timestamp), taken=taken):
             if header.max_timestamp >= timestamp and header.last_offset >= from_offset:
-                batch = self.decode(buffer, header)
+                batch = self.decode(taken.buffer, header)
                 offsets = batch.column(0).to_numpy()
                 hits = np.flatnonzero((batch.column(1).to_numpy() >= timestamp) & (offsets >= from_offset))
                 if len(hits):
@@ -246,6 +280,7 @@ class Segment(SegmentReads):
         self.max_timestamp = NO_TIMESTAMP
         self._bytes_since_index_entry = 0
         self._verified_from = self._verified_bytes = 0
+        self._verified_lock = threading.Lock()
         self._write_fd: int | None = None
         self._map: pa.Buffer | None = None
 
@@ -408,7 +443,6 @@ class Segment(SegmentReads):
     def append(self, encoded: EncodedBatch) -> None:
         """Append one encoded batch at the end of the valid bytes."""
         header = replace(encoded.header, position=self.size_bytes)
-        already_verified = self._verified_bytes == self.size_bytes
         if self._write_fd is None:
             self._write_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
         if faults.is_armed("segment.torn_write"):
@@ -418,8 +452,9 @@ class Segment(SegmentReads):
         write_all(self._write_fd, encoded.pieces)
         faults.crash_point("segment.after_write")
         offset_entry, time_entry = self._take_in(header)
-        if already_verified:
-            self._verified_bytes = self.size_bytes  # written from bytes this process checksummed
+        with self._verified_lock:
+            if self._verified_bytes == header.position:  # written from bytes this process checksummed
+                self._verified_bytes = self.size_bytes
         if offset_entry:
             self.offset_index.append(*offset_entry)
         if time_entry:
@@ -451,9 +486,10 @@ class Segment(SegmentReads):
     def truncate(self, valid_bytes: int) -> None:
         """Cut the log back to ``valid_bytes`` (the end of a verified batch) and rebuild the indexes."""
         self._map = None
-        self._verified_bytes = min(self._verified_bytes, valid_bytes)
-        self._verified_from = min(self._verified_from, self._verified_bytes)
-        self._verified_generation += 1
+        with self._verified_lock:
+            self._verified_bytes = min(self._verified_bytes, valid_bytes)
+            self._verified_from = min(self._verified_from, self._verified_bytes)
+            self._verified_generation += 1
         with open(self.log_path, "r+b") as file:
             file.truncate(valid_bytes)
             os.fsync(file.fileno())
@@ -582,18 +618,21 @@ def _path(folder: Path, base_offset: int, suffix: str, temporary_suffix: str | N
     return path if temporary_suffix is None else with_temporary_suffix(path, temporary_suffix)
 
 
-def scan_headers(view: memoryview, position: int, end: int, checked: tuple[int, int] | None
-                 ) -> Iterator[BatchHeader]:
+def scan_headers(view: memoryview, position: int, end: int, checked: tuple[int, int] | None, *,
+                 check_first: bool = False) -> Iterator[BatchHeader]:
     """Headers of the batches from ``position`` to ``end``, checking the CRC of each one that does not lie within
-    the range ``checked`` (None: of none). A header that starts in the range and ends past it is no batch of the
-    range (a read started at a position inside a batch): it is checked."""
+    the range ``checked`` (None: of none), and of the first one anyway with ``check_first``. A header that starts
+    in the range and ends past it is no batch of the range (a read started at a position inside a batch): it is
+    checked."""
+    first = True
     while position < end:
         try:
             header = read_header(view, position, end - position)
-            if checked is not None and not checked[0] <= position < header.end_position <= checked[1]:
+            if checked is not None and ((first and check_first)
+                                        or not checked[0] <= position < header.end_position <= checked[1]):
                 verify_batch(view, header)
         except BatchFormatError as error:
             error.position = position
             raise
         yield header
-        position = header.end_position
+        position, first = header.end_position, False

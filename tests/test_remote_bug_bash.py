@@ -23,6 +23,7 @@ import pytest
 from compactor import Compactor
 from readers import Reader, TableView
 from storage import Store
+from storage.codec import BatchFormatError
 from storage.errors import CorruptDataError, CorruptLedgerError, UnknownTopicError
 from storage.files import REMOTE_TIER_RECORD
 from storage.object_store import RemoteStorageError, open_object_store
@@ -392,6 +393,23 @@ def test_a_read_begun_before_its_segment_was_fetched_again_records_nothing_of_th
     assert sum(batch.num_rows for batch in reader_a) > 0  # A finishes over its own fetch, which is sound
     with pytest.raises(CorruptDataError, match=first.info.log_key):
         read_segment(remote, first)  # reader C
+
+
+def test_bytes_a_read_took_before_its_segment_was_fetched_again_are_all_checked(
+        data_dir: Path, tmp_path: Path, clock: ManualClock) -> None:
+    """A read takes a segment's bytes (a fetch that came damaged); before it scans them, the segment is fetched
+    again, sound, and checked whole. What was checked is true of the new fetch, not of the bytes the read took: its
+    scan checks them all and finds the damage."""
+    tier = tmp_path / "mount" / "tier"
+    remote, first, second = two_remote_segments(data_dir, tier, clock)
+    sound = (tier / first.info.log_key).read_bytes()
+    damage_on_the_tier(tier, first)
+    taken = first.take_bytes()
+    (tier / first.info.log_key).write_bytes(sound)
+    read_segment(remote, second)  # the first is dropped from the cache
+    assert read_segment(remote, first) == first.next_offset - first.base_offset  # fetched again, checked whole
+    with pytest.raises(BatchFormatError, match="CRC"):
+        list(first.scan(0, verify=True, taken=taken))
 
 
 def test_prefetched_segments_nobody_reads_are_held_within_the_cache(data_dir: Path, tmp_path: Path,

@@ -497,10 +497,10 @@ def test_a_writer_reopening_the_active_segment_reads_it_from_the_recovery_points
     assert rebuilt.rebuild_indexes(verify_from=0, persist=False) is None
     starts: list[int] = []
 
-    def recorded(view: memoryview, position: int, end: int, checked: tuple[int, int] | None
-                 ) -> Iterator[BatchHeader]:
+    def recorded(view: memoryview, position: int, end: int, checked: tuple[int, int] | None, *,
+                 check_first: bool = False) -> Iterator[BatchHeader]:
         starts.append(position)
-        return scan_headers(view, position, end, checked)
+        return scan_headers(view, position, end, checked, check_first=check_first)
 
     monkeypatch.setattr(storage.segment, "scan_headers", recorded)
     with Store.open(data_dir) as store:
@@ -548,11 +548,15 @@ def test_reads_from_inside_a_segment_check_each_batch_once_per_process_and_never
     with Store.open(data_dir) as store:
         store.partition_log("t", 0)
         checked.clear()  # the writer's open checks the last batches (recovery); the reads' checks follow
-        for _ in range(3):
-            assert store.read("t", 0, start_offset=150)["offset"].to_pylist() == list(range(150, 200))
+        assert store.read("t", 0, start_offset=150)["offset"].to_pylist() == list(range(150, 200))
         assert sorted(checked) == list(range(150, 200, 5))
+        checked.clear()
+        for _ in range(2):  # only the batch the offset index sends a read to is checked again (the index has no CRC)
+            assert store.read("t", 0, start_offset=150)["offset"].to_pylist() == list(range(150, 200))
+        assert checked == [150, 150]
+        checked.clear()
         assert store.read("t", 0, start_offset=105)["offset"].to_pylist() == list(range(105, 200))
-        assert sorted(checked) == list(range(105, 200, 5))  # the batches just below were checked, once
+        assert sorted(checked) == list(range(105, 150, 5))  # the batches just below, once each
         with pytest.raises(CorruptSegmentError, match=log.name):
             store.read("t", 0, start_offset=0)
 
@@ -567,6 +571,40 @@ def test_a_header_that_starts_in_the_checked_range_and_ends_past_it_is_checked()
     assert inside.position == 8 and inside.end_position == 72
     with pytest.raises(BatchFormatError, match="CRC"):
         list(scan_headers(view, 8, 72, checked=(0, 40)))
+
+
+def test_a_scribbled_index_entry_inside_a_checked_batch_is_not_taken_for_a_batch(tmp_path: Path) -> None:
+    """An index entry scribbled to point inside a batch already checked, at bytes of a message's value that parse
+    as a header of the entry's own offset: the read checks that first header's CRC, finds no batch there, and
+    reads from the segment's start, serving the messages as written."""
+
+    def build(folder: Path, value: bytes) -> Path:
+        with Store.open(folder) as store:
+            store.create_topic("t", config={"index.interval.bytes": "100"})
+            for start in range(0, 200, 5):
+                store.append("t", [(b"k%d" % i, value if start == 10 else b"v%d" % start)
+                                   for i in range(start, start + 5)], partition=0)
+        return segment_files(folder, "t", 0)[0]
+
+    placeholder = HEADER.pack(0, 0, 0, MAGIC, 0, 0, 0, 0, 0, 0, 0)
+    for pad in range(8):  # the fake header must end where its batch ends, on a multiple of 8 bytes
+        marker = b"M" * (8 + pad)
+        data = build(tmp_path / f"probe{pad}", marker + placeholder).read_bytes()
+        position = data.index(marker + placeholder) + len(marker)
+        host = next(header for header in scan_headers(memoryview(data), 0, len(data), None)
+                    if header.position <= position < header.end_position)
+        if (host.end_position - position) % 8 == 0:
+            break
+    assert host.base_offset == 10
+    fake = HEADER.pack(10, host.end_position - position, 0, MAGIC, 0, 0, 0, 0, 0, 0, 0)
+    log = build(tmp_path / "data", marker + fake)
+    segment = Segment.load(log.parent, 0, index_interval_bytes=100, recovering=False)
+    assert [o for batch in segment.read_batches(0, 30, verify=True) for o in batch.column(0).to_pylist()] == list(
+        range(30))  # the batches holding the fake header are checked now
+    entry = segment.offset_index.keys.index(10)
+    segment.offset_index.values[entry] = position  # as a scribbled index file would say
+    served = [o for batch in segment.read_batches(10, 40, verify=True) for o in batch.column(0).to_pylist()]
+    assert served == list(range(10, 40))
 
 
 @pytest.mark.parametrize("damage", ["scribbled", "shifted"])
