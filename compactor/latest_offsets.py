@@ -87,7 +87,7 @@ a fold per bucket would cost more than the bucket on small ones."""
 @dataclass(frozen=True)
 class LiveKeys:
     """The keys one run (a set of buckets) finished: the survivors' codes and offsets, in no particular order, and
-    the codes of the keys whose latest message is a tombstone."""
+    the codes of the keys whose latest message is a tombstone (empty unless ``find_survivors`` is asked for them)."""
 
     coding: KeyCoding
     codes: pa.Array

@@ -38,7 +38,7 @@ holds, counting each row's key bytes twice (the keys, and the copy their coding 
 (its code and flag; a review measured about 45 bytes a row held for 16-byte keys, 78 for 36-byte keys, which this
 counts as 56 and 96). Arrow builds the new keys' hash set again at every call (against 300k keys, 111 calls of
 5,000 keys each took about 40 times as long as one call for all of them), so the fewer groups the better: at the
-default budget, about 760k rows of the bench's 10-byte keys a group."""
+default budget, about 800k rows of the bench's 9-byte keys a group."""
 
 
 class ReplacedRows:

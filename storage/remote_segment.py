@@ -146,12 +146,11 @@ class RemoteSegments:
 
 class RemoteSegment(SegmentReads):
     def __init__(self, objects: ObjectStore, info: RemoteSegmentInfo, cache: FetchCache) -> None:
+        super().__init__()
         self.objects, self.info, self.cache = objects, info, cache
         self.base_offset, self.next_offset, self.size_bytes = info.base_offset, info.next_offset, info.size_bytes
         self.first_timestamp, self.max_timestamp = info.first_timestamp, info.max_timestamp
         self.offset_shift = info.offset_shift
-        self._verified_from = self._verified_bytes = 0
-        self._verified_lock = threading.Lock()
         self._indexes: tuple[OffsetIndex, TimeIndex] | None = None
 
     @property

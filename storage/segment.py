@@ -73,17 +73,18 @@ class SegmentReads:
     max_timestamp: int
     offset_index: OffsetIndex
     time_index: TimeIndex
-    _verified_from: int
-    _verified_bytes: int
-    """The batches in [_verified_from, _verified_bytes) had their CRC checked by this process (or were written by
-    it): one range of consecutive batches, which the first batch checked starts."""
-    _verified_generation: int = 0
-    """Moves on whenever the range is forgotten or cut, so that a read of bytes taken before records nothing."""
-    _verified_lock: threading.Lock
-    """Held to change the range, whose readers may be threads (the HTTP service's)."""
     offset_shift: int = 0
     """Added to every offset the bytes hold: a segment written before its offsets were known (a Spark task's part
     of a micro-batch on the remote tier) stores them from 0 and is placed in the log by its manifest entry alone."""
+
+    def __init__(self) -> None:
+        self._verified_from = self._verified_bytes = 0
+        """The batches in [_verified_from, _verified_bytes) had their CRC checked by this process (or were written
+        by it): one range of consecutive batches, which the first batch checked starts."""
+        self._verified_generation = 0
+        """Moves on whenever the range is forgotten or cut, so that a read of bytes taken before records nothing."""
+        self._verified_lock = threading.Lock()
+        """Held to change the range, whose readers may be threads (the HTTP service's)."""
 
     @property
     def source(self) -> str:
@@ -141,7 +142,7 @@ class SegmentReads:
                 self._verified_from, self._verified_bytes = min(low, start), max(high, end)
 
     def forget_verified(self) -> None:
-        """Check every batch again at its next read (this segment's bytes were fetched again, or cut)."""
+        """Check every batch again at its next read (this segment's bytes were fetched again)."""
         with self._verified_lock:
             self._verified_from = self._verified_bytes = 0
             self._verified_generation += 1
@@ -264,6 +265,7 @@ class Segment(SegmentReads):
     def __init__(self, folder: Path, base_offset: int, *, index_interval_bytes: int,
                  temporary_suffix: str | None = None) -> None:
         """``temporary_suffix``: the segment's files carry one of Kafka's swap suffixes (``.cleaned``, ``.swap``)."""
+        super().__init__()
         self.base_offset = base_offset
         self.folder = folder
         self.temporary_suffix = temporary_suffix
@@ -279,8 +281,6 @@ class Segment(SegmentReads):
         self.first_timestamp = NO_TIMESTAMP
         self.max_timestamp = NO_TIMESTAMP
         self._bytes_since_index_entry = 0
-        self._verified_from = self._verified_bytes = 0
-        self._verified_lock = threading.Lock()
         self._write_fd: int | None = None
         self._map: pa.Buffer | None = None
 
